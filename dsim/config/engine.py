@@ -1,0 +1,73 @@
+"""vLLM engine knobs (the subset that changes scheduling and memory), with vLLM's defaults."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .fields import Section
+from .hardware import DeviceProfile
+from .model import ModelSpec
+
+GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 8192
+    num_gpu_blocks: int | None = None        # explicit KV capacity (skips the memory estimate)
+    long_prefill_token_threshold: int = 0    # 0 = off (vLLM default)
+    non_torch_memory_gb: float = 0.9         # CUDA context, NCCL/cuBLAS workspaces, CUDA graphs
+
+    def kv_blocks(self, model: ModelSpec, device: DeviceProfile, path: str = "engine") -> int:
+        """Blocks of ``block_size`` tokens that fit per replica (vLLM's profile-then-fill rule).
+
+        free = memory x gpu_memory_utilization - weights/TP - peak activations - non-torch memory,
+        per GPU; KV per token per GPU = kv_bytes_per_token / TP (KV heads are sharded).
+        """
+        if self.num_gpu_blocks is not None:
+            return self.num_gpu_blocks
+        tp = self.tensor_parallel_size
+        budget = device.memory_bytes * self.gpu_memory_utilization
+        weights = model.weight_bytes / tp
+        act = (self.max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * 2
+               + self.max_num_seqs * model.vocab_size * 4)
+        free = budget - weights - act - self.non_torch_memory_gb * GIB
+        per_block = model.kv_bytes_per_token / tp * self.block_size
+        blocks = int(free // per_block)
+        if blocks <= 0:
+            raise ConfigError(f"{path}.gpu_memory_utilization", self.gpu_memory_utilization,
+                              f"enough memory for the KV cache: {model.name} needs {weights / 1e9:.1f} GB of weights "
+                              f"per GPU on {device.name} ({device.memory_bytes / 1e9:.0f} GB); raise "
+                              "tensor_parallel_size or pick a larger device")
+        return blocks
+
+
+def load_engine(data, path: str = "engine") -> EngineConfig:
+    """Validate the ``engine`` mapping (seed 004, BC-2)."""
+    s = Section(data, path)
+    e = EngineConfig(
+        tensor_parallel_size=s.int("tensor_parallel_size", 1, lo=1),
+        max_num_seqs=s.int("max_num_seqs", 256, lo=1),
+        max_num_batched_tokens=s.int("max_num_batched_tokens", 2048, lo=1),
+        enable_chunked_prefill=s.bool("enable_chunked_prefill", True),
+        enable_prefix_caching=s.bool("enable_prefix_caching", True),
+        block_size=s.int("block_size", 16, lo=1),
+        gpu_memory_utilization=s.num("gpu_memory_utilization", 0.9, lo=0, hi=1, lo_open=True),
+        max_model_len=s.int("max_model_len", 8192, lo=1),
+        num_gpu_blocks=s.int("num_gpu_blocks", None, lo=1),
+        long_prefill_token_threshold=s.int("long_prefill_token_threshold", 0, lo=0),
+        non_torch_memory_gb=s.num("non_torch_memory_gb", 0.9, lo=0),
+    )
+    s.done()
+    if not e.enable_chunked_prefill and e.max_num_batched_tokens < e.max_model_len:
+        raise ConfigError(f"{path}.max_num_batched_tokens", e.max_num_batched_tokens,
+                          f">= max_model_len ({e.max_model_len}) when enable_chunked_prefill is false "
+                          "(vLLM refuses this combination)")
+    return e

@@ -1,0 +1,21 @@
+"""The one error type for user mistakes: it names where, what was given, what was expected."""
+
+
+class ConfigError(ValueError):
+    """A user input (scenario key, data file row, CLI flag) is invalid.
+
+    The CLI prints ``str(err)`` on one line and exits with code 2.
+    """
+
+    def __init__(self, path: str, value=None, expected: str = "", *, show_value: bool = True):
+        self.path = path
+        self.value = value
+        self.expected = expected
+        msg = f"{path}: "
+        if show_value:
+            msg += f"got {value!r}"
+            if expected:
+                msg += f", expected {expected}"
+        else:
+            msg += expected
+        super().__init__(msg.replace("\n", " "))

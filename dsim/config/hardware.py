@@ -1,0 +1,68 @@
+"""Device profiles: datasheet compute, bandwidth, memory and interconnect of one GPU."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+from .fields import Section
+
+PROFILE_DIRS = [Path(__file__).resolve().parents[2] / "device_profiles"]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    peak_flops: float          # FLOP/s, dense bf16
+    hbm_bytes_s: float         # bytes/s
+    memory_bytes: float
+    interconnect_bytes_s: float
+    interconnect_latency_s: float
+    interconnect: str = ""
+
+
+@lru_cache(maxsize=None)
+def _profiles() -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for d in PROFILE_DIRS:
+        for f in sorted(d.glob("*.yaml")):
+            data = yaml.safe_load(f.read_text()) or {}
+            for k, v in data.items():
+                out[str(k)] = dict(v, _file=str(f))
+    return out
+
+
+def device_names() -> list[str]:
+    return sorted(_profiles())
+
+
+def _build(name: str, d: dict, path: str) -> DeviceProfile:
+    s = Section({k: v for k, v in d.items() if k != "_file"}, path)
+    p = DeviceProfile(
+        name=name,
+        peak_flops=s.num("peak_tflops_bf16", lo=0, lo_open=True) * 1e12,
+        hbm_bytes_s=s.num("hbm_gb_s", lo=0, lo_open=True) * 1e9,
+        memory_bytes=s.num("memory_gb", lo=0, lo_open=True) * 1e9,
+        interconnect=s.str("interconnect", ""),
+        interconnect_bytes_s=s.num("interconnect_gb_s", 32, lo=0, lo_open=True) * 1e9,
+        interconnect_latency_s=s.num("interconnect_latency_us", 10, lo=0) * 1e-6,
+    )
+    s.done()
+    return p
+
+
+def load_device(value, path: str = "hardware") -> DeviceProfile:
+    """A profile name from device_profiles/, or an inline mapping with the same keys."""
+    if isinstance(value, str):
+        prof = _profiles().get(value)
+        if prof is None:
+            raise ConfigError(path, value, "a device profile (" + ", ".join(device_names()) + ") or a mapping")
+        return _build(value, prof, f"{path}[{value}]")
+    if isinstance(value, dict):
+        d = dict(value)
+        name = str(d.pop("name", "custom"))
+        return _build(name, d, path)
+    raise ConfigError(path, value, "a device profile name or a mapping")

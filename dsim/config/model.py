@@ -1,0 +1,302 @@
+"""ModelSpec: the architecture facts a latency model needs, derived from a HuggingFace config.json.
+
+Handles dense, GQA/MQA, MoE (Mixtral ``num_local_experts``, Qwen-MoE ``num_experts`` +
+``moe_intermediate_size``, DeepSeek-style ``n_routed_experts`` + shared experts + leading dense
+layers) and DeepSeek's multi-head latent attention (MLA).  Derived quantities count matmul
+weights only (norms and biases are < 0.1 % of parameters and are ignored); FLOPs are
+2 x multiply-accumulates.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from .errors import ConfigError
+
+CATALOG_DIR = Path(__file__).parent / "catalog"
+
+# Public model ids -> catalogue file names; the file stem is accepted too.
+ALIASES = {
+    "meta-llama/Llama-3.1-8B": "llama-3.1-8b-instruct",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b-instruct",
+    "meta-llama/Llama-2-7b-hf": "llama-2-7b-hf",
+    "meta-llama/Llama-2-70b-hf": "llama-2-70b-hf",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b-v0.1",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b-v0.1",
+    "mistralai/Mistral-Nemo-Instruct-2407": "mistral-nemo-instruct-2407",
+    "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b-instruct",
+    "Qwen/Qwen3-14B": "qwen3-14b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b",
+    "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
+    "01-ai/Yi-34B": "yi-34b",
+    "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b-instruct-hf",
+}
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1, "int8": 1}
+
+
+def catalog_names() -> list[str]:
+    return sorted(p.stem for p in CATALOG_DIR.glob("*.json"))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    bytes_per_param: int = 2
+    tie_word_embeddings: bool = False
+    gated_mlp: bool = True
+    # MoE (num_experts == 0 means dense)
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    num_dense_layers: int = 0          # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    # MLA (kv_lora_rank == 0 means standard attention)
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    source: str = field(default="", compare=False)
+
+    # ---- validity (seed 004, BC-1) -------------------------------------------------------
+    def validate(self, path: str = "model") -> "ModelSpec":
+        for k in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size"):
+            if getattr(self, k) <= 0:
+                raise ConfigError(f"{path}.{k}", getattr(self, k), "a positive integer")
+        if self.num_kv_heads > self.num_heads:
+            raise ConfigError(f"{path}.num_key_value_heads", self.num_kv_heads,
+                              f"<= num_attention_heads ({self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(f"{path}.num_key_value_heads", self.num_kv_heads,
+                              f"a divisor of num_attention_heads ({self.num_heads})")
+        if self.bytes_per_param not in (1, 2, 4):
+            raise ConfigError(f"{path}.torch_dtype", self.bytes_per_param, "1, 2 or 4 bytes per parameter")
+        if self.is_moe:
+            if self.num_experts < 2:
+                raise ConfigError(f"{path}.num_experts", self.num_experts, "> 1 for a MoE model")
+            if not 1 <= self.experts_per_token <= self.num_experts:
+                raise ConfigError(f"{path}.num_experts_per_tok", self.experts_per_token,
+                                  f"between 1 and num_experts ({self.num_experts})")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    # ---- per-layer parameter counts -------------------------------------------------------
+    @cached_property
+    def attn_params_per_layer(self) -> int:
+        h = self.hidden_size
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk
+            else:
+                q = h * self.num_heads * qk
+            kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv_b = self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            o = self.num_heads * self.v_head_dim * h
+            return q + kv_a + kv_b + o
+        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
+
+    def _mlp(self, inter: int) -> int:
+        return (3 if self.gated_mlp else 2) * self.hidden_size * inter
+
+    @cached_property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @cached_property
+    def mlp_params_total(self) -> int:
+        dense = (self.num_layers - self.num_moe_layers) * self._mlp(self.intermediate_size)
+        if not self.is_moe:
+            return dense
+        per = (self.num_experts * self._mlp(self.expert_intermediate_size)
+               + self._mlp(self.shared_expert_intermediate_size) * (1 if self.num_shared_experts else 0)
+               + self.hidden_size * self.num_experts)  # router
+        return dense + self.num_moe_layers * per
+
+    @cached_property
+    def mlp_params_active(self) -> int:
+        dense = (self.num_layers - self.num_moe_layers) * self._mlp(self.intermediate_size)
+        if not self.is_moe:
+            return dense
+        per = (self.experts_per_token * self._mlp(self.expert_intermediate_size)
+               + self._mlp(self.shared_expert_intermediate_size) * (1 if self.num_shared_experts else 0)
+               + self.hidden_size * self.num_experts)
+        return dense + self.num_moe_layers * per
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @cached_property
+    def total_params(self) -> int:
+        emb = self.embedding_params * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * self.attn_params_per_layer + self.mlp_params_total + emb
+
+    @cached_property
+    def active_params(self) -> int:
+        """Parameters touched per token (matmul weights incl. LM head; not the embedding gather)."""
+        return self.num_layers * self.attn_params_per_layer + self.mlp_params_active + self.lm_head_params
+
+    # ---- derived per-token costs ----------------------------------------------------------
+    @cached_property
+    def flops_per_token_linear(self) -> int:
+        """Linear-layer FLOPs for one token through all layers, without the LM head."""
+        return 2 * (self.num_layers * self.attn_params_per_layer + self.mlp_params_active)
+
+    @property
+    def flops_lm_head(self) -> int:
+        return 2 * self.lm_head_params
+
+    @property
+    def flops_per_token(self) -> int:
+        """Linear FLOPs per token including the LM head (the seed-000 ``flops_linear_per_token``)."""
+        return self.flops_per_token_linear + self.flops_lm_head
+
+    @property
+    def attn_flops_per_pair(self) -> int:
+        """FLOPs of QK^T plus PV for one (query, key) pair over all layers."""
+        if self.is_mla:
+            return 2 * self.num_layers * self.num_heads * (
+                self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return 4 * self.num_layers * self.q_dim
+
+    @cached_property
+    def weight_bytes(self) -> int:
+        """Bytes of weights resident on the GPUs (all experts, embedding and LM head)."""
+        return self.total_params * self.bytes_per_param
+
+    @cached_property
+    def kv_bytes_per_token(self) -> int:
+        if self.is_mla:  # compressed latent + decoupled rope key, one per layer
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.bytes_per_param
+        return 2 * self.num_layers * self.kv_dim * self.bytes_per_param
+
+
+def _get(cfg: dict, *keys, default=None):
+    for k in keys:
+        if k in cfg and cfg[k] is not None:
+            return cfg[k]
+    return default
+
+
+def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = "") -> ModelSpec:
+    """Build a ModelSpec from a parsed HuggingFace config.json (multimodal: its text_config)."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(path, cfg, "a config.json mapping")
+    if isinstance(cfg.get("text_config"), dict):
+        outer_dtype = cfg.get("torch_dtype")
+        cfg = dict(cfg["text_config"])
+        cfg.setdefault("torch_dtype", outer_dtype)
+    try:
+        hidden = int(cfg["hidden_size"])
+        layers = int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+    except KeyError as e:
+        raise ConfigError(f"{path}.{e.args[0]}", None, "this key in config.json", show_value=False) from None
+    except (TypeError, ValueError):
+        raise ConfigError(path, None, "integer hidden_size/num_hidden_layers/num_attention_heads",
+                          show_value=False) from None
+    kv_heads = int(_get(cfg, "num_key_value_heads", default=heads))
+    head_dim = int(_get(cfg, "head_dim", default=hidden // heads if heads else 0))
+    dtype = str(_get(cfg, "torch_dtype", "dtype", default="bfloat16"))
+    bpp = _DTYPE_BYTES.get(dtype.replace("torch.", ""), 2)
+    q = cfg.get("quantization_config") or {}
+    if isinstance(q, dict) and (q.get("quant_method") == "fp8" or "float-quantized" in str(q.get("format", ""))):
+        bpp = 1
+    n_exp = int(_get(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+    if n_exp <= 1:
+        n_exp = 0
+    top_k = int(_get(cfg, "num_experts_per_tok", "num_experts_per_token", default=0) or 0) if n_exp else 0
+    inter = int(_get(cfg, "intermediate_size_mlp", "intermediate_size", default=4 * hidden))
+    exp_inter = int(_get(cfg, "moe_intermediate_size", default=_get(cfg, "intermediate_size", default=inter))) if n_exp else 0
+    n_shared = int(_get(cfg, "n_shared_experts", default=0) or 0)
+    shared_inter = 0
+    if n_shared:
+        shared_inter = n_shared * exp_inter
+    elif _get(cfg, "shared_expert_intermediate_size"):
+        n_shared, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
+    dense_layers = int(_get(cfg, "first_k_dense_replace", default=0) or 0) if n_exp else 0
+    act = str(_get(cfg, "hidden_act", "activation_function", default="silu"))
+    gated = act in ("silu", "swiglu", "gelu_pytorch_tanh", "geglu") or "llama" in str(cfg.get("model_type", ""))
+    if str(cfg.get("model_type", "")) in ("gpt2", "opt", "gpt_bigcode", "falcon"):
+        gated = False
+    mla = int(_get(cfg, "kv_lora_rank", default=0) or 0)
+    spec = ModelSpec(
+        name=name or str(cfg.get("_name_or_path", "custom")),
+        num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=inter, vocab_size=int(_get(cfg, "vocab_size", default=32000)),
+        bytes_per_param=bpp, tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        gated_mlp=gated, num_experts=n_exp, experts_per_token=top_k, expert_intermediate_size=exp_inter,
+        num_shared_experts=n_shared, shared_expert_intermediate_size=shared_inter,
+        num_dense_layers=dense_layers, kv_lora_rank=mla,
+        q_lora_rank=int(_get(cfg, "q_lora_rank", default=0) or 0) if mla else 0,
+        qk_rope_head_dim=int(_get(cfg, "qk_rope_head_dim", default=0) or 0) if mla else 0,
+        qk_nope_head_dim=int(_get(cfg, "qk_nope_head_dim", default=0) or 0) if mla else 0,
+        v_head_dim=int(_get(cfg, "v_head_dim", default=0) or 0) if mla else 0,
+        source=source,
+    )
+    return spec.validate(path)
+
+
+def load_model(value, path: str = "model", base_dir: Path | None = None) -> ModelSpec:
+    """Resolve the scenario's ``model`` key: a catalogue name or ``{config: path/to/config.json}``."""
+    if isinstance(value, str):
+        stem = ALIASES.get(value, value)
+        f = CATALOG_DIR / f"{stem}.json"
+        if not f.is_file():
+            f = CATALOG_DIR / f"{stem.split('/')[-1].lower()}.json"
+        if not f.is_file():
+            raise ConfigError(path, value, "a catalogue model (" + ", ".join(catalog_names())
+                              + ") or {config: path/to/config.json}")
+        return model_from_hf(json.loads(f.read_text()), name=value, path=path, source=f"catalog:{f.stem}")
+    if isinstance(value, dict):
+        unknown = set(value) - {"config", "name"}
+        if unknown:
+            k = sorted(unknown)[0]
+            raise ConfigError(f"{path}.{k}", value[k], "no such key (known: config, name)")
+        if "config" not in value:
+            raise ConfigError(f"{path}.config", None, "a path to a HuggingFace config.json", show_value=False)
+        p = Path(str(value["config"]))
+        if base_dir is not None and not p.is_absolute():
+            p = base_dir / p
+        try:
+            cfg = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}.config", str(value["config"]), "an existing config.json file") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}.config", str(value["config"]), f"valid JSON ({e.msg} at line {e.lineno})") from None
+        return model_from_hf(cfg, name=str(value.get("name", p.parent.name)), path=f"{path}.config", source=str(p))
+    raise ConfigError(path, value, "a catalogue model name or {config: path/to/config.json}")

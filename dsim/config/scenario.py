@@ -1,0 +1,142 @@
+"""Scenario files: YAML (JSON accepted), ``--set`` overrides, and validation of every key."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .engine import EngineConfig, load_engine
+from .errors import ConfigError
+from .fields import Section
+from .hardware import DeviceProfile, load_device
+from .model import ModelSpec, load_model
+
+TOP_KEYS = ("seed", "name", "description", "model", "hardware", "engine", "latency", "workload",
+            "slo", "horizon_s", "drain", "output")
+
+
+@dataclass
+class Scenario:
+    """A validated scenario.  ``raw`` keeps the resolved mapping (for hashing and re-runs)."""
+    raw: dict
+    base_dir: Path | None
+    seed: int
+    name: str
+    model: ModelSpec
+    device: DeviceProfile
+    engine: EngineConfig
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    horizon_s: float | None
+    drain: bool
+    plots: bool = True
+    timeline: bool = False
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        blob = json.dumps(self.raw, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def read_scenario_file(path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(path), None, "an existing scenario file (YAML or JSON)", show_value=False)
+    text = p.read_text()
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}:{e.lineno}", None, f"valid JSON: {e.msg}", show_value=False) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(where, None, f"valid YAML: {getattr(e, 'problem', e)}", show_value=False) from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), data, "a mapping of scenario keys at the top level")
+    return data
+
+
+_SEG = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
+
+
+def apply_overrides(data: dict, overrides) -> dict:
+    """Apply ``a.b[1].c=value`` strings; the value is parsed as YAML (``1`` int, ``true`` bool)."""
+    data = copy.deepcopy(data)
+    for ov in overrides or ():
+        if "=" not in ov:
+            raise ConfigError(f"--set {ov}", ov, "KEY=VALUE, e.g. engine.max_num_seqs=128")
+        key, _, sval = ov.partition("=")
+        try:
+            val = yaml.safe_load(sval) if sval.strip() else ""
+        except yaml.YAMLError:
+            val = sval
+        parts = key.strip().split(".")
+        node = data
+        for j, part in enumerate(parts):
+            m = _SEG.match(part)
+            if not m:
+                raise ConfigError(f"--set {key}", part, "dotted keys with optional [index]")
+            name, idx = m.group(1), [int(x) for x in re.findall(r"\[(\d+)\]", m.group(2))]
+            last = j == len(parts) - 1
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {key}", node, "a mapping to set a key in")
+            if last and not idx:
+                node[name] = val
+                break
+            if name not in node or node[name] is None:
+                node[name] = [] if idx else {}
+            node = node[name]
+            for k, ix in enumerate(idx):
+                if not isinstance(node, list) or ix >= len(node):
+                    raise ConfigError(f"--set {key}", ix, "an index of an existing list item")
+                if last and k == len(idx) - 1:
+                    node[ix] = val
+                else:
+                    node = node[ix]
+    return data
+
+
+def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
+    """Load and validate a scenario from a path or a mapping (raises ConfigError)."""
+    if isinstance(source, dict):
+        data, base_dir, shown = copy.deepcopy(source), None, "<dict>"
+    else:
+        data, base_dir, shown = read_scenario_file(source), Path(source).resolve().parent, str(source)
+    data = apply_overrides(data, overrides)
+    if seed is not None:
+        data["seed"] = seed
+    s = Section(data, "")
+    sd = s.int("seed", 0, lo=0)
+    name = s.str("name", Path(shown).stem if shown != "<dict>" else "scenario")
+    s.str("description", "")
+    model = load_model(s.raw("model"), "model", base_dir)
+    device = load_device(s.raw("hardware"), "hardware")
+    engine = load_engine(s.raw("engine", {}), "engine")
+    slo = s.section("slo", {})
+    ttft = slo.num("ttft_ms", None, lo=0, lo_open=True)
+    tpot = slo.num("tpot_ms", None, lo=0, lo_open=True)
+    slo.done()
+    horizon = s.num("horizon_s", None, lo=0, lo_open=True)
+    drain = s.bool("drain", True)
+    out = s.section("output", {})
+    plots = out.bool("plots", True)
+    timeline = out.bool("timeline", False)
+    out.done()
+    s.raw("latency", {})
+    if "workload" not in data:
+        raise ConfigError("workload", None, "a workload section (type: poisson | ... | trace)", show_value=False)
+    s.raw("workload")
+    s.done()
+    if engine.tensor_parallel_size > 1 and model.num_heads % engine.tensor_parallel_size:
+        raise ConfigError("engine.tensor_parallel_size", engine.tensor_parallel_size,
+                          f"a divisor of the model's {model.num_heads} attention heads")
+    return Scenario(raw=data, base_dir=base_dir, seed=sd, name=name, model=model, device=device,
+                    engine=engine, slo_ttft_ms=ttft, slo_tpot_ms=tpot, horizon_s=horizon, drain=drain,
+                    plots=plots, timeline=timeline, source=shown)

@@ -1,0 +1,54 @@
+"""A request and its lifecycle timestamps (seed 000 journey events; seed 004 BC-7/BC-8)."""
+from __future__ import annotations
+
+# Lifecycle states, in order.  REJECTED is terminal for requests that can never fit.
+PENDING, QUEUED, RUNNING, PREEMPTED, COMPLETED, REJECTED = range(6)
+STATE_NAMES = ("pending", "queued", "running", "preempted", "completed", "rejected")
+
+
+class Request:
+    """One inference request.  Plain slots object: the scheduler touches these on the hot path.
+
+    ``segments`` describes the prompt's content for prefix caching: a tuple of (segment id,
+    length) pairs; two requests share a KV block iff their segment sequences agree up to the
+    end of that block.  ``None`` means the prompt is unique to this request.
+    """
+
+    __slots__ = (
+        "rid", "arrival", "prompt_len", "max_tokens", "segments", "prefix_group", "label",
+        "state", "t_queued", "t_scheduled", "t_first_token", "t_completion", "t_last_token",
+        "preempt_times", "cached_tokens", "num_computed", "n_out",
+        "d0", "c0", "hashes", "plain_blocks", "block_hashes", "prefilling", "itl_gap",
+    )
+
+    def __init__(self, rid: int, arrival: float, prompt_len: int, max_tokens: int,
+                 segments=None, prefix_group: int = -1, label: str = ""):
+        self.rid = rid
+        self.arrival = arrival
+        self.prompt_len = prompt_len
+        self.max_tokens = max_tokens
+        self.segments = segments
+        self.prefix_group = prefix_group
+        self.label = label
+        self.state = PENDING
+        self.t_queued = self.t_scheduled = self.t_first_token = self.t_completion = None
+        self.t_last_token = None
+        self.preempt_times: list[float] = []
+        self.cached_tokens = 0       # prefix-cache hit tokens at first scheduling
+        self.num_computed = 0        # tokens whose KV is computed (explicit while prefilling)
+        self.n_out = 0               # output tokens emitted
+        self.d0 = 0                  # lazy decode: instance decode-step counter at rebase
+        self.c0 = 0                  # lazy decode: num_computed at rebase
+        self.hashes: list = []       # hashed (cache-registered or hit) blocks held, in order
+        self.plain_blocks = 0        # unhashed blocks held (explicit while prefilling)
+        self.block_hashes = None     # hashes of full blocks of the token sequence (lazy)
+        self.prefilling = False
+        self.itl_gap = False         # next emitted token's ITL is not the step duration
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens known to the engine: prompt plus outputs so far (vLLM ``Request.num_tokens``)."""
+        return self.prompt_len + self.n_out
+
+    def __repr__(self) -> str:
+        return f"Request({self.rid}, t={self.arrival:.4f}, in={self.prompt_len}, out={self.max_tokens})"

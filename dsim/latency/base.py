@@ -1,0 +1,57 @@
+"""The latency-model interfaces: step time (beta side) and queueing/token overheads (alpha side)."""
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+
+class BatchShape(NamedTuple):
+    """Immutable summary of one scheduler iteration; all a step-time model may look at.
+
+    prefill_attn_pairs is the exact count of (query, key) pairs attended by the prefill chunks:
+    a chunk of c tokens after p cached/computed tokens attends c*p + c*(c+1)/2 pairs (causal).
+    """
+    prefill_tokens: int = 0        # tokens computed for requests still in prefill this step
+    num_prefill: int = 0           # requests with a prefill chunk this step
+    prefill_attn_pairs: int = 0
+    prefill_ctx_tokens: int = 0    # KV tokens read by prefill chunks (context before each chunk)
+    decode_tokens: int = 0         # one per decoding request
+    decode_ctx_sum: int = 0        # sum of context lengths attended by the decode tokens
+    num_sampled: int = 0           # requests that sample a token at the end of this step
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+    @property
+    def num_requests(self) -> int:
+        return self.num_prefill + self.decode_tokens
+
+
+class StepTimeModel(Protocol):
+    name: str
+
+    def step_time(self, batch: BatchShape) -> float:
+        """Seconds one scheduler iteration with this batch takes on the replica."""
+
+
+class QueueingModel(Protocol):
+    def delay(self, request, instance_state=None) -> float:
+        """Seconds from arrival at the server to entering the scheduler's waiting queue."""
+
+    def output_token_overhead(self) -> float:
+        """Seconds from a token's step end to it being observed by the client."""
+
+
+class AlphaModel:
+    """alpha = [a0, a1, a2] in microseconds: queue entry a0 + a1 x prompt tokens; a2 per token."""
+
+    def __init__(self, a0_us: float = 0.0, a1_us: float = 0.0, a2_us: float = 0.0):
+        self.a0 = a0_us * 1e-6
+        self.a1 = a1_us * 1e-6
+        self.a2 = a2_us * 1e-6
+
+    def delay(self, request, instance_state=None) -> float:
+        return self.a0 + self.a1 * request.prompt_len
+
+    def output_token_overhead(self) -> float:
+        return self.a2

@@ -1,0 +1,80 @@
+"""Roofline step time: max(compute time, memory time) per iteration plus fixed overheads.
+
+Compute counts linear-layer FLOPs for every scheduled token, the LM head only for tokens that
+are sampled (vLLM computes logits for the last position of each request), and exact causal
+attention work (prefill: context x chunk pairs; decode: one query over its whole context).
+Memory counts the weights read once per step (for MoE only the experts the batch touches, in
+expectation under uniform routing), KV reads of every attended context and KV writes of the
+new tokens.  TP divides FLOPs, weights and KV heads and adds two ring all-reduces per layer.
+"""
+from __future__ import annotations
+
+from ..config.hardware import DeviceProfile
+from ..config.model import ModelSpec
+from .base import BatchShape
+
+
+class RooflineModel:
+    name = "roofline"
+
+    def __init__(self, model: ModelSpec, device: DeviceProfile, tp: int = 1, *,
+                 compute_efficiency: float = 0.6, memory_efficiency: float = 0.8,
+                 step_overhead_us: float = 0.0, per_layer_overhead_us: float = 0.0,
+                 per_request_overhead_us: float = 0.0):
+        self.model, self.device, self.tp = model, device, tp
+        m = model
+        self._flops_lin = m.flops_per_token_linear / tp
+        self._flops_head = m.flops_lm_head / tp
+        self._flops_pair = m.attn_flops_per_pair / tp
+        self._kv_tok = m.kv_bytes_per_token / max(1, min(tp, m.num_kv_heads if not m.is_mla else 1))
+        self._inv_flops = 1.0 / (device.peak_flops * compute_efficiency)
+        self._inv_bw = 1.0 / (device.hbm_bytes_s * memory_efficiency)
+        bpp = m.bytes_per_param
+        if m.is_moe:
+            self._expert_bytes = (m.num_moe_layers * 3 * m.hidden_size * m.expert_intermediate_size
+                                  * bpp / tp) if m.gated_mlp else (m.num_moe_layers * 2 * m.hidden_size
+                                                                    * m.expert_intermediate_size * bpp / tp)
+            emb = m.embedding_params * bpp * (0 if m.tie_word_embeddings else 1)
+            self._fixed_bytes = (m.weight_bytes - emb) / tp - self._expert_bytes * m.num_experts
+        else:
+            emb = m.embedding_params * bpp * (0 if m.tie_word_embeddings else 1)
+            self._fixed_bytes = (m.weight_bytes - emb) / tp   # embedding is a gather, not a stream
+            self._expert_bytes = 0.0
+        self._overhead = step_overhead_us * 1e-6 + per_layer_overhead_us * 1e-6 * m.num_layers
+        self._per_req = per_request_overhead_us * 1e-6
+        if tp > 1:
+            ring = 2.0 * (tp - 1) / tp
+            self._ar_per_token = 2 * m.num_layers * ring * m.hidden_size * bpp / device.interconnect_bytes_s
+            self._ar_fixed = 2 * m.num_layers * device.interconnect_latency_s
+        else:
+            self._ar_per_token = self._ar_fixed = 0.0
+        self._moe_cache: dict[int, float] = {}
+
+    def _weight_bytes(self, tokens: int) -> float:
+        if not self._expert_bytes:
+            return self._fixed_bytes
+        w = self._moe_cache.get(tokens)
+        if w is None:
+            m = self.model
+            e, k = m.num_experts, m.experts_per_token
+            touched = e * (1.0 - (1.0 - k / e) ** tokens)   # expected distinct experts per layer
+            w = self._fixed_bytes + self._expert_bytes * touched
+            if len(self._moe_cache) < 65536:
+                self._moe_cache[tokens] = w
+        return w
+
+    def step_time(self, b: BatchShape) -> float:
+        tokens = b.prefill_tokens + b.decode_tokens
+        if tokens == 0:
+            return 0.0
+        pairs = b.prefill_attn_pairs + b.decode_ctx_sum
+        flops = self._flops_lin * tokens + self._flops_head * b.num_sampled + self._flops_pair * pairs
+        kv = self._kv_tok * (b.decode_ctx_sum + b.prefill_ctx_tokens + tokens)
+        byts = self._weight_bytes(tokens) + kv
+        tc = flops * self._inv_flops
+        tm = byts * self._inv_bw
+        t = tc if tc > tm else tm
+        t += self._overhead + self._per_req * (b.num_prefill + b.decode_tokens)
+        if self._ar_fixed:
+            t += self._ar_fixed + self._ar_per_token * tokens
+        return t

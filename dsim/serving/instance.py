@@ -1,0 +1,474 @@
+"""Instance: one vLLM replica's engine-core busy loop as a single SimPy process.
+
+Each iteration mirrors vLLM V1's ``Scheduler.schedule()`` (vllm/v1/core/sched/scheduler.py):
+
+* one token budget ``max_num_batched_tokens`` per step;
+* RUNNING requests first, in admission order: a decoding request asks for 1 token, a request
+  still in (chunked) prefill for ``min(remaining prompt, budget)`` tokens;
+* when ``allocate_slots`` cannot get the blocks, the *last* running request is preempted
+  (recompute: its blocks are freed and it goes back to the *front* of the waiting queue) until
+  the allocation fits, or the request itself was the victim;
+* WAITING requests (FCFS) are admitted only if no request was preempted this step, while the
+  budget lasts and fewer than ``max_num_seqs`` run; a request's prefix-cache hit is capped so
+  that at least one token is computed; with chunked prefill disabled a prompt that does not fit
+  the remaining budget stops admission;
+* tokens appear at the end of the step: the first token when a request's prefill completes, then
+  one per decode step; a request finishes (and frees its blocks) with its last token.
+
+``enable_chunked_prefill: false`` selects the older (V0) policy instead: if waiting prompts fit,
+the step is prefill-only with whole prompts; otherwise every running request decodes.
+
+Speed: decoding requests are kept in a *lazy* form.  All of them advance one token per step, so
+their context lengths are ``c0 + (D - d0)`` for the replica's decode-step counter D; the sum of
+contexts, the number crossing a KV-block boundary (bucketed by phase modulo block_size) and the
+step at which each one finishes are maintained in O(1) per step.  Per-request work happens only
+when a request is admitted, preempted, skipped, or completes.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from ..core.request import COMPLETED, PREEMPTED, QUEUED, REJECTED, RUNNING
+from ..latency.base import BatchShape
+from .kvcache import KVCache
+from .prefix import block_hashes
+
+
+class StepLog:
+    """Per-step series, kept as flat lists (appends are the cheapest thing Python does)."""
+
+    __slots__ = ("t_end", "dur", "prefill_tokens", "decode_tokens", "itl_count", "running", "waiting", "kv_used")
+
+    def __init__(self):
+        for k in self.__slots__:
+            setattr(self, k, [])
+
+
+class Instance:
+    def __init__(self, sim, engine, step_model, queueing, num_blocks: int, name: str = "replica0",
+                 check_invariants: bool = False):
+        self.sim = sim
+        self.env = sim.env
+        self.name = name
+        self.engine = engine
+        self.step_model = step_model
+        self.queueing = queueing
+        self.token_overhead = queueing.output_token_overhead()
+        self.bs = engine.block_size
+        self.kv = KVCache(num_blocks, engine.block_size)
+        self.cache_on = engine.enable_prefix_caching
+        self.check = check_invariants
+        self.waiting: deque = deque()
+        self.running: dict = {}          # rid -> Request, in admission order
+        self.n_prefilling = 0
+        # lazy decode state
+        self.D = 0
+        self.n_dec = 0
+        self.lazy_sum = 0                # sum of (c0 - d0) over lazy decoders
+        self.boundary = [0] * self.bs    # decoders by (d0 - c0) % bs
+        self.finish: dict = {}           # decode-step count -> {rid: req}
+        self.n_gap = 0                   # decoders whose next ITL is not one step
+        # bookkeeping
+        self.submitted = 0
+        self.completed: list = []
+        self.rejected: list = []
+        self.log = StepLog()
+        self.itl_extra: list = []        # (ITL seconds, count) samples that are not one step long
+        self.stall_n = 0                 # decoders idle through V0 prefill-only steps
+        self.stall_t = 0.0
+        self.num_preemptions = 0
+        self.num_steps = 0
+        self.busy_time = 0.0
+        self._wake = None
+        self._last_now = 0.0
+        self.proc = self.env.process(self._loop())
+
+    # ---- arrivals ---------------------------------------------------------------------------
+    def submit(self, r) -> None:
+        """A request reaches the server: reject what can never run, else queue after alpha."""
+        self.submitted += 1
+        e = self.engine
+        if r.prompt_len + r.max_tokens > e.max_model_len or \
+                -(-(r.prompt_len + r.max_tokens - 1) // self.bs) > self.kv.total:
+            r.state = REJECTED
+            self.rejected.append(r)
+            return
+        d = self.queueing.delay(r)
+        if d > 0:
+            ev = self.env.timeout(d)
+            ev.callbacks.append(lambda _ev, r=r: self._enqueue(r))
+        else:
+            self._enqueue(r)
+
+    def _enqueue(self, r) -> None:
+        r.state = QUEUED
+        r.t_queued = self.env.now
+        self.waiting.append(r)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    # ---- load view for routers and reports --------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    # ---- lazy decoder helpers ---------------------------------------------------------------
+    def _lazy_add(self, r) -> None:
+        """r has just computed up to r.num_computed and emitted; it decodes from step D on."""
+        r.d0 = d0 = self.D
+        r.c0 = c0 = r.num_computed
+        self.n_dec += 1
+        self.lazy_sum += c0 - d0
+        self.boundary[(d0 - c0) % self.bs] += 1
+        fin = d0 - c0 + r.prompt_len + r.max_tokens - 1
+        b = self.finish.get(fin)
+        if b is None:
+            self.finish[fin] = {r.rid: r}
+        else:
+            b[r.rid] = r
+
+    def _lazy_remove(self, r) -> int:
+        """Take r out of the lazy set; returns its materialised num_computed."""
+        comp = r.c0 + self.D - r.d0
+        self.n_dec -= 1
+        self.lazy_sum -= r.c0 - r.d0
+        self.boundary[(r.d0 - r.c0) % self.bs] -= 1
+        fin = r.d0 - r.c0 + r.prompt_len + r.max_tokens - 1
+        b = self.finish[fin]
+        del b[r.rid]
+        if not b:
+            del self.finish[fin]
+        r.num_computed = comp
+        return comp
+
+    def _held_blocks(self, r, comp: int) -> int:
+        return -(-comp // self.bs)
+
+    def _release(self, r, comp: int, keep_content: bool) -> None:
+        """Free r's blocks; with keep_content its full blocks stay cached (hittable) when freed."""
+        held = -(-comp // self.bs)
+        hashes = r.hashes
+        plain = held - len(hashes)
+        if keep_content:
+            full = comp // self.bs
+            if full > len(hashes):
+                hs = block_hashes(r, full, self.bs)
+                kv = self.kv
+                for i in range(len(hashes), full):
+                    if kv.register(hs[i]):
+                        hashes.append(hs[i])
+                        plain -= 1
+                    else:
+                        break
+        self.kv.free(plain, hashes)
+        r.hashes = []
+        r.plain_blocks = 0
+
+    def _preempt(self, victim, now: float) -> None:
+        del self.running[victim.rid]
+        if victim.prefilling:
+            comp = victim.num_computed
+            self.n_prefilling -= 1
+            victim.prefilling = False
+        else:
+            comp = self._lazy_remove(victim)
+            if victim.itl_gap:
+                self.n_gap -= 1
+            else:
+                victim.t_last_token = now
+        self._release(victim, comp, self.cache_on)
+        victim.num_computed = 0
+        victim.itl_gap = victim.n_out > 0
+        victim.state = PREEMPTED
+        victim.preempt_times.append(now)
+        self.num_preemptions += 1
+        self.waiting.appendleft(victim)
+
+    # ---- admission of waiting requests ------------------------------------------------------
+    def _admit(self, budget: int, prefills: list, now: float, whole_prompts: bool) -> int:
+        e = self.engine
+        kv = self.kv
+        bs = self.bs
+        waiting = self.waiting
+        running = self.running
+        max_seqs = e.max_num_seqs
+        thr = e.long_prefill_token_threshold
+        watermark = int(0.01 * kv.total) if whole_prompts else 0
+        while waiting and budget > 0:
+            if len(running) >= max_seqs:
+                break
+            r = waiting[0]
+            n_tok = r.num_tokens
+            hit_hashes = ()
+            hit = 0
+            if self.cache_on:
+                full = (n_tok - 1) // bs
+                if full:
+                    hs = block_hashes(r, full, bs)
+                    nh = kv.num_cached_prefix(hs)
+                    kv.queries += full * bs
+                    if nh:
+                        hit_hashes = hs[:nh]
+                        hit = nh * bs
+            need = n_tok - hit
+            if whole_prompts:
+                if need > budget:
+                    break
+            else:
+                if 0 < thr < need:
+                    need = thr
+                if need > budget:
+                    need = budget
+            new_blocks = -(-(hit + need) // bs) - len(hit_hashes)
+            evictable = kv.evictable_among(hit_hashes) if hit_hashes else 0
+            if new_blocks + evictable > kv.free_count - watermark:
+                break
+            waiting.popleft()
+            if hit_hashes:
+                kv.touch(hit_hashes)
+                kv.hits += hit
+            kv.allocate(new_blocks)
+            r.hashes = list(hit_hashes)
+            r.plain_blocks = new_blocks
+            r.num_computed = hit
+            if r.t_scheduled is None:
+                r.t_scheduled = now
+                r.cached_tokens = hit
+            r.state = RUNNING
+            r.prefilling = True
+            self.n_prefilling += 1
+            running[r.rid] = r
+            prefills.append((r, need))
+            budget -= need
+        return budget
+
+    # ---- one scheduler iteration -------------------------------------------------------------
+    def _schedule(self, now: float):
+        """Return (prefills [(req, chunk)], decode count, skipped decoders, gap emitters)."""
+        e = self.engine
+        kv = self.kv
+        budget = e.max_num_batched_tokens
+        prefills: list = []
+        skipped: list = []
+        gap_dec: list = []
+        v0 = not e.enable_chunked_prefill
+        if v0 and self.waiting:
+            # V0 policy: a prefill-only step whenever waiting prompts can be admitted.
+            self._admit(budget, prefills, now, True)
+            if prefills:
+                return prefills, 0, skipped, gap_dec
+        n_dec = self.n_dec
+        if (self.n_prefilling == 0 and self.n_gap == 0 and n_dec <= budget
+                and self.boundary[self.D % self.bs] <= kv.free_count):
+            kv.allocate(self.boundary[self.D % self.bs])       # fast path: every decoder steps
+            budget -= n_dec
+            if not v0:
+                self._admit(budget, prefills, now, False)
+            return prefills, n_dec, skipped, gap_dec
+        # slow path: walk the running list in order, exactly as vLLM does
+        order = list(self.running.values())
+        bs = self.bs
+        thr = e.long_prefill_token_threshold
+        preempted = False
+        scheduled_dec = 0
+        i = 0
+        while i < len(order):
+            r = order[i]
+            i += 1
+            if budget <= 0:
+                if not r.prefilling:
+                    skipped.append(r)
+                continue
+            if r.prefilling:
+                comp = r.num_computed
+                need = r.num_tokens - comp
+                if 0 < thr < need:
+                    need = thr
+                if need > budget:
+                    need = budget
+                blocks = -(-(comp + need) // bs) - len(r.hashes) - r.plain_blocks
+            else:
+                comp = r.c0 + self.D - r.d0
+                need = 1
+                blocks = 1 if comp % bs == 0 else 0
+            victim_self = False
+            while blocks > kv.free_count:
+                victim = order.pop()
+                self._preempt(victim, now)
+                preempted = True
+                if victim is r:
+                    victim_self = True
+                    break
+            if victim_self:
+                break
+            kv.allocate(blocks)
+            budget -= need
+            if r.prefilling:
+                r.plain_blocks += blocks
+                prefills.append((r, need))
+            else:
+                scheduled_dec += 1
+                if r.itl_gap:
+                    gap_dec.append(r)
+        # decoders left unscheduled keep their position: rebase them past this step
+        for r in order[i:]:
+            if not r.prefilling:
+                skipped.append(r)
+        if not preempted and not v0:
+            self._admit(budget, prefills, now, False)
+        return prefills, scheduled_dec, skipped, gap_dec
+
+    # ---- the busy loop -------------------------------------------------------------------------
+    def _loop(self):
+        env = self.env
+        log = self.log
+        step_time = self.step_model.step_time
+        tok_over = self.token_overhead
+        bs = self.bs
+        while True:
+            if not self.running and not self.waiting:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            now = env.now
+            prefills, n_dec, skipped, gap_dec = self._schedule(now)
+            if not prefills and not n_dec:
+                if self.running or self.waiting:
+                    raise RuntimeError(f"{self.name}: scheduler made no progress at t={now}")
+                continue
+            # batch shape for the latency model
+            p_tok = p_pairs = p_ctx = n_samp = 0
+            for r, c in prefills:
+                p = r.num_computed
+                p_tok += c
+                p_pairs += c * p + c * (c + 1) // 2
+                p_ctx += p
+                if p + c == r.num_tokens:
+                    n_samp += 1
+            dec_ctx = 0
+            if n_dec:
+                # contexts of all lazy decoders, minus those skipped this step
+                dec_ctx = self.lazy_sum + self.n_dec * (self.D + 1)
+                for r in skipped:
+                    dec_ctx -= r.c0 + self.D - r.d0 + 1
+            dur = step_time(BatchShape(p_tok, len(prefills), p_pairs, p_ctx, n_dec, dec_ctx, n_samp + n_dec))
+            yield env.timeout(dur)
+            t_end = env.now
+            self.num_steps += 1
+            self.busy_time += dur
+            # skipped decoders do not advance: rebase them to the post-step counter
+            advanced = n_dec > 0 or bool(skipped)
+            for r in skipped:
+                self._lazy_remove(r)
+                if not r.itl_gap:
+                    r.itl_gap = True
+                    r.t_last_token = now
+                    self.n_gap += 1
+            itl_regular = n_dec - len(gap_dec)
+            if advanced:
+                self.D += 1
+                if self.stall_n:
+                    # V0 prefill-only steps stalled these decoders: one longer gap each
+                    k = min(self.stall_n, itl_regular)
+                    self.itl_extra.append((self.stall_t + dur, k))
+                    itl_regular -= k
+                    self.stall_n, self.stall_t = 0, 0.0
+            elif self.n_dec:
+                if not self.stall_n:
+                    self.stall_n = self.n_dec - self.n_gap
+                self.stall_t += dur
+            for r in skipped:
+                self._lazy_add(r)
+            emit_t = t_end + tok_over
+            for r in gap_dec:
+                self.itl_extra.append((t_end - r.t_last_token, 1))
+                r.itl_gap = False
+                self.n_gap -= 1
+            # prefill chunks: progress, first tokens, conversions to decoders
+            for r, c in prefills:
+                r.num_computed += c
+                if self.cache_on and r.segments is not None:
+                    full = min(r.num_computed, r.prompt_len) // bs
+                    if full > len(r.hashes) and r.plain_blocks:
+                        hs = block_hashes(r, full, bs)
+                        kv = self.kv
+                        for j in range(len(r.hashes), full):
+                            if not r.plain_blocks or not kv.register(hs[j]):
+                                break
+                            r.hashes.append(hs[j])
+                            r.plain_blocks -= 1
+                if r.num_computed < r.num_tokens:
+                    continue
+                r.prefilling = False
+                self.n_prefilling -= 1
+                if r.n_out == 0:
+                    r.t_first_token = emit_t
+                else:
+                    self.itl_extra.append((t_end - r.t_last_token, 1))
+                    r.itl_gap = False
+                r.n_out += 1
+                if r.n_out >= r.max_tokens:
+                    self._complete(r, r.num_computed, emit_t)
+                else:
+                    self._lazy_add(r)
+            # decoders whose last token came out this step
+            done = self.finish.pop(self.D, None) if advanced else None
+            if done:
+                for r in done.values():
+                    comp = r.c0 + self.D - r.d0
+                    self.n_dec -= 1
+                    self.lazy_sum -= r.c0 - r.d0
+                    self.boundary[(r.d0 - r.c0) % bs] -= 1
+                    r.n_out = r.max_tokens
+                    self._complete(r, comp, emit_t)
+            log.t_end.append(t_end)
+            log.dur.append(dur)
+            log.prefill_tokens.append(p_tok)
+            log.decode_tokens.append(n_dec)
+            log.itl_count.append(itl_regular)
+            log.running.append(len(self.running))
+            log.waiting.append(len(self.waiting))
+            log.kv_used.append(self.kv.total - self.kv.free_count)
+            if self.check:
+                self.check_invariants()
+
+    def _complete(self, r, comp: int, emit_t: float) -> None:
+        del self.running[r.rid]
+        r.num_computed = comp
+        self._release(r, comp, self.cache_on and r.segments is not None)
+        r.state = COMPLETED
+        r.t_completion = emit_t
+        r.t_last_token = emit_t
+        self.completed.append(r)
+
+    # ---- invariants ---------------------------------------------------------------------------
+    def held_blocks(self) -> int:
+        """Blocks in use by running requests (shared cached blocks counted once)."""
+        plain = 0
+        shared = set()
+        for r in self.running.values():
+            comp = r.num_computed if r.prefilling else r.c0 + self.D - r.d0
+            if r.prefilling:
+                plain += r.plain_blocks
+                assert -(-comp // self.bs) <= len(r.hashes) + r.plain_blocks
+            else:
+                plain += -(-comp // self.bs) - len(r.hashes)
+            shared.update(r.hashes)
+        return plain + len(shared)
+
+    def check_invariants(self) -> None:
+        """BC-5 clock, BC-12 batch limit, BC-13 KV conservation, request conservation."""
+        now = self.env.now
+        assert now >= self._last_now, f"clock went back: {now} < {self._last_now}"
+        self._last_now = now
+        assert len(self.running) <= self.engine.max_num_seqs
+        self.kv.check(self.held_blocks())
+        for h, c in self.kv.cached.items():
+            assert c >= 0
+        assert self.n_dec + self.n_prefilling == len(self.running)
+        assert self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0

@@ -1,0 +1,125 @@
+"""Arrival processes: vectorised numpy generation of arrival times (seconds from 0).
+
+Each generator takes the workload section, a numpy Generator and the stop rules (at most
+``num_requests`` arrivals, none at or after ``duration_s``) and returns a sorted float array.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..config.errors import ConfigError
+from ..config.fields import Section, check_number
+
+ARRIVALS = ("poisson", "gamma", "constant", "burst", "ramp", "staged")
+
+
+def _cap(times: np.ndarray, n: int | None, duration: float | None) -> np.ndarray:
+    if duration is not None:
+        times = times[times < duration]
+    if n is not None:
+        times = times[:n]
+    return times
+
+
+def _renewal(gap_sampler, rate: float, n, duration, chunk_hint: int) -> np.ndarray:
+    """Cumulative sums of i.i.d. gaps, drawn in chunks until n arrivals or the duration."""
+    out = []
+    t0 = 0.0
+    total = 0
+    need = n if n is not None else None
+    while True:
+        k = chunk_hint if need is None else max(1, need - total)
+        gaps = gap_sampler(k)
+        t = t0 + np.cumsum(gaps)
+        out.append(t)
+        total += k
+        t0 = float(t[-1])
+        if (need is not None and total >= need) or (duration is not None and t0 >= duration):
+            break
+        if need is None and duration is None:
+            raise AssertionError("unbounded arrivals")
+    return _cap(np.concatenate(out), n, duration)
+
+
+def _stop_rules(s: Section, kind: str):
+    n = s.int("num_requests", None, lo=1)
+    dur = s.num("duration_s", None, lo=0, lo_open=True)
+    if n is None and dur is None:
+        raise ConfigError(s.sub("num_requests"), None,
+                          f"num_requests or duration_s to bound the {kind} arrivals", show_value=False)
+    return n, dur
+
+
+def generate_arrivals(s: Section, kind: str, rng: np.random.Generator) -> np.ndarray:
+    if kind == "staged":
+        return _staged(s, rng)
+    n, dur = _stop_rules(s, kind)
+    rate = s.num("rate", lo=0, lo_open=True)
+    hint = int(min(max(1024, rate * (dur or 0) * 1.2 + 16), 5_000_000)) if dur else 1024
+    if kind == "poisson":
+        return _renewal(lambda k: rng.exponential(1.0 / rate, k), rate, n, dur, hint)
+    if kind == "constant":
+        if n is not None and dur is None:
+            return np.arange(n, dtype=float) / rate
+        m = int(math.ceil(dur * rate)) + 1
+        return _cap(np.arange(m, dtype=float) / rate, n, dur)
+    if kind == "gamma":
+        cv = s.num("cv", lo=0, lo_open=True)
+        shape = 1.0 / (cv * cv)
+        scale = 1.0 / (rate * shape)
+        return _renewal(lambda k: rng.gamma(shape, scale, k), rate, n, dur, hint)
+    if kind == "burst":
+        # seed 001: cycles of a quiet phase (no arrivals) then a burst at multiplier x rate
+        quiet = s.num("quiet_s", 5.0, lo=0)
+        burst = s.num("burst_s", 10.0, lo=0, lo_open=True)
+        mult = s.num("burst_multiplier", 3.0, lo=0, lo_open=True)
+        period = quiet + burst
+        lam = rate * mult
+        # arrivals of a unit-rate process mapped through the burst-only clock
+        busy = _renewal(lambda k: rng.exponential(1.0 / lam, k), lam, n,
+                        None if dur is None else burst * (dur // period) + min(burst, max(0.0, dur % period - quiet)),
+                        hint)
+        cyc = np.floor(busy / burst)
+        return _cap(cyc * period + quiet + (busy - cyc * burst), n, dur)
+    if kind == "ramp":
+        # seed 001: rate rises linearly from 0 to peak_multiplier x rate over ramp_s
+        ramp = s.num("ramp_s", dur if dur is not None else None, lo=0, lo_open=True)
+        peak = s.num("peak_multiplier", 2.0, lo=0, lo_open=True) * rate
+        # cumulative intensity L(t) = peak t^2 / (2 ramp) for t <= ramp, then linear at peak
+        unit = _renewal(lambda k: rng.exponential(1.0, k), 1.0, n, None if dur is None else
+                        (peak * min(dur, ramp) ** 2 / (2 * ramp) + peak * max(0.0, dur - ramp)), hint)
+        l_ramp = peak * ramp / 2
+        t = np.where(unit <= l_ramp, np.sqrt(2 * ramp * unit / peak), ramp + (unit - l_ramp) / peak)
+        return _cap(t, n, dur)
+    raise ConfigError(s.sub("type"), kind, "one of " + ", ".join(ARRIVALS))
+
+
+def _staged(s: Section, rng: np.random.Generator) -> np.ndarray:
+    """A list of {rate, duration_s} stages back to back (inference-perf load stages)."""
+    stages = s.raw("stages")
+    path = s.sub("stages")
+    if not isinstance(stages, list) or not stages:
+        raise ConfigError(path, stages, "a non-empty list of {rate, duration_s}")
+    process = s.str("stage_arrivals", "poisson", choices=("poisson", "constant"))
+    n = s.int("num_requests", None, lo=1)
+    out = []
+    t0 = 0.0
+    for i, st in enumerate(stages):
+        ss = Section(st, f"{path}[{i}]")
+        rate = ss.num("rate", lo=0, lo_open=True)
+        d = ss.num("duration_s", lo=0, lo_open=True)
+        ss.done()
+        if process == "constant":
+            t = np.arange(int(math.ceil(d * rate)), dtype=float) / rate
+            t = t[t < d]
+        else:
+            t = _renewal(lambda k: rng.exponential(1.0 / rate, k), rate, None, d, int(rate * d * 1.2) + 16)
+        out.append(t0 + t)
+        t0 += d
+    return _cap(np.concatenate(out), n, None)
+
+
+def check_rate(v, path):
+    return check_number(v, path, lo=0, lo_open=True)

@@ -1,0 +1,125 @@
+"""Turns the scenario's ``workload`` section into a list of Requests (open loop, in arrival order).
+
+Shared prefixes follow inference-perf's ``shared_prefix`` data profile: ``num_groups`` system
+prompts of ``system_prompt_len`` tokens, each used by ``users_per_group`` users; every request
+picks a (group, user) at random and sends system prompt + question.  With ``multi_turn`` a
+user's request also carries that user's earlier questions and answers, so consecutive turns
+share a growing prefix; a conversation restarts when the next prompt plus its answer would
+exceed ``max_context_tokens``.  Arrivals stay open-loop: a follow-up may arrive before the
+previous answer finished (then it hits only the part that is cached).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..config.errors import ConfigError
+from ..config.fields import Section
+from ..core.request import Request
+from .arrivals import ARRIVALS, generate_arrivals
+from .lengths import sample_lengths
+from .traces import read_trace
+
+TYPES = ARRIVALS + ("trace",)
+
+# Segment ids: groups' system prompts are 1..G; questions get ids from here up.
+_QUESTION_BASE = 1 << 32
+
+
+def build_requests(data, rng, base_dir: Path | None, path: str = "workload") -> tuple[list, dict]:
+    """Return (requests sorted by arrival, a description for the manifest)."""
+    s = Section(data, path)
+    kind = s.str("type", choices=TYPES)
+    desc: dict = {"type": kind}
+    if kind == "trace":
+        reqs = _from_trace(s, base_dir, desc)
+        s.done()
+        return reqs, desc
+    arrivals = generate_arrivals(s, kind, rng.stream("workload.arrivals"))
+    n = len(arrivals)
+    sp = s.raw("shared_prefix", None)
+    if sp is not None:
+        reqs = _shared_prefix(Section(sp, s.sub("shared_prefix")), arrivals, rng, s, base_dir, desc)
+    else:
+        prompts = sample_lengths(s.raw("prompt_tokens"), s.sub("prompt_tokens"), n,
+                                 rng.stream("workload.prompt_tokens"), base_dir)
+        outputs = sample_lengths(s.raw("output_tokens"), s.sub("output_tokens"), n,
+                                 rng.stream("workload.output_tokens"), base_dir)
+        reqs = [Request(i, float(t), int(p), int(o))
+                for i, (t, p, o) in enumerate(zip(arrivals.tolist(), prompts.tolist(), outputs.tolist()))]
+    s.done()
+    desc["num_requests"] = len(reqs)
+    return reqs, desc
+
+
+def _from_trace(s: Section, base_dir, desc) -> list:
+    raw = s.str("path")
+    p = Path(raw)
+    if base_dir is not None and not p.is_absolute() and not p.is_file():
+        p = base_dir / p
+    rows = read_trace(p, s.sub("path"))
+    scale = s.num("time_scale", 1.0, lo=0, lo_open=True)
+    limit = s.int("num_requests", None, lo=1)
+    start = s.num("start_s", 0.0, lo=0)
+    if start:
+        rows = [r for r in rows if r[0] >= start]
+    if limit is not None:
+        rows = rows[:limit]
+    if not rows:
+        raise ConfigError(s.sub("start_s"), start, "a start before the trace's last arrival")
+    t0 = rows[0][0] if start else 0.0
+    out = []
+    for i, (t, pr, o, g, rid) in enumerate(rows):
+        segs = None
+        if g >= 0:
+            # the trace says which requests share a prefix but not how long: whole-prompt groups
+            # share their first ``prefix_tokens`` tokens (default: the shortest prompt of the group)
+            segs = g
+        out.append(Request(i, (t - t0) / scale, pr, o, None, g, rid))
+    pref = s.int("prefix_tokens", None, lo=1)
+    groups: dict = {}
+    for r in out:
+        if r.prefix_group >= 0:
+            groups.setdefault(r.prefix_group, []).append(r)
+    for g, rs in groups.items():
+        plen = pref if pref is not None else min(r.prompt_len for r in rs)
+        for r in rs:
+            k = min(plen, r.prompt_len)
+            tail = r.prompt_len - k
+            r.segments = ((g + 1, k),) + (((_QUESTION_BASE + r.rid, tail),) if tail else ())
+    desc.update(path=str(p), time_scale=scale, num_requests=len(out))
+    return out
+
+
+def _shared_prefix(sp: Section, arrivals: np.ndarray, rng, s: Section, base_dir, desc) -> list:
+    n = len(arrivals)
+    groups = sp.int("num_groups", lo=1)
+    users = sp.int("users_per_group", 1, lo=1)
+    sys_len = sp.int("system_prompt_len", lo=1)
+    multi = sp.bool("multi_turn", False)
+    max_ctx = sp.int("max_context_tokens", 4096, lo=2)
+    sp.done()
+    q = sample_lengths(s.raw("prompt_tokens"), s.sub("prompt_tokens"), n, rng.stream("workload.prompt_tokens"), base_dir)
+    o = sample_lengths(s.raw("output_tokens"), s.sub("output_tokens"), n, rng.stream("workload.output_tokens"), base_dir)
+    pick = rng.stream("workload.prefix").integers(0, groups * users, n)
+    history: dict = {}
+    reqs = []
+    for i in range(n):
+        slot = int(pick[i])
+        g = slot // users
+        qlen, olen = int(q[i]), int(o[i])
+        segs = [(g + 1, sys_len)]
+        if multi:
+            hist = history.get(slot, [])
+            if sys_len + sum(ln for _, ln in hist) + qlen + olen > max_ctx:
+                hist = []
+            segs += hist
+        segs.append((_QUESTION_BASE + i, qlen))
+        r = Request(i, float(arrivals[i]), sum(ln for _, ln in segs), olen, tuple(segs), g)
+        if multi:
+            history[slot] = segs[1:] + [(-(i + 1), olen)]
+        reqs.append(r)
+    desc["shared_prefix"] = dict(num_groups=groups, users_per_group=users, system_prompt_len=sys_len,
+                                 multi_turn=multi)
+    return reqs

@@ -1,0 +1,97 @@
+"""Trace readers: JSONL/CSV (arrival_s, prompt_tokens, output_tokens[, prefix_group, request_id])
+and the Azure LLM inference trace 2023 CSV (TIMESTAMP, ContextTokens, GeneratedTokens)."""
+from __future__ import annotations
+
+import csv
+import json
+from datetime import datetime
+from pathlib import Path
+
+from ..config.errors import ConfigError
+
+REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
+OPTIONAL = ("prefix_group", "request_id")
+
+
+class TraceRow(tuple):
+    """(arrival_s, prompt_tokens, output_tokens, prefix_group or -1, request_id or '')."""
+
+
+def _int(v, where, name, lo=1):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}.{name}", v, "a number") from None
+    if not f.is_integer() or f < lo:
+        raise ConfigError(f"{where}.{name}", v, f"an integer >= {lo}")
+    return int(f)
+
+
+def _row(rec: dict, where: str):
+    missing = [k for k in REQUIRED if k not in rec]
+    if missing:
+        raise ConfigError(f"{where}.{missing[0]}", None, "this column to be present", show_value=False)
+    try:
+        t = float(rec["arrival_s"])
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}.arrival_s", rec["arrival_s"], "a number of seconds") from None
+    if not t >= 0:
+        raise ConfigError(f"{where}.arrival_s", rec["arrival_s"], "a time >= 0")
+    g = rec.get("prefix_group")
+    g = -1 if g in (None, "") else _int(g, where, "prefix_group", lo=0)
+    return (t, _int(rec["prompt_tokens"], where, "prompt_tokens"),
+            _int(rec["output_tokens"], where, "output_tokens"), g, str(rec.get("request_id") or ""))
+
+
+def read_trace(path: Path, shown: str) -> list:
+    """Rows sorted by arrival (stable), times shifted so the first arrival is at 0 for Azure."""
+    if not path.is_file():
+        raise ConfigError(shown, str(path), "an existing trace file")
+    rows = []
+    if path.suffix in (".jsonl", ".json"):
+        with path.open() as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{path}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
+                if not isinstance(rec, dict):
+                    raise ConfigError(f"{path}:{i}", rec, "a JSON object")
+                rows.append(_row(rec, f"{path}:{i}"))
+    else:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            cols = reader.fieldnames or []
+            if "TIMESTAMP" in cols:
+                return _azure(reader, path)
+            for i, rec in enumerate(reader, 2):
+                rows.append(_row(rec, f"{path}:{i}"))
+    if not rows:
+        raise ConfigError(shown, str(path), "a trace with at least one request")
+    rows.sort(key=lambda r: r[0])
+    return rows
+
+
+def _azure(reader, path: Path) -> list:
+    rows = []
+    t0 = None
+    for i, rec in enumerate(reader, 2):
+        where = f"{path}:{i}"
+        ts = rec.get("TIMESTAMP", "")
+        try:
+            # 7 fractional digits: keep microseconds
+            head, _, frac = ts.partition(".")
+            dt = datetime.strptime(head, "%Y-%m-%d %H:%M:%S")
+            t = dt.timestamp() + (float("0." + frac) if frac else 0.0)
+        except ValueError:
+            raise ConfigError(f"{where}.TIMESTAMP", ts, "YYYY-MM-DD HH:MM:SS.fffffff") from None
+        if t0 is None:
+            t0 = t
+        rows.append((t - t0, _int(rec.get("ContextTokens"), where, "ContextTokens"),
+                     _int(rec.get("GeneratedTokens"), where, "GeneratedTokens"), -1, ""))
+    if not rows:
+        raise ConfigError(str(path), None, "an Azure trace with at least one row", show_value=False)
+    rows.sort(key=lambda r: r[0])
+    return rows
