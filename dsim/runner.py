@@ -76,6 +76,7 @@ def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = Fal
             dt = r.arrival - env.now
             if dt > 0:
                 yield env.timeout(dt)
+                r.arrival = env.now   # same instant, as the clock adds it up (may differ by 1 ulp)
             inst.submit(r)
             if prog.enabled and not i % 256:
                 prog.tick(len(inst.completed))

@@ -143,6 +143,7 @@ class Instance:
         if not b:
             del self.finish[fin]
         r.num_computed = comp
+        r.n_out = comp - r.prompt_len + 1
         return comp
 
     def _held_blocks(self, r, comp: int) -> int:

@@ -1,0 +1,30 @@
+import copy
+
+BASE = {
+    "seed": 3,
+    "model": "meta-llama/Llama-3.1-8B",
+    "hardware": "H100-SXM",
+    "engine": {"max_num_seqs": 256, "max_num_batched_tokens": 2048, "enable_prefix_caching": False},
+    "latency": {"model": "blackbox", "beta": [1000, 0, 0]},
+    "workload": {"type": "poisson", "rate": 10, "num_requests": 10, "prompt_tokens": 100, "output_tokens": 4},
+    "output": {"plots": False},
+}
+
+
+def scenario(**over):
+    """BASE with nested overrides: scenario(engine={'max_num_seqs': 1}) merges into engine."""
+    s = copy.deepcopy(BASE)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(s.get(k), dict) and k not in ("workload", "latency"):
+            s[k].update(v)
+        else:
+            s[k] = v
+    return s
+
+
+def trace_file(tmp_path, rows, name="t.jsonl"):
+    import json
+    p = tmp_path / name
+    p.write_text("".join(json.dumps(dict(zip(("arrival_s", "prompt_tokens", "output_tokens"), r))) + "\n"
+                         for r in rows))
+    return p
