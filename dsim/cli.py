@@ -48,9 +48,11 @@ def main(argv=None) -> int:
             return 0
         from .config.scenario import load_scenario
         if args.cmd == "validate":
+            from .runner import prepare
             scn = load_scenario(args.scenario, args.overrides)
-            print(f"ok: {scn.name} ({scn.model.name} on {scn.device.name}, "
-                  f"{scn.engine.kv_blocks(scn.model, scn.device)} KV blocks)")
+            _, reqs, _, _, blocks, _ = prepare(scn)
+            print(f"ok: {scn.name} ({scn.model.name} on {scn.device.name}, {blocks} KV blocks, "
+                  f"{len(reqs)} requests)")
             return 0
         from .runner import run
         scn = load_scenario(args.scenario, args.overrides, args.seed)

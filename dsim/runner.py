@@ -57,13 +57,19 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False):
-    """Run the simulation; return (requests, instance, latency description, end time)."""
+def prepare(scn: Scenario):
+    """Build everything a run needs (validates the workload and latency sections too)."""
     sim = Simulation(scn.seed)
     reqs, wdesc = build_requests(scn.raw["workload"], sim.rng, scn.base_dir)
     step, queueing, ldesc = build_latency(scn.raw.get("latency", {}), scn.model, scn.device,
                                           scn.engine.tensor_parallel_size)
     blocks = scn.engine.kv_blocks(scn.model, scn.device)
+    return sim, reqs, step, queueing, blocks, dict(workload=wdesc, latency=ldesc, kv_blocks=blocks)
+
+
+def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False):
+    """Run the simulation; return (requests, instance, description, end time)."""
+    sim, reqs, step, queueing, blocks, desc = prepare(scn)
     inst = Instance(sim, scn.engine, step, queueing, blocks, check_invariants=check_invariants)
     horizon = scn.horizon_s
     prog = _Progress(len(reqs), progress)
@@ -91,7 +97,7 @@ def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = Fal
     prog.tick(len(inst.completed))
     prog.close()
     _final_invariants(inst, reqs, horizon, scn.drain)
-    return reqs, inst, dict(workload=wdesc, latency=ldesc, kv_blocks=blocks), end
+    return reqs, inst, desc, end
 
 
 def _final_invariants(inst: Instance, reqs, horizon, drain) -> None:

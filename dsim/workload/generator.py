@@ -56,7 +56,7 @@ def build_requests(data, rng, base_dir: Path | None, path: str = "workload") -> 
 def _from_trace(s: Section, base_dir, desc) -> list:
     raw = s.str("path")
     p = Path(raw)
-    if base_dir is not None and not p.is_absolute() and not p.is_file():
+    if base_dir is not None and not p.is_absolute():
         p = base_dir / p
     rows = read_trace(p, s.sub("path"))
     scale = s.num("time_scale", 1.0, lo=0, lo_open=True)
