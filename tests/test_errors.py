@@ -1,0 +1,93 @@
+"""Every bad input: exit code 2, one line naming the key path, and no output left behind."""
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import dsim
+from dsim.cli import main
+from helpers import scenario
+
+CASES = [
+    ({"engine": {"max_num_seqs": 0}}, "engine.max_num_seqs"),
+    ({"engine": {"max_num_seq": 8}}, "engine.max_num_seq"),
+    ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization"),
+    ({"engine": {"enable_chunked_prefill": "yes"}}, "engine.enable_chunked_prefill"),
+    ({"hardware": "H200-NVL"}, "hardware"),
+    ({"model": "no-such-model"}, "model"),
+    ({"model": {"config": "missing/config.json"}}, "model.config"),
+    ({"latency": {"model": "magic"}}, "latency.model"),
+    ({"latency": {"model": "blackbox", "beta": [1, 2]}}, "latency.beta"),
+    ({"workload": {"type": "poisson", "rate": -1, "num_requests": 5, "prompt_tokens": 5, "output_tokens": 5}},
+     "workload.rate"),
+    ({"workload": {"type": "poisson", "rate": 1, "prompt_tokens": 5, "output_tokens": 5}}, "workload.num_requests"),
+    ({"workload": {"type": "poisson", "rate": 1, "num_requests": 5, "prompt_tokens": {"dist": "zipf"},
+                   "output_tokens": 5}}, "workload.prompt_tokens.dist"),
+    ({"workload": {"type": "poisson", "rate": 1, "num_requests": 5, "prompt_tokens": 5, "output_tokens": 5,
+                   "burstiness": 2}}, "workload.burstiness"),
+    ({"workload": {"type": "trace", "path": "nope.jsonl"}}, "workload.path"),
+    ({"slo": {"ttft_ms": "fast"}}, "slo.ttft_ms"),
+    ({"sedd": 1}, "sedd"),
+    ({"engine": {"tensor_parallel_size": 3}}, "engine.tensor_parallel_size"),
+]
+
+
+@pytest.mark.parametrize("over,path", CASES)
+def test_cli_error_names_path_exits_2_and_writes_nothing(tmp_path, capsys, over, path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario(**over)))
+    out = tmp_path / "out"
+    code = main(["run", str(sc), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith(f"dsim: error: {path}")
+    assert "\n" not in err and "Traceback" not in err
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["s.yaml"]
+
+
+def test_bad_trace_row_names_file_and_line(tmp_path, capsys):
+    t = tmp_path / "t.jsonl"
+    t.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 3}\n'
+                 '{"arrival_s": 1, "prompt_tokens": -4, "output_tokens": 3}\n')
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario(workload={"type": "trace", "path": str(t)})))
+    assert main(["run", str(sc), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{t}:2.prompt_tokens" in err and not (tmp_path / "o").exists()
+
+
+def test_yaml_syntax_error_and_missing_file(tmp_path, capsys):
+    sc = tmp_path / "s.yaml"
+    sc.write_text("engine: {max_num_seqs: [\n")
+    assert main(["validate", str(sc)]) == 2
+    assert "valid YAML" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "none.yaml")]) == 2
+
+
+def test_set_override_and_bad_override(tmp_path, capsys):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario()))
+    s = dsim.load_scenario(str(sc), ["engine.max_num_seqs=7", "workload.rate=2.5"])
+    assert s.engine.max_num_seqs == 7 and s.raw["workload"]["rate"] == 2.5
+    assert main(["validate", str(sc), "--set", "engine.max_num_seqs"]) == 2
+    assert main(["validate", str(sc), "--set", "engine.max_num_seqs=-3"]) == 2
+    err = capsys.readouterr().err
+    assert "engine.max_num_seqs" in err
+
+
+def test_json_scenarios_are_accepted(tmp_path):
+    sc = tmp_path / "s.json"
+    sc.write_text(json.dumps(scenario()))
+    assert main(["validate", str(sc)]) == 0
+
+
+def test_console_script_exit_code(tmp_path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(scenario(engine={"block_size": 0})))
+    p = subprocess.run([sys.executable, "-m", "dsim.cli", "run", str(sc), "--quiet"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "engine.block_size" in p.stderr
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,102 @@
+"""Arrival processes, length distributions, trace readers and shared prefixes."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dsim
+from dsim.config.fields import Section
+from dsim.core.rng import PartitionedRNG
+from dsim.workload.arrivals import generate_arrivals
+from dsim.workload.generator import build_requests
+from dsim.workload.lengths import sample_lengths
+
+AZURE = Path(__file__).resolve().parents[2] / "shared/data/traces/azure-llm-2023/AzureLLMInferenceTrace_code.csv"
+
+
+def arrivals(**kw):
+    kind = kw.pop("type")
+    return generate_arrivals(Section(kw, "workload"), kind, np.random.default_rng(0))
+
+
+def test_poisson_and_gamma_rates_and_burstiness():
+    p = arrivals(type="poisson", rate=20, num_requests=20000)
+    g = np.diff(p)
+    assert len(p) == 20000 and g.mean() == pytest.approx(1 / 20, rel=0.03)
+    assert g.std() / g.mean() == pytest.approx(1.0, abs=0.05)
+    ga = np.diff(arrivals(type="gamma", rate=20, cv=3.0, num_requests=20000))
+    assert ga.mean() == pytest.approx(1 / 20, rel=0.08) and ga.std() / ga.mean() == pytest.approx(3.0, rel=0.1)
+
+
+def test_constant_duration_and_staged():
+    c = arrivals(type="constant", rate=4, duration_s=10)
+    assert len(c) == 40 and np.allclose(np.diff(c), 0.25)
+    s = arrivals(type="staged", stage_arrivals="constant",
+                 stages=[{"rate": 2, "duration_s": 5}, {"rate": 10, "duration_s": 2}])
+    assert len(s) == 10 + 20 and (s[:10] < 5).all() and (s[10:] >= 5).all()
+
+
+def test_burst_has_quiet_phases_and_triple_rate():
+    b = arrivals(type="burst", rate=10, quiet_s=5, burst_s=10, burst_multiplier=3, duration_s=150)
+    phase = b % 15
+    assert (phase >= 5).all()                              # nothing in the quiet 5 s
+    assert len(b) / (10 * 10) == pytest.approx(30, rel=0.05)  # 10 cycles x 10 s x 30 req/s
+
+
+def test_ramp_density_grows_linearly():
+    r = arrivals(type="ramp", rate=50, ramp_s=100, duration_s=100)
+    first, second = (r < 50).sum(), (r >= 50).sum()
+    assert second / first == pytest.approx(3.0, rel=0.1)   # integral of t over [50,100] vs [0,50]
+    assert len(r) == pytest.approx(50 * 100, rel=0.05)     # mean rate = rate (0 -> 2x rate)
+
+
+def test_length_distributions(tmp_path):
+    rng = np.random.default_rng(1)
+    n = sample_lengths({"dist": "normal", "mean": 256, "std": 100, "min": 2, "max": 800}, "x", 50000, rng, None)
+    assert n.min() >= 2 and n.max() <= 800 and n.mean() == pytest.approx(256, rel=0.02)
+    ln = sample_lengths({"dist": "lognormal", "mean": 500, "std": 300}, "x", 100000, rng, None)
+    assert ln.mean() == pytest.approx(500, rel=0.02) and ln.std() == pytest.approx(300, rel=0.05)
+    u = sample_lengths({"dist": "uniform", "low": 3, "high": 5}, "x", 1000, rng, None)
+    assert set(u.tolist()) == {3, 4, 5}
+    f = tmp_path / "lens.csv"
+    f.write_text("a,len\n1,7\n2,9\n")
+    e = sample_lengths({"dist": "empirical", "path": str(f), "column": "len"}, "x", 1000, rng, None)
+    assert set(e.tolist()) == {7, 9}
+
+
+def test_azure_trace_reader():
+    rq, _ = build_requests({"type": "trace", "path": str(AZURE), "num_requests": 100}, PartitionedRNG(0), None)
+    assert rq[0].arrival == 0.0 and (rq[0].prompt_len, rq[0].max_tokens) == (4808, 10)
+    assert rq[1].arrival == pytest.approx(0.052, abs=1e-6) and rq[1].prompt_len == 3180
+    assert all(a.arrival <= b.arrival for a, b in zip(rq, rq[1:]))
+
+
+def test_shared_prefix_multi_turn_segments():
+    wl = {"type": "constant", "rate": 1, "num_requests": 40, "prompt_tokens": 30, "output_tokens": 10,
+          "shared_prefix": {"num_groups": 2, "users_per_group": 2, "system_prompt_len": 64, "multi_turn": True,
+                            "max_context_tokens": 400}}
+    rq, _ = build_requests(wl, PartitionedRNG(0), None)
+    for r in rq:
+        assert r.segments[0] == (r.prefix_group + 1, 64)
+        assert r.prompt_len == sum(n for _, n in r.segments) <= 400
+    # some request continues an earlier conversation: it carries that request's answer segment
+    assert any(any(sid < 0 for sid, _ in r.segments) for r in rq)
+
+
+def test_prefix_cache_hits_after_first_request(tmp_path):
+    t = tmp_path / "t.jsonl"
+    t.write_text('{"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 2, "prefix_group": 0}\n'
+                 '{"arrival_s": 1, "prompt_tokens": 120, "output_tokens": 2, "prefix_group": 0}\n'
+                 '{"arrival_s": 2, "prompt_tokens": 120, "output_tokens": 2}\n')
+    from helpers import scenario
+    res = dsim.run(scenario(workload={"type": "trace", "path": str(t), "prefix_tokens": 80},
+                            engine={"enable_prefix_caching": True}))
+    r = {x.rid: x for x in res.requests}
+    assert r[0].cached_tokens == 0
+    assert r[1].cached_tokens == 80     # 5 full blocks of the shared 80-token prefix
+    assert r[2].cached_tokens == 0      # no group: unique prompt
+    off = dsim.run(scenario(workload={"type": "trace", "path": str(t), "prefix_tokens": 80},
+                            engine={"enable_prefix_caching": False}))
+    assert all(x.cached_tokens == 0 for x in off.requests)
+    # a hit shortens the prefill: second request's TTFT is smaller with caching on
+    assert r[1].t_first_token - r[1].arrival < [x for x in off.requests if x.rid == 1][0].t_first_token - 1.0 + 1e-9
