@@ -23,13 +23,9 @@ def build_latency(data, model, device, tp: int, path: str = "latency"):
     kind = s.str("model", "roofline", choices=MODELS)
     alpha = AlphaModel(*_coeffs(s, "alpha", 3, [0.0, 0.0, 0.0]))
     if kind == "roofline":
-        kw = dict(
-            compute_efficiency=s.num("compute_efficiency", 0.6, lo=0, hi=1, lo_open=True),
-            memory_efficiency=s.num("memory_efficiency", 0.8, lo=0, hi=1, lo_open=True),
-            step_overhead_us=s.num("step_overhead_us", 0.0, lo=0),
-            per_layer_overhead_us=s.num("per_layer_overhead_us", 0.0, lo=0),
-            per_request_overhead_us=s.num("per_request_overhead_us", 0.0, lo=0),
-        )
+        d = RooflineModel.DEFAULTS
+        kw = {k: s.num(k, d[k], lo=0, hi=1, lo_open=True) if k.endswith("efficiency") else s.num(k, d[k], lo=0)
+              for k in d}
         step = RooflineModel(model, device, tp, **kw)
         desc = dict(model="roofline", **kw)
     else:

@@ -16,11 +16,18 @@ from .base import BatchShape
 
 class RooflineModel:
     name = "roofline"
+    # Fitted on the H100 inference-perf runs by experiments/fit_roofline.py (docs/accuracy.md).
+    DEFAULTS = {"compute_efficiency": 0.8, "memory_efficiency": 0.8, "step_overhead_us": 500.0,
+                "per_layer_overhead_us": 0.0, "per_request_overhead_us": 0.0}
 
-    def __init__(self, model: ModelSpec, device: DeviceProfile, tp: int = 1, *,
-                 compute_efficiency: float = 0.6, memory_efficiency: float = 0.8,
-                 step_overhead_us: float = 0.0, per_layer_overhead_us: float = 0.0,
-                 per_request_overhead_us: float = 0.0):
+    def __init__(self, model: ModelSpec, device: DeviceProfile, tp: int = 1, **params: float):
+        unknown = set(params) - set(self.DEFAULTS)
+        if unknown:
+            raise TypeError(f"unknown roofline parameters: {sorted(unknown)}")
+        p = {**self.DEFAULTS, **params}
+        compute_efficiency, memory_efficiency = p["compute_efficiency"], p["memory_efficiency"]
+        step_overhead_us, per_layer_overhead_us = p["step_overhead_us"], p["per_layer_overhead_us"]
+        per_request_overhead_us = p["per_request_overhead_us"]
         self.model, self.device, self.tp = model, device, tp
         m = model
         self._flops_lin = m.flops_per_token_linear / tp
