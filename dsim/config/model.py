@@ -132,25 +132,23 @@ class ModelSpec:
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
 
-    @cached_property
-    def mlp_params_total(self) -> int:
+    def _mlp_params(self, experts: int) -> int:
+        """MLP weights over all layers when ``experts`` routed experts per MoE layer are counted."""
         dense = (self.num_layers - self.num_moe_layers) * self._mlp(self.intermediate_size)
         if not self.is_moe:
             return dense
-        per = (self.num_experts * self._mlp(self.expert_intermediate_size)
-               + self._mlp(self.shared_expert_intermediate_size) * (1 if self.num_shared_experts else 0)
+        per = (experts * self._mlp(self.expert_intermediate_size)
+               + (self._mlp(self.shared_expert_intermediate_size) if self.num_shared_experts else 0)
                + self.hidden_size * self.num_experts)  # router
         return dense + self.num_moe_layers * per
 
     @cached_property
+    def mlp_params_total(self) -> int:
+        return self._mlp_params(self.num_experts)
+
+    @cached_property
     def mlp_params_active(self) -> int:
-        dense = (self.num_layers - self.num_moe_layers) * self._mlp(self.intermediate_size)
-        if not self.is_moe:
-            return dense
-        per = (self.experts_per_token * self._mlp(self.expert_intermediate_size)
-               + self._mlp(self.shared_expert_intermediate_size) * (1 if self.num_shared_experts else 0)
-               + self.hidden_size * self.num_experts)
-        return dense + self.num_moe_layers * per
+        return self._mlp_params(self.experts_per_token)
 
     @property
     def embedding_params(self) -> int:
@@ -246,6 +244,8 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
     shared_inter = 0
     if n_shared:
         shared_inter = n_shared * exp_inter
+    elif str(cfg.get("model_type", "")).startswith("llama4") and n_exp:
+        n_shared, shared_inter = 1, exp_inter          # Llama 4: one shared expert per MoE layer
     elif _get(cfg, "shared_expert_intermediate_size"):
         n_shared, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
     dense_layers = int(_get(cfg, "first_k_dense_replace", default=0) or 0) if n_exp else 0
