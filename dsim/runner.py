@@ -111,8 +111,10 @@ def _final_invariants(inst: Instance, reqs, horizon, drain) -> None:
         assert r.n_out == r.max_tokens
     if horizon is None or drain:
         assert not inst.running and not inst.waiting, "work left after a drained run"
-        assert inst.kv.free_count == inst.kv.total or inst.kv.used == 0, "KV blocks leaked"
-    inst.kv.check(inst.held_blocks())
+        assert inst.kv.free_count == inst.kv.total, "KV blocks leaked"
+        inst.kv.check(inst.held_blocks())
+    # (stopped at the horizon mid-iteration, blocks of the step in flight are already allocated:
+    # conservation is checked at every step end with --check-invariants instead)
 
 
 def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: bool = False,
