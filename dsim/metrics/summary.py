@@ -66,8 +66,8 @@ def summarize(scn, inst, reqs, horizon_end: float) -> dict:
             "submitted": inst.submitted,
             "completed": len(done),
             "rejected": len(inst.rejected),
-            "unfinished": sum(1 for r in reqs if r.t_completion is None and r.state != 5 and r.arrival <= horizon_end),
-            "not_arrived": sum(1 for r in reqs if r.arrival > horizon_end),
+            "unfinished": inst.submitted - len(done) - len(inst.rejected),
+            "not_arrived": len(reqs) - inst.submitted,
         },
         "latency_ms": {
             "ttft": stats(lat["ttft_ms"]),
