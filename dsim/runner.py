@@ -122,7 +122,7 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
     """Run a scenario (path, mapping or Scenario) and optionally write its report to ``out_dir``."""
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
     reqs, inst, desc, end = simulate(scn, check_invariants, progress)
-    summary = summarize(scn, inst, reqs, end)
+    summary = summarize(scn, inst, reqs)
     m = scn.model
     manifest = {
         "dsim_version": __version__,

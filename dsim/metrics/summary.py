@@ -47,7 +47,7 @@ def request_latencies(reqs) -> dict:
     return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "queue_ms": queue}
 
 
-def summarize(scn, inst, reqs, horizon_end: float) -> dict:
+def summarize(scn, inst, reqs) -> dict:
     lat = request_latencies(reqs)
     done = [r for r in reqs if r.t_completion is not None]
     log = inst.log
