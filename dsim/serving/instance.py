@@ -146,9 +146,6 @@ class Instance:
         r.n_out = comp - r.prompt_len + 1
         return comp
 
-    def _held_blocks(self, r, comp: int) -> int:
-        return -(-comp // self.bs)
-
     def _release(self, r, comp: int, keep_content: bool) -> None:
         """Free r's blocks; with keep_content its full blocks stay cached (hittable) when freed."""
         held = -(-comp // self.bs)

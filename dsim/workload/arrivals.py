@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..config.errors import ConfigError
-from ..config.fields import Section, check_number
+from ..config.fields import Section
 
 ARRIVALS = ("poisson", "gamma", "constant", "burst", "ramp", "staged")
 
@@ -120,6 +120,3 @@ def _staged(s: Section, rng: np.random.Generator) -> np.ndarray:
         t0 += d
     return _cap(np.concatenate(out), n, None)
 
-
-def check_rate(v, path):
-    return check_number(v, path, lo=0, lo_open=True)

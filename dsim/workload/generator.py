@@ -71,12 +71,9 @@ def _from_trace(s: Section, base_dir, desc) -> list:
     t0 = rows[0][0] if start else 0.0
     out = []
     for i, (t, pr, o, g, rid) in enumerate(rows):
-        segs = None
-        if g >= 0:
-            # the trace says which requests share a prefix but not how long: whole-prompt groups
-            # share their first ``prefix_tokens`` tokens (default: the shortest prompt of the group)
-            segs = g
         out.append(Request(i, (t - t0) / scale, pr, o, None, g, rid))
+    # a trace says which requests share a prefix but not how long it is: requests of one group
+    # share their first ``prefix_tokens`` tokens (default: the shortest prompt of the group)
     pref = s.int("prefix_tokens", None, lo=1)
     groups: dict = {}
     for r in out:

@@ -13,10 +13,6 @@ REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("prefix_group", "request_id")
 
 
-class TraceRow(tuple):
-    """(arrival_s, prompt_tokens, output_tokens, prefix_group or -1, request_id or '')."""
-
-
 def _int(v, where, name, lo=1):
     try:
         f = float(v)
@@ -44,7 +40,8 @@ def _row(rec: dict, where: str):
 
 
 def read_trace(path: Path, shown: str) -> list:
-    """Rows sorted by arrival (stable), times shifted so the first arrival is at 0 for Azure."""
+    """Rows (arrival_s, prompt, output, prefix_group or -1, request_id) sorted by arrival (stable);
+    Azure timestamps are shifted so the first arrival is at 0."""
     if not path.is_file():
         raise ConfigError(shown, str(path), "an existing trace file")
     rows = []
