@@ -76,13 +76,16 @@ def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = Fal
 
     def arrivals():
         env = sim.env
+        last = None
         for i, r in enumerate(reqs):
             if horizon is not None and r.arrival >= horizon:
                 break
-            dt = r.arrival - env.now
-            if dt > 0:
+            t = r.arrival
+            dt = t - env.now
+            if dt > 0 and t != last:       # simultaneous arrivals stay simultaneous
                 yield env.timeout(dt)
-                r.arrival = env.now   # same instant, as the clock adds it up (may differ by 1 ulp)
+            last = t
+            r.arrival = env.now            # the clock's sum may differ from t by 1 ulp
             inst.submit(r)
             if prog.enabled and not i % 256:
                 prog.tick(len(inst.completed))

@@ -21,7 +21,7 @@ def cdiv(a, b):
     return -(-a // b)
 
 
-def simulate(reqs, *, budget, max_seqs, bs, total_blocks, step_time):
+def simulate(reqs, *, budget, max_seqs, bs, total_blocks, step_time, thr=0):
     pending = deque(sorted(reqs, key=lambda r: (r.arrival, r.rid)))
     waiting, running = deque(), []
     free = total_blocks
@@ -42,7 +42,10 @@ def simulate(reqs, *, budget, max_seqs, bs, total_blocks, step_time):
             i += 1
             if left <= 0:
                 continue
-            need = min(r.prompt + r.n_out - r.comp, left)
+            need = r.prompt + r.n_out - r.comp
+            if 0 < thr < need:
+                need = thr
+            need = min(need, left)
             blocks = cdiv(r.comp + need, bs) - r.blocks
             self_pre = False
             while blocks > free:
@@ -64,7 +67,10 @@ def simulate(reqs, *, budget, max_seqs, bs, total_blocks, step_time):
         if not preempted:
             while waiting and left > 0 and len(running) < max_seqs:
                 r = waiting[0]
-                need = min(r.prompt + r.n_out, left)
+                need = r.prompt + r.n_out
+                if 0 < thr < need:
+                    need = thr
+                need = min(need, left)
                 blocks = cdiv(need, bs)
                 if blocks > free:
                     break

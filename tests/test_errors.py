@@ -30,6 +30,13 @@ CASES = [
     ({"workload": {"type": "trace", "path": "nope.jsonl"}}, "workload.path"),
     ({"slo": {"ttft_ms": "fast"}}, "slo.ttft_ms"),
     ({"sedd": 1}, "sedd"),
+    ({"workload": {"type": "ramp", "rate": 5, "num_requests": 10, "prompt_tokens": 5, "output_tokens": 5}},
+     "workload.ramp_s"),
+    ({"workload": {"type": "gamma", "rate": 5, "num_requests": 10, "prompt_tokens": 5, "output_tokens": 5}},
+     "workload.cv"),
+    ({"workload": {"type": "staged", "stages": [{"rate": 1}], "prompt_tokens": 5, "output_tokens": 5}},
+     "workload.stages[0].duration_s"),
+    ({"hardware": {"peak_tflops_bf16": 100, "hbm_gb_s": 1000}}, "hardware.memory_gb"),
     ({"engine": {"tensor_parallel_size": 3}}, "engine.tensor_parallel_size"),
 ]
 
@@ -76,6 +83,17 @@ def test_set_override_and_bad_override(tmp_path, capsys):
     assert main(["validate", str(sc), "--set", "engine.max_num_seqs=-3"]) == 2
     err = capsys.readouterr().err
     assert "engine.max_num_seqs" in err
+
+
+def test_set_into_a_list_item(tmp_path):
+    sc = tmp_path / "s.yaml"
+    wl = {"type": "staged", "stages": [{"rate": 1, "duration_s": 2}, {"rate": 3, "duration_s": 2}],
+          "prompt_tokens": 5, "output_tokens": 5}
+    sc.write_text(yaml.safe_dump(scenario(workload=wl)))
+    s = dsim.load_scenario(str(sc), ["workload.stages[1].rate=7"])
+    assert s.raw["workload"]["stages"][1]["rate"] == 7 and s.raw["workload"]["stages"][0]["rate"] == 1
+    with pytest.raises(dsim.ConfigError, match="index"):
+        dsim.load_scenario(str(sc), ["workload.stages[5].rate=7"])
 
 
 def test_json_scenarios_are_accepted(tmp_path):

@@ -98,5 +98,16 @@ def test_prefix_cache_hits_after_first_request(tmp_path):
     off = dsim.run(scenario(workload={"type": "trace", "path": str(t), "prefix_tokens": 80},
                             engine={"enable_prefix_caching": False}))
     assert all(x.cached_tokens == 0 for x in off.requests)
-    # a hit shortens the prefill: second request's TTFT is smaller with caching on
-    assert r[1].t_first_token - r[1].arrival < [x for x in off.requests if x.rid == 1][0].t_first_token - 1.0 + 1e-9
+    # a long hit shortens a compute-bound prefill: the second request's TTFT drops with caching on
+    long = tmp_path / "long.jsonl"
+    long.write_text('{"arrival_s": 0, "prompt_tokens": 4000, "output_tokens": 2, "prefix_group": 0}\n'
+                    '{"arrival_s": 1, "prompt_tokens": 4000, "output_tokens": 2, "prefix_group": 0}\n')
+
+    def ttft1(cache):
+        res = dsim.run(scenario(workload={"type": "trace", "path": str(long)}, latency={"model": "roofline"},
+                                engine={"enable_prefix_caching": cache, "max_num_batched_tokens": 8192}))
+        x = max(res.requests, key=lambda q: q.rid)
+        return x.cached_tokens, x.t_first_token - x.arrival
+    (hit_on, ttft_on), (hit_off, ttft_off) = ttft1(True), ttft1(False)
+    assert (hit_on, hit_off) == (3984, 0)
+    assert ttft_on < 0.2 * ttft_off

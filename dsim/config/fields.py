@@ -27,9 +27,6 @@ class Section:
     def sub(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def has(self, key: str) -> bool:
-        return key in self.data
-
     def raw(self, key: str, default: Any = _MISSING) -> Any:
         self._seen.add(key)
         if key not in self.data:

@@ -5,7 +5,7 @@ import copy
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -37,7 +37,6 @@ class Scenario:
     plots: bool = True
     timeline: bool = False
     source: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def digest(self) -> str:

@@ -85,7 +85,9 @@ def generate_arrivals(s: Section, kind: str, rng: np.random.Generator) -> np.nda
         return _cap(cyc * period + quiet + (busy - cyc * burst), n, dur)
     if kind == "ramp":
         # seed 001: rate rises linearly from 0 to peak_multiplier x rate over ramp_s
-        ramp = s.num("ramp_s", dur if dur is not None else None, lo=0, lo_open=True)
+        if dur is None and "ramp_s" not in s.data:
+            raise ConfigError(s.sub("ramp_s"), None, "ramp_s or duration_s for a ramp", show_value=False)
+        ramp = s.num("ramp_s", dur, lo=0, lo_open=True)
         peak = s.num("peak_multiplier", 2.0, lo=0, lo_open=True) * rate
         # cumulative intensity L(t) = peak t^2 / (2 ramp) for t <= ramp, then linear at peak
         unit = _renewal(lambda k: rng.exponential(1.0, k), 1.0, n, None if dur is None else
