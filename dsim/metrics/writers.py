@@ -57,10 +57,18 @@ class AtomicOutput:
     def write_text(self, rel: str, text: str) -> None:
         self.path(rel).write_text(text)
 
+    # files a report may contain: on re-use of a folder, ones this run did not write are removed,
+    # so a report never mixes two runs (other files in the folder are left alone)
+    REPORT_FILES = ("summary.json", "manifest.json", "requests.csv", "timeline.json",
+                    "plots/latency_cdf.png", "plots/timeline.png")
+
     def commit(self) -> Path:
         if not self.out.exists():
             os.replace(self.tmp, self.out)
             return self.out
+        for rel in self.REPORT_FILES:
+            if not (self.tmp / rel).exists() and (self.out / rel).is_file():
+                (self.out / rel).unlink()
         for src in sorted(self.tmp.rglob("*")):
             if src.is_file():
                 dst = self.out / src.relative_to(self.tmp)

@@ -131,12 +131,16 @@ class Instance:
         else:
             b[r.rid] = r
 
-    def _lazy_remove(self, r) -> int:
-        """Take r out of the lazy set; returns its materialised num_computed."""
-        comp = r.c0 + self.D - r.d0
+    def _lazy_detach(self, r) -> int:
+        """Drop r from the lazy aggregates (not the finish table); returns its num_computed."""
         self.n_dec -= 1
         self.lazy_sum -= r.c0 - r.d0
         self.boundary[(r.d0 - r.c0) % self.bs] -= 1
+        return r.c0 + self.D - r.d0
+
+    def _lazy_remove(self, r) -> int:
+        """Take r out of the lazy set before it finishes; returns its materialised num_computed."""
+        comp = self._lazy_detach(r)
         fin = r.d0 - r.c0 + r.prompt_len + r.max_tokens - 1
         b = self.finish[fin]
         del b[r.rid]
@@ -146,23 +150,26 @@ class Instance:
         r.n_out = comp - r.prompt_len + 1
         return comp
 
+    def _register_full(self, r, full: int, plain: int) -> int:
+        """Give r's anonymous blocks content hashes up to block ``full`` (prefix caching);
+        returns how many anonymous blocks remain.  Stops at the first hash already cached."""
+        hashes = r.hashes
+        if full > len(hashes) and plain:
+            hs = block_hashes(r, full, self.bs)
+            register = self.kv.register
+            for i in range(len(hashes), full):
+                if not plain or not register(hs[i]):
+                    break
+                hashes.append(hs[i])
+                plain -= 1
+        return plain
+
     def _release(self, r, comp: int, keep_content: bool) -> None:
         """Free r's blocks; with keep_content its full blocks stay cached (hittable) when freed."""
-        held = -(-comp // self.bs)
-        hashes = r.hashes
-        plain = held - len(hashes)
+        plain = -(-comp // self.bs) - len(r.hashes)
         if keep_content:
-            full = comp // self.bs
-            if full > len(hashes):
-                hs = block_hashes(r, full, self.bs)
-                kv = self.kv
-                for i in range(len(hashes), full):
-                    if kv.register(hs[i]):
-                        hashes.append(hs[i])
-                        plain -= 1
-                    else:
-                        break
-        self.kv.free(plain, hashes)
+            plain = self._register_full(r, comp // self.bs, plain)
+        self.kv.free(plain, r.hashes)
         r.hashes = []
         r.plain_blocks = 0
 
@@ -391,15 +398,8 @@ class Instance:
             for r, c in prefills:
                 r.num_computed += c
                 if self.cache_on and r.segments is not None:
-                    full = min(r.num_computed, r.prompt_len) // bs
-                    if full > len(r.hashes) and r.plain_blocks:
-                        hs = block_hashes(r, full, bs)
-                        kv = self.kv
-                        for j in range(len(r.hashes), full):
-                            if not r.plain_blocks or not kv.register(hs[j]):
-                                break
-                            r.hashes.append(hs[j])
-                            r.plain_blocks -= 1
+                    r.plain_blocks = self._register_full(r, min(r.num_computed, r.prompt_len) // bs,
+                                                         r.plain_blocks)
                 if r.num_computed < r.num_tokens:
                     continue
                 r.prefilling = False
@@ -418,10 +418,7 @@ class Instance:
             done = self.finish.pop(self.D, None) if advanced else None
             if done:
                 for r in done.values():
-                    comp = r.c0 + self.D - r.d0
-                    self.n_dec -= 1
-                    self.lazy_sum -= r.c0 - r.d0
-                    self.boundary[(r.d0 - r.c0) % bs] -= 1
+                    comp = self._lazy_detach(r)
                     r.n_out = r.max_tokens
                     self._complete(r, comp, emit_t)
             log.t_end.append(t_end)
