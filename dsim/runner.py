@@ -10,6 +10,7 @@ from pathlib import Path
 from . import __version__
 from .config.scenario import Scenario, load_scenario
 from .core.simulation import Simulation
+from .latency.base import LatencyContext
 from .latency.registry import build_latency
 from .metrics import plots as plots_mod
 from .metrics.summary import request_latencies, summarize
@@ -61,9 +62,9 @@ def prepare(scn: Scenario):
     """Build everything a run needs (validates the workload and latency sections too)."""
     sim = Simulation(scn.seed)
     reqs, wdesc = build_requests(scn.raw["workload"], sim.rng, scn.base_dir)
-    step, queueing, ldesc = build_latency(scn.raw.get("latency", {}), scn.model, scn.device,
-                                          scn.engine.tensor_parallel_size)
     blocks = scn.engine.kv_blocks(scn.model, scn.device)
+    ctx = LatencyContext(scn.model, scn.device, scn.engine, blocks, sim.rng.stream("latency"), scn.base_dir)
+    step, queueing, ldesc = build_latency(scn.raw.get("latency", {}), ctx)
     return sim, reqs, step, queueing, blocks, dict(workload=wdesc, latency=ldesc, kv_blocks=blocks)
 
 

@@ -24,6 +24,7 @@ class EngineConfig:
     num_gpu_blocks: int | None = None        # explicit KV capacity (skips the memory estimate)
     long_prefill_token_threshold: int = 0    # 0 = off (vLLM default)
     non_torch_memory_gb: float = 0.9         # CUDA context, NCCL/cuBLAS workspaces, CUDA graphs
+    enable_expert_parallel: bool = False     # MoE experts split over the TP group (latency models)
 
     def kv_blocks(self, model: ModelSpec, device: DeviceProfile, path: str = "engine") -> int:
         """Blocks of ``block_size`` tokens that fit per replica (vLLM's profile-then-fill rule).
@@ -64,6 +65,7 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         num_gpu_blocks=s.int("num_gpu_blocks", None, lo=1),
         long_prefill_token_threshold=s.int("long_prefill_token_threshold", 0, lo=0),
         non_torch_memory_gb=s.num("non_torch_memory_gb", 0.9, lo=0),
+        enable_expert_parallel=s.bool("enable_expert_parallel", False),
     )
     s.done()
     if not e.enable_chunked_prefill and e.max_num_batched_tokens < e.max_model_len:

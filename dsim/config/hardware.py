@@ -22,6 +22,9 @@ class DeviceProfile:
     interconnect_bytes_s: float
     interconnect_latency_s: float
     interconnect: str = ""
+    tdp_w: float = 700.0
+    pcie_bytes_s: float = 32e9
+    pcie_efficiency: float = 0.75
 
 
 @lru_cache(maxsize=None)
@@ -49,6 +52,9 @@ def _build(name: str, d: dict, path: str) -> DeviceProfile:
         interconnect=s.str("interconnect", ""),
         interconnect_bytes_s=s.num("interconnect_gb_s", 32, lo=0, lo_open=True) * 1e9,
         interconnect_latency_s=s.num("interconnect_latency_us", 10, lo=0) * 1e-6,
+        tdp_w=s.num("tdp_w", 700, lo=0, lo_open=True),
+        pcie_bytes_s=s.num("pcie_gb_s", 32, lo=0, lo_open=True) * 1e9,
+        pcie_efficiency=s.num("pcie_efficiency", 0.75, lo=0, hi=1, lo_open=True),
     )
     s.done()
     return p

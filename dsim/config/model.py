@@ -196,6 +196,12 @@ class ModelSpec:
         """Bytes of weights resident on the GPUs (all experts, embedding and LM head)."""
         return self.total_params * self.bytes_per_param
 
+    def layer_weight_bytes(self, experts: float | None = None) -> float:
+        """Bytes of the transformer layers' matmul weights (no embedding, no LM head) when
+        ``experts`` routed experts per MoE layer are read (default: all of them)."""
+        e = self.num_experts if experts is None else experts
+        return (self.num_layers * self.attn_params_per_layer + self._mlp_params(e)) * self.bytes_per_param
+
     @cached_property
     def kv_bytes_per_token(self) -> int:
         if self.is_mla:  # compressed latent + decoupled rope key, one per layer

@@ -17,6 +17,9 @@ class BatchShape(NamedTuple):
     decode_tokens: int = 0         # one per decoding request
     decode_ctx_sum: int = 0        # sum of context lengths attended by the decode tokens
     num_sampled: int = 0           # requests that sample a token at the end of this step
+    prefill_chunk_sq: int = 0      # sum of squared chunk lengths (physics: context x chunk work)
+    running: int = 0               # requests holding KV after scheduling (running depth)
+    num_preempted: int = 0         # requests preempted while scheduling this step
 
     @property
     def total_tokens(self) -> int:
@@ -25,6 +28,25 @@ class BatchShape(NamedTuple):
     @property
     def num_requests(self) -> int:
         return self.num_prefill + self.decode_tokens
+
+
+class LoadView(NamedTuple):
+    """Read-only replica state a queueing (alpha) model may condition on at arrival."""
+    running: int
+    waiting: int
+    kv_used_blocks: int
+    kv_total_blocks: int
+    prefix_hit_tokens: int = 0     # prompt tokens the prefix cache would serve right now
+
+
+class LatencyContext(NamedTuple):
+    """What a latency model may be built from: the replica's static description."""
+    model: object                  # ModelSpec
+    device: object                 # DeviceProfile
+    engine: object                 # EngineConfig
+    kv_blocks: int
+    rng: object = None             # numpy Generator for models that sample (tail-aware LUT)
+    base_dir: object = None        # folder that relative file paths in the scenario resolve from
 
 
 class StepTimeModel(Protocol):
@@ -41,17 +63,28 @@ class QueueingModel(Protocol):
     def output_token_overhead(self) -> float:
         """Seconds from a token's step end to it being observed by the client."""
 
+    def completion_overhead(self) -> float:
+        """Seconds added to a request's end-to-end latency after its last token (not to TTFT)."""
+
 
 class AlphaModel:
-    """alpha = [a0, a1, a2] in microseconds: queue entry a0 + a1 x prompt tokens; a2 per token."""
+    """alpha = [a0, a1, a2] in microseconds: queue entry a0 + a1 x prompt tokens; a2 per token.
 
-    def __init__(self, a0_us: float = 0.0, a1_us: float = 0.0, a2_us: float = 0.0):
+    ``post_us`` is a fixed per-request overhead after the last token (unified5's alpha1).
+    """
+    needs_state = False
+
+    def __init__(self, a0_us: float = 0.0, a1_us: float = 0.0, a2_us: float = 0.0, post_us: float = 0.0):
         self.a0 = a0_us * 1e-6
         self.a1 = a1_us * 1e-6
         self.a2 = a2_us * 1e-6
+        self.post = post_us * 1e-6
 
     def delay(self, request, instance_state=None) -> float:
         return self.a0 + self.a1 * request.prompt_len
 
     def output_token_overhead(self) -> float:
         return self.a2
+
+    def completion_overhead(self) -> float:
+        return self.post

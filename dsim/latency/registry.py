@@ -1,37 +1,133 @@
-"""Builds the step-time and queueing models named by a scenario's ``latency`` section."""
+"""Builds the step-time and queueing models named by a scenario's ``latency`` section.
+
+Each builder reads its own keys from the section (unknown keys are errors) and returns
+(step-time model, queueing model, description for the manifest).
+"""
 from __future__ import annotations
+
+from pathlib import Path
 
 from ..config.errors import ConfigError
 from ..config.fields import Section, check_number
-from .base import AlphaModel
+from .base import AlphaModel, LatencyContext
 from .blackbox import BlackboxModel
+from .calibrated_tps import CalibratedTPSModel
 from .roofline import RooflineModel
 
-MODELS = ("roofline", "blackbox")
 
-
-def _coeffs(s: Section, key: str, n: int, default=None):
+def _coeffs(s: Section, key: str, n: int, default=None, unit: str = "microseconds"):
     v = s.raw(key, default)
     if not isinstance(v, (list, tuple)) or len(v) != n:
-        raise ConfigError(s.sub(key), v, f"a list of {n} numbers (microseconds)")
+        raise ConfigError(s.sub(key), v, f"a list of {n} numbers ({unit})")
     return [check_number(x, f"{s.sub(key)}[{i}]") for i, x in enumerate(v)]
 
 
-def build_latency(data, model, device, tp: int, path: str = "latency"):
+def _alpha(s: Section, default=(0.0, 0.0, 0.0)) -> AlphaModel:
+    return AlphaModel(*_coeffs(s, "alpha", 3, list(default)))
+
+
+def _path(s: Section, key: str, ctx: LatencyContext, default=None) -> Path | None:
+    v = s.str(key, default)
+    if v is None:
+        return None
+    p = Path(v).expanduser()
+    if not p.is_absolute() and ctx.base_dir is not None:
+        p = Path(ctx.base_dir) / p
+    if not p.exists():
+        raise ConfigError(s.sub(key), v, f"an existing file (looked for {p})")
+    return p
+
+
+def _efficiencies(s: Section, defaults: dict) -> dict:
+    return {k: s.num(k, d, lo=0, hi=1, lo_open=True) if k.endswith("efficiency") else s.num(k, d, lo=0)
+            for k, d in defaults.items()}
+
+
+def _roofline(s, ctx):
+    kw = _efficiencies(s, RooflineModel.DEFAULTS)
+    return RooflineModel(ctx.model, ctx.device, ctx.engine.tensor_parallel_size, **kw), _alpha(s), kw
+
+
+def _blackbox(s, ctx):
+    beta = _coeffs(s, "beta", 3)
+    return BlackboxModel(*beta), _alpha(s), {"beta_us": beta}
+
+
+def _unified5(s, ctx):
+    from .unified5 import Unified5Model
+    beta = _coeffs(s, "beta", 5, list(Unified5Model.BETA), "b1-b3 dimensionless, b4-b5 microseconds")
+    a = _coeffs(s, "alpha", 3, list(Unified5Model.ALPHA_US))
+    e = ctx.engine
+    step = Unified5Model(ctx.model, ctx.device, e.tensor_parallel_size, beta, e.enable_expert_parallel)
+    # seed 003 alpha: a0 before queueing, a1 after the last token (E2E only), a2 per output token
+    return step, AlphaModel(a[0], 0.0, a[2], post_us=a[1]), {"beta": beta, "expert_parallel": step.ep > 1}
+
+
+def _physics(s, ctx):
+    from .physics import DEFAULT_COEFFS, PhysicsConfig, PhysicsModel, load_coefficients
+    p = _path(s, "coefficients", ctx)
+    coeffs = load_coefficients(p or DEFAULT_COEFFS, s.sub("coefficients"))
+    cpu_blocks = s.int("cpu_offload_blocks", 0, lo=0)
+    e, d = ctx.engine, ctx.device
+    cfg = PhysicsConfig.build(
+        ctx.model, peak_flops=d.peak_flops, hbm_bytes_s=d.hbm_bytes_s, interconnect_bytes_s=d.interconnect_bytes_s,
+        pcie_bytes_s=d.pcie_bytes_s, pcie_efficiency=d.pcie_efficiency, tp=e.tensor_parallel_size,
+        max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_num_batched_tokens,
+        chunked_prefill=e.enable_chunked_prefill, block_size=e.block_size, total_kv_blocks_gpu=ctx.kv_blocks,
+        cpu_offloading=cpu_blocks > 0, total_kv_blocks_cpu=cpu_blocks)
+    m = PhysicsModel(cfg, coeffs)
+    trained = coeffs.trained_on
+    desc = {"coefficients": coeffs.source, "trained_on": trained, "gamma": coeffs.gamma}
+    hw = trained.get("hardware")
+    if hw and hw != d.name:
+        desc["warning"] = f"coefficients were fitted on {hw}, this replica runs on {d.name}"
+    return m, m, desc
+
+
+def _lut(s, ctx):
+    from .lut import LutModel, LutTable, read_lut, select_rows
+    p = _path(s, "path", ctx)
+    if p is None:
+        raise ConfigError(s.sub("path"), None, "the LUT CSV to read (latency.path)", show_value=False)
+    sel = s.raw("select", {})
+    if not isinstance(sel, dict):
+        raise ConfigError(s.sub("select"), sel, "a mapping of LUT columns to values")
+    rows = select_rows(read_lut(p), sel, s.path)
+    tail = s.bool("tail", False)
+    phase = s.str("decode_phase", "fused_decode", choices=("fused_decode", "draft_decode", "verify"))
+    k = s.int("fanout_k", 1, lo=1)
+    step = LutModel(LutTable(rows, str(p)), phase, k, tail, ctx.rng)
+    return step, _alpha(s), {"path": str(p), "select": sel, "tail": tail, "decode_phase": phase, "fanout_k": k}
+
+
+def _vidur(s, ctx):
+    from .vidur import VidurModel
+    kw = _efficiencies(s, VidurModel.DEFAULTS)
+    e = ctx.engine
+    step = VidurModel(ctx.model, ctx.device, e.tensor_parallel_size, max_tokens=e.max_num_batched_tokens, **kw)
+    return step, _alpha(s), dict(kw, profile=step.profile, tp_comm=step.comm)
+
+
+def _calibrated_tps(s, ctx):
+    d = CalibratedTPSModel.DEFAULTS
+    kw = {k: (s.bool(k, v) if isinstance(v, bool) else s.num(k, v, lo=0, lo_open=k.startswith("base")))
+          for k, v in d.items()}
+    return CalibratedTPSModel(ctx.engine.tensor_parallel_size, **kw), _alpha(s), kw
+
+
+MODELS = {"roofline": _roofline, "blackbox": _blackbox, "unified5": _unified5, "physics": _physics,
+          "lut": _lut, "vidur": _vidur, "calibrated_tps": _calibrated_tps}
+
+
+def build_latency(data, ctx: LatencyContext, path: str = "latency"):
     """Return (step-time model, queueing model, description dict for the manifest)."""
     s = Section(data, path)
     kind = s.str("model", "roofline", choices=MODELS)
-    alpha = AlphaModel(*_coeffs(s, "alpha", 3, [0.0, 0.0, 0.0]))
-    if kind == "roofline":
-        d = RooflineModel.DEFAULTS
-        kw = {k: s.num(k, d[k], lo=0, hi=1, lo_open=True) if k.endswith("efficiency") else s.num(k, d[k], lo=0)
-              for k in d}
-        step = RooflineModel(model, device, tp, **kw)
-        desc = dict(model="roofline", **kw)
-    else:
-        beta = _coeffs(s, "beta", 3)
-        step = BlackboxModel(*beta)
-        desc = dict(model="blackbox", beta_us=beta)
+    step, queueing, desc = MODELS[kind](s, ctx)
     s.done()
-    desc["alpha_us"] = [alpha.a0 * 1e6, alpha.a1 * 1e6, alpha.a2 * 1e6]
-    return step, alpha, desc
+    desc = dict(model=kind, **desc)
+    if isinstance(queueing, AlphaModel):
+        desc["alpha_us"] = [queueing.a0 * 1e6, queueing.a1 * 1e6, queueing.a2 * 1e6]
+        if queueing.post:
+            desc["post_us"] = queueing.post * 1e6
+    return step, queueing, desc

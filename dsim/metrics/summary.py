@@ -42,7 +42,7 @@ def request_latencies(reqs) -> dict:
     done = [r for r in reqs if r.t_completion is not None]
     ttft = [(r.t_first_token - r.arrival) * 1e3 for r in done]
     e2e = [(r.t_completion - r.arrival) * 1e3 for r in done]
-    tpot = [(r.t_completion - r.t_first_token) * 1e3 / (r.n_out - 1) for r in done if r.n_out > 1]
+    tpot = [(r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in done if r.n_out > 1]
     queue = [(r.t_scheduled - r.arrival) * 1e3 for r in done]
     return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "queue_ms": queue}
 
@@ -93,7 +93,7 @@ def summarize(scn, inst, reqs) -> dict:
             if ttft_slo is not None and (r.t_first_token - r.arrival) * 1e3 > ttft_slo:
                 ok = False
             if ok and tpot_slo is not None and r.n_out > 1 and \
-                    (r.t_completion - r.t_first_token) * 1e3 / (r.n_out - 1) > tpot_slo:
+                    (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) > tpot_slo:
                 ok = False
             good += ok
         summary["goodput"] = {
@@ -124,4 +124,8 @@ def summarize(scn, inst, reqs) -> dict:
         "peak_running": max(log.running, default=0),
         "peak_waiting": max(log.waiting, default=0),
     }
+    energy_mj = getattr(inst.step_model, "energy_mj", None)
+    if energy_mj is not None:      # latency models that know energy (LUT rows carry energy_mj)
+        summary["energy"] = {"joules": energy_mj / 1e3,
+                             "joules_per_output_token": energy_mj / 1e3 / out_tok if out_tok else None}
     return summary

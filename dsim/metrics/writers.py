@@ -26,7 +26,7 @@ def requests_csv(reqs) -> str:
     w.writerow(COLUMNS)
     for r in sorted(reqs, key=lambda r: r.rid):
         done = r.t_completion is not None
-        tpot = (r.t_completion - r.t_first_token) / (r.n_out - 1) if done and r.n_out > 1 else None
+        tpot = (r.t_last_token - r.t_first_token) / (r.n_out - 1) if done and r.n_out > 1 else None
         w.writerow((r.rid, r.label, STATE_NAMES[r.state], _f(r.arrival), _f(r.t_queued), _f(r.t_scheduled),
                     _f(r.t_first_token), _f(r.t_completion), r.prompt_len, r.max_tokens, r.n_out,
                     _f(None if r.t_first_token is None else r.t_first_token - r.arrival, 1e3),

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..core.request import COMPLETED, PREEMPTED, QUEUED, REJECTED, RUNNING
-from ..latency.base import BatchShape
+from ..latency.base import BatchShape, LoadView
 from .kvcache import KVCache
 from .prefix import block_hashes
 
@@ -54,6 +54,9 @@ class Instance:
         self.step_model = step_model
         self.queueing = queueing
         self.token_overhead = queueing.output_token_overhead()
+        post = getattr(queueing, "completion_overhead", None)
+        self.post_overhead = post() if post else 0.0
+        self.alpha_state = getattr(queueing, "needs_state", False)
         self.bs = engine.block_size
         self.kv = KVCache(num_blocks, engine.block_size)
         self.cache_on = engine.enable_prefix_caching
@@ -93,7 +96,7 @@ class Instance:
             r.state = REJECTED
             self.rejected.append(r)
             return
-        d = self.queueing.delay(r)
+        d = self.queueing.delay(r, self._load_view(r) if self.alpha_state else None)
         if d > 0:
             ev = self.env.timeout(d)
             ev.callbacks.append(lambda _ev, r=r: self._enqueue(r))
@@ -107,7 +110,15 @@ class Instance:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
-    # ---- load view for routers and reports --------------------------------------------------
+    # ---- load view for routers, alpha models and reports ------------------------------------
+    def _load_view(self, r=None) -> LoadView:
+        hit = 0
+        if r is not None and self.cache_on and r.num_tokens > self.bs:
+            full = (r.num_tokens - 1) // self.bs
+            hit = self.kv.num_cached_prefix(block_hashes(r, full, self.bs)) * self.bs
+        return LoadView(len(self.running), len(self.waiting), self.kv.total - self.kv.free_count,
+                        self.kv.total, hit)
+
     @property
     def num_running(self) -> int:
         return len(self.running)
@@ -341,16 +352,18 @@ class Instance:
                 self._wake = None
                 continue
             now = env.now
+            n_pre0 = self.num_preemptions
             prefills, n_dec, skipped, gap_dec = self._schedule(now)
             if not prefills and not n_dec:
                 if self.running or self.waiting:
                     raise RuntimeError(f"{self.name}: scheduler made no progress at t={now}")
                 continue
             # batch shape for the latency model
-            p_tok = p_pairs = p_ctx = n_samp = 0
+            p_tok = p_pairs = p_ctx = n_samp = p_sq = 0
             for r, c in prefills:
                 p = r.num_computed
                 p_tok += c
+                p_sq += c * c
                 p_pairs += c * p + c * (c + 1) // 2
                 p_ctx += p
                 if p + c == r.num_tokens:
@@ -361,7 +374,8 @@ class Instance:
                 dec_ctx = self.lazy_sum + self.n_dec * (self.D + 1)
                 for r in skipped:
                     dec_ctx -= r.c0 + self.D - r.d0 + 1
-            dur = step_time(BatchShape(p_tok, len(prefills), p_pairs, p_ctx, n_dec, dec_ctx, n_samp + n_dec))
+            dur = step_time(BatchShape(p_tok, len(prefills), p_pairs, p_ctx, n_dec, dec_ctx, n_samp + n_dec,
+                                       p_sq, len(self.running), self.num_preemptions - n_pre0))
             yield env.timeout(dur)
             t_end = env.now
             self.num_steps += 1
@@ -437,7 +451,7 @@ class Instance:
         r.num_computed = comp
         self._release(r, comp, self.cache_on and r.segments is not None)
         r.state = COMPLETED
-        r.t_completion = emit_t
+        r.t_completion = emit_t + self.post_overhead
         r.t_last_token = emit_t
         self.completed.append(r)
 

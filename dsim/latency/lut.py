@@ -1,0 +1,301 @@
+"""Latency lookup tables (seed 002 sections 5.2-5.3): load, validate, interpolate, check, export.
+
+A LUT is a CSV whose rows follow luts/lut_schema.json: the latency of one iteration of a phase
+(prefill, draft_decode, verify, fused_decode) for ``microbatch`` requests of ``context_len``
+tokens.  Lookups interpolate linearly in log(context_len) (bins are log-spaced) and linearly in
+microbatch; above the largest bin they extend the last segment linearly (latency keeps growing
+with work), below the smallest they hold the first value.
+
+Tail-aware timing: when a row has latency_p95_ms and ``tail: true``, each lookup samples a
+lognormal whose mean is latency_ms and whose 95th percentile is latency_p95_ms.  Lognormal
+because iteration times are positive and right-skewed (a kernel can be delayed, never sped up
+beyond its floor), and two numbers pin it exactly.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from bisect import bisect_right
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from ..config.errors import ConfigError
+from .base import BatchShape
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "luts" / "lut_schema.json"
+PHASES = ("prefill", "draft_decode", "verify", "fused_decode")
+KEY_FIELDS = ("model", "hardware", "tensor_parallel", "pipeline_parallel", "dtype")
+Z95 = 1.6448536269514722
+
+
+def schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _convert(raw: dict, props: dict) -> dict:
+    """CSV strings -> typed values per the schema; empty cells are dropped (absent)."""
+    out = {}
+    for k, v in raw.items():
+        if k is None:
+            out["__extra__"] = v
+            continue
+        v = (v or "").strip()
+        if v == "":
+            continue
+        t = props.get(k, {}).get("type")
+        try:
+            if t == "integer":
+                f = float(v)
+                out[k] = int(f) if f.is_integer() else f
+            elif t == "number":
+                out[k] = float(v)
+            else:
+                out[k] = v
+        except ValueError:
+            out[k] = v      # left as text: the schema check reports the wrong type
+    return out
+
+
+def read_lut(path) -> list[dict]:
+    """Rows of a LUT CSV, each validated against the schema; errors name file:line and field."""
+    from jsonschema import Draft202012Validator
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(str(p), None, f"a readable LUT file ({e.strerror})", show_value=False) from None
+    sch = schema()
+    val = Draft202012Validator(sch)
+    props = sch["properties"]
+    reader = csv.DictReader(io.StringIO(text))
+    rows = []
+    for raw in reader:
+        line = reader.line_num
+        row = _convert(raw, props)
+        if "__extra__" in row:
+            raise ConfigError(f"{p}:{line}", None, "as many cells as header columns", show_value=False)
+        errs = sorted(val.iter_errors(row), key=lambda e: list(e.path))
+        if errs:
+            e = errs[0]
+            where = ".".join(str(x) for x in e.path) or "row"
+            raise ConfigError(f"{p}:{line}: {where}", e.instance if e.path else None, e.message.split(" is ")[-1]
+                              if e.path else e.message, show_value=bool(e.path))
+        row["_line"] = line
+        rows.append(row)
+    if not rows:
+        raise ConfigError(str(p), None, "at least one LUT row after the header", show_value=False)
+    return rows
+
+
+class _Curve:
+    """One (phase, fanout_k, microbatch): values by context_len."""
+
+    def __init__(self, pts: list[tuple]):
+        pts.sort()
+        self.ctx = np.array([c for c, *_ in pts], float)
+        self.logc = np.log(self.ctx)
+        self.vals = np.array([v for _, *v in pts], float)   # columns: latency, p95, energy, kv_delta
+
+    def at(self, c: float) -> np.ndarray:
+        x = self.ctx
+        if len(x) == 1 or c <= x[0]:
+            return self.vals[0]
+        if c >= x[-1]:
+            d = (self.vals[-1] - self.vals[-2]) / (x[-1] - x[-2])
+            return self.vals[-1] + d * (c - x[-1])
+        i = bisect_right(self.logc, math.log(c)) - 1
+        w = (math.log(c) - self.logc[i]) / (self.logc[i + 1] - self.logc[i])
+        return self.vals[i] * (1 - w) + self.vals[i + 1] * w
+
+
+class LutTable:
+    """Interpolating view over the rows of one (model, hardware, TP, PP, dtype) configuration."""
+
+    def __init__(self, rows: list[dict], source: str = ""):
+        self.source = source
+        groups: dict = defaultdict(lambda: defaultdict(list))
+        for r in rows:
+            p95 = r.get("latency_p95_ms", float("nan"))
+            groups[(r["phase"], r["fanout_k"])][r["microbatch"]].append(
+                (r["context_len"], r["latency_ms"], p95, r["energy_mj"], r["kv_delta_mb"]))
+        self.curves = {}
+        for key, by_mb in groups.items():
+            mbs = sorted(by_mb)
+            self.curves[key] = (np.array(mbs, float), [_Curve(by_mb[m]) for m in mbs])
+        self.phases = sorted({p for p, _ in self.curves})
+        self._memo: dict = {}
+
+    def has(self, phase: str, k: int = 1) -> bool:
+        return (phase, k) in self.curves
+
+    def lookup(self, phase: str, context_len: float, microbatch: float, k: int = 1) -> np.ndarray:
+        """[latency_ms, latency_p95_ms (nan if absent), energy_mj, kv_delta_mb]."""
+        key = (phase, k, context_len, microbatch)
+        v = self._memo.get(key)
+        if v is not None:
+            return v
+        mbs, curves = self.curves[(phase, k)]
+        if len(mbs) == 1 or microbatch <= mbs[0]:
+            v = curves[0].at(context_len)
+        else:
+            j = min(max(bisect_right(mbs, microbatch) - 1, 0), len(mbs) - 2)
+            a, b = curves[j].at(context_len), curves[j + 1].at(context_len)
+            w = (microbatch - mbs[j]) / (mbs[j + 1] - mbs[j])
+            v = a * (1 - w) + b * w
+        if len(self._memo) < 200_000:
+            self._memo[key] = v
+        return v
+
+
+def select_rows(rows: list[dict], select: dict, where: str) -> list[dict]:
+    """Rows of the one configuration ``select`` (a subset of KEY_FIELDS) picks."""
+    keep = [r for r in rows if all(r.get(k) == v for k, v in select.items())]
+    combos = sorted({tuple(r[k] for k in KEY_FIELDS) for r in keep}, key=str)
+    if len(combos) != 1:
+        have = sorted({tuple(r[k] for k in KEY_FIELDS) for r in rows}, key=str)
+        raise ConfigError(f"{where}.select", select or None,
+                          f"keys among {KEY_FIELDS} that pick exactly one configuration of "
+                          f"{[dict(zip(KEY_FIELDS, c)) for c in have]}")
+    return keep
+
+
+def lognormal_params(mean: float, p95: float) -> tuple[float, float]:
+    """(mu, sigma) of the lognormal with this mean and 95th percentile (sigma 0 if p95 <= mean)."""
+    if not p95 > mean > 0:
+        return (math.log(mean) if mean > 0 else -math.inf), 0.0
+    r = math.log(p95 / mean)
+    disc = Z95 * Z95 - 2 * r
+    sigma = Z95 - math.sqrt(disc) if disc > 0 else Z95
+    return math.log(mean) - sigma * sigma / 2, sigma
+
+
+class LutModel:
+    """Step time from a LUT: prefill rows for the prefill chunks plus decode rows for the decoders.
+
+    A mixed step adds the two lookups (each row includes one pass over the weights, so a mixed
+    step is charged the weights twice: LUTs measured per phase cannot say more).
+    """
+    name = "lut"
+
+    def __init__(self, table: LutTable, decode_phase: str = "fused_decode", fanout_k: int = 1,
+                 tail: bool = False, rng=None):
+        for ph, k in (("prefill", 1), (decode_phase, fanout_k)):
+            if not table.has(ph, k):
+                raise ConfigError("latency.path", table.source, f"rows for phase {ph!r} with fanout_k {k}")
+        self.table = table
+        self.decode_phase, self.k = decode_phase, fanout_k
+        self.tail = tail
+        self.rng = rng
+        if tail and rng is None:
+            raise ValueError("tail-aware LUT timing needs an rng")
+        self.energy_mj = 0.0
+        self._ln: dict = {}
+
+    def _time(self, v: np.ndarray) -> float:
+        mean, p95 = float(v[0]), float(v[1])
+        if self.tail and p95 == p95 and p95 > mean:
+            key = (mean, p95)
+            mp = self._ln.get(key)
+            if mp is None:
+                mp = self._ln[key] = lognormal_params(mean, p95)
+            return math.exp(mp[0] + mp[1] * float(self.rng.standard_normal()))
+        return mean
+
+    def step_time(self, b: BatchShape) -> float:
+        ms = 0.0
+        if b.num_prefill:
+            v = self.table.lookup("prefill", round(b.prefill_tokens / b.num_prefill), b.num_prefill)
+            ms += self._time(v)
+            self.energy_mj += float(v[2])
+        if b.decode_tokens:
+            v = self.table.lookup(self.decode_phase, round(b.decode_ctx_sum / b.decode_tokens), b.decode_tokens,
+                                  self.k)
+            ms += self._time(v)
+            self.energy_mj += float(v[2])
+        return ms * 1e-3
+
+
+# ---- `dsim lut check` ------------------------------------------------------------------------
+def _ident(r: dict) -> tuple:
+    return tuple(r[k] for k in KEY_FIELDS) + (r["phase"], r["fanout_k"])
+
+
+def check_rows(rows: list[dict], previous: list[dict] | None = None, tolerance: float = 0.05,
+               name: str = "lut") -> list[str]:
+    """Findings: latency falling as context_len or microbatch grows, and drift beyond tolerance."""
+    out = []
+    for axis, other in (("context_len", "microbatch"), ("microbatch", "context_len")):
+        series = defaultdict(list)
+        for r in rows:
+            series[_ident(r) + (r[other],)].append(r)
+        for rs in series.values():
+            rs.sort(key=lambda r: r[axis])
+            for a, b in zip(rs, rs[1:]):
+                if b["latency_ms"] < a["latency_ms"]:
+                    out.append(f"{name}:{b['_line']}: non-monotone: latency_ms {b['latency_ms']:g} at {axis} "
+                               f"{b[axis]} < {a['latency_ms']:g} at {axis} {a[axis]} (line {a['_line']})")
+    if previous is not None:
+        old = {_ident(r) + (r["context_len"], r["microbatch"]): r for r in previous}
+        for r in rows:
+            o = old.get(_ident(r) + (r["context_len"], r["microbatch"]))
+            if o is None or o["latency_ms"] == 0:
+                continue
+            d = (r["latency_ms"] - o["latency_ms"]) / o["latency_ms"]
+            if abs(d) > tolerance:
+                out.append(f"{name}:{r['_line']}: drift {d:+.1%} vs previous line {o['_line']} "
+                           f"({o['latency_ms']:g} -> {r['latency_ms']:g} ms, tolerance {tolerance:.0%})")
+    return out
+
+
+# ---- `dsim lut build` ------------------------------------------------------------------------
+CONTEXTS = (128, 256, 512, 1024, 2048, 4096, 8192)
+MICROBATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def _shape(phase: str, ctx: int, mb: int, k: int) -> BatchShape:
+    if phase == "prefill":
+        return BatchShape(prefill_tokens=ctx * mb, num_prefill=mb, prefill_attn_pairs=mb * ctx * (ctx + 1) // 2,
+                          num_sampled=mb, prefill_chunk_sq=mb * ctx * ctx, running=mb)
+    if phase == "verify":
+        n = k + 1       # the drafts plus the target's own next token
+        return BatchShape(prefill_tokens=n * mb, num_prefill=mb, prefill_attn_pairs=mb * (n * ctx + n * (n + 1) // 2),
+                          prefill_ctx_tokens=mb * ctx, num_sampled=mb, prefill_chunk_sq=mb * n * n, running=mb)
+    return BatchShape(decode_tokens=mb, decode_ctx_sum=mb * ctx, num_sampled=mb, running=mb)
+
+
+def export_rows(step_model, model, device, tp: int, contexts=CONTEXTS, microbatches=MICROBATCHES,
+                verify_k=(1, 2, 4, 8), dtype: str = "bf16", source: str = "") -> list[dict]:
+    """Tabulate any step-time model into LUT rows (energy at the device's board power)."""
+    rows = []
+    weights_mb = model.weight_bytes / tp / 1e6
+    kv_tok_mb = model.kv_bytes_per_token / 1e6
+    for phase in PHASES:
+        ks = verify_k if phase == "verify" else (1,)
+        for k in ks:
+            for mb in microbatches:
+                for ctx in contexts:
+                    ms = step_model.step_time(_shape(phase, ctx, mb, k)) * 1e3
+                    new = {"prefill": ctx, "verify": k + 1}.get(phase, 1)
+                    rows.append({
+                        "phase": phase, "model": model.name, "hardware": device.name, "tensor_parallel": tp,
+                        "pipeline_parallel": 1, "context_len": ctx, "microbatch": mb, "fanout_k": k,
+                        "dtype": dtype, "latency_ms": round(ms, 6),
+                        "peak_mem_mb": round(weights_mb + mb * (ctx + new) * kv_tok_mb / tp, 3),
+                        "kv_delta_mb": round(mb * new * kv_tok_mb, 6),
+                        "energy_mj": round(device.tdp_w * tp * ms, 3), "source": source})
+    return rows
+
+
+def rows_to_csv(rows: list[dict]) -> str:
+    cols = [c for c in schema()["properties"] if any(c in r for r in rows)]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    return buf.getvalue()
