@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | bench``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | bench | lut``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -26,7 +26,70 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     b = sub.add_parser("bench", help="simulated requests per wall-second on the fixed benchmark")
     b.add_argument("--requests", type=int, default=None)
+    lut = sub.add_parser("lut", help="latency lookup tables: check one, or build one from a latency model")
+    ls = lut.add_subparsers(dest="lut_cmd", required=True)
+    lc = ls.add_parser("check", help="validate rows; flag non-monotone rows and drift against a previous version")
+    lc.add_argument("file")
+    lc.add_argument("--previous", default=None, help="the previous version of this LUT, for drift detection")
+    lc.add_argument("--tolerance", type=float, default=0.05, help="drift that is flagged (default 0.05 = 5%%)")
+    lb = ls.add_parser("build", help="tabulate a latency model (default: vidur) into a LUT CSV")
+    lb.add_argument("--model", required=True, help="catalogue name or path to a HF config.json")
+    lb.add_argument("--hardware", required=True, help="device profile name")
+    lb.add_argument("--tp", type=int, default=1)
+    lb.add_argument("--latency", default="vidur", help="latency model to tabulate")
+    lb.add_argument("--set", dest="overrides", action="append", default=[], metavar="latency.KEY=VALUE",
+                    help="a latency-model parameter (repeatable)")
+    lb.add_argument("--contexts", default=None, help="comma-separated context_len bins (log-spaced)")
+    lb.add_argument("--microbatches", default=None, help="comma-separated microbatch bins")
+    lb.add_argument("--out", required=True, help="CSV file to write")
     return p
+
+
+def _int_list(text, flag):
+    from .config.errors import ConfigError
+    try:
+        v = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(flag, text, "comma-separated positive integers") from None
+    if not v or min(v) < 1:
+        raise ConfigError(flag, text, "comma-separated positive integers")
+    return sorted(set(v))
+
+
+def _lut(args) -> int:
+    from pathlib import Path
+
+    from .latency import lut
+    if args.lut_cmd == "check":
+        rows = lut.read_lut(args.file)
+        prev = lut.read_lut(args.previous) if args.previous else None
+        findings = lut.check_rows(rows, prev, args.tolerance, name=args.file)
+        for f in findings:
+            print(f)
+        print(f"{args.file}: {len(rows)} rows, {len(findings)} finding(s)")
+        return 1 if findings else 0
+    from .config.engine import EngineConfig
+    from .config.hardware import load_device
+    from .config.model import load_model
+    from .config.scenario import apply_overrides
+    from .latency.base import LatencyContext
+    from .latency.registry import build_latency
+    model = load_model(args.model, "--model", Path.cwd())
+    device = load_device(args.hardware, "--hardware")
+    contexts = _int_list(args.contexts, "--contexts") if args.contexts else list(lut.CONTEXTS)
+    mbs = _int_list(args.microbatches, "--microbatches") if args.microbatches else list(lut.MICROBATCHES)
+    engine = EngineConfig(tensor_parallel_size=args.tp, max_num_batched_tokens=max(8192, max(contexts)))
+    doc = apply_overrides({"latency": {"model": args.latency}}, args.overrides)
+    step, _, desc = build_latency(doc["latency"], LatencyContext(model, device, engine, 1 << 20))
+    rows = lut.export_rows(step, model, device, args.tp, contexts, mbs,
+                           source=f"dsim lut build --latency {args.latency}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(lut.rows_to_csv(rows))
+    tmp.replace(out)
+    print(f"wrote {len(rows)} rows to {out}")
+    return 0
 
 
 class _ArgError(Exception):
@@ -46,6 +109,8 @@ def main(argv=None) -> int:
             from .bench import bench
             print(json.dumps(bench(args.requests, _T0)))
             return 0
+        if args.cmd == "lut":
+            return _lut(args)
         from .config.scenario import load_scenario
         if args.cmd == "validate":
             from .runner import prepare

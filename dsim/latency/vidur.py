@@ -10,7 +10,8 @@ median CUDA time in ms by num_tokens and TP degree) and the collectives by messa
 * a depth-capped regression tree (n_jobs=1) on the residuals inside the range, which captures
   tile quantisation and small-batch kernel floors; beyond the range its edge value is kept.
 
-A step is: embedding once, per layer the ten profiled operators (two residual adds), two TP
+The tabulated time is made non-decreasing in tokens (a running maximum), since profile noise can
+dip and a larger batch never costs less than a smaller one.  A step is: embedding once, per layer the ten profiled operators (two residual adds), two TP
 all-reduces per layer, plus attention and the LM head from the roofline (not in the profiles)
 and a fixed per-step overhead.  The per-layer time for every token count up to the scheduler's
 budget is tabulated once, so a step is an array lookup.  Trained models are cached with joblib
@@ -115,7 +116,8 @@ def _train(mlp_csv: Path, ar_csv: Path | None, tp: int) -> dict:
         tps = sorted({int(r["num_tensor_parallel_workers"]) for r in _read_csv(mlp_csv)})
         raise ConfigError("engine.tensor_parallel_size", tp, f"one of the profiled TP degrees {tps}")
     x = np.array([float(r["num_tokens"]) for r in rows])
-    ops = {op: OperatorModel(x, np.array([float(r[f"time_stats.{op}.median"]) for r in rows])) for op in OPS}
+    present = [op for op in OPS if f"time_stats.{op}.median" in rows[0]]   # phi-2 has no post-attn norm
+    ops = {op: OperatorModel(x, np.array([float(r[f"time_stats.{op}.median"]) for r in rows])) for op in present}
     allreduce = None
     if tp > 1 and ar_csv is not None:
         ar = [r for r in _read_csv(ar_csv) if int(r["num_workers"]) == tp
@@ -171,7 +173,7 @@ class VidurModel:
         self.ops = t["ops"]
         L = model.num_layers
         n = np.arange(max_tokens + 1, dtype=float)
-        per_layer = sum(k * self.ops[op].predict(n) for op, k in LAYER_OPS.items())
+        per_layer = sum(k * self.ops[op].predict(n) for op, k in LAYER_OPS.items() if op in self.ops)
         table = self.ops["emb"].predict(n) + L * per_layer
         bpp = model.bytes_per_param
         if tp > 1:
@@ -186,6 +188,9 @@ class VidurModel:
         else:
             self.comm = "none"
         table[0] = 0.0
+        # profile noise (medians at small n, the all-reduce sweep) can dip; more tokens never cost
+        # less than fewer (a kernel could pad), so the table is made non-decreasing
+        table = np.maximum.accumulate(table)
         self.table_s = table * 1e-3          # seconds, index = tokens in the step
         self.max_tokens = max_tokens
         self.profiled_max_tokens = t["max_tokens"]
