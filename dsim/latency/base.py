@@ -79,6 +79,7 @@ class AlphaModel:
         self.a1 = a1_us * 1e-6
         self.a2 = a2_us * 1e-6
         self.post = post_us * 1e-6
+        self.us = (a0_us, a1_us, a2_us, post_us)      # as given, for the manifest
 
     def delay(self, request, instance_state=None) -> float:
         return self.a0 + self.a1 * request.prompt_len

@@ -177,8 +177,10 @@ def lognormal_params(mean: float, p95: float) -> tuple[float, float]:
 class LutModel:
     """Step time from a LUT: prefill rows for the prefill chunks plus decode rows for the decoders.
 
-    A mixed step adds the two lookups (each row includes one pass over the weights, so a mixed
-    step is charged the weights twice: LUTs measured per phase cannot say more).
+    Each row is a whole forward pass, so each includes the fixed cost of one pass (reading the
+    weights, launching the kernels).  A mixed step runs one pass, so it is charged the two
+    lookups minus that fixed cost once, estimated as the smallest decode row (one request at the
+    shortest context).
     """
     name = "lut"
 
@@ -195,6 +197,8 @@ class LutModel:
             raise ValueError("tail-aware LUT timing needs an rng")
         self.energy_mj = 0.0
         self._ln: dict = {}
+        mbs, curves = table.curves[(decode_phase, fanout_k)]
+        self.pass_ms = float(curves[0].vals[0][0])     # smallest microbatch, shortest context
 
     def _time(self, v: np.ndarray) -> float:
         mean, p95 = float(v[0]), float(v[1])
@@ -215,7 +219,10 @@ class LutModel:
         if b.decode_tokens:
             v = self.table.lookup(self.decode_phase, round(b.decode_ctx_sum / b.decode_tokens), b.decode_tokens,
                                   self.k)
-            ms += self._time(v)
+            d = self._time(v)
+            if ms:
+                d = max(d - self.pass_ms, 0.0)     # one forward pass, not two
+            ms += d
             self.energy_mj += float(v[2])
         return ms * 1e-3
 

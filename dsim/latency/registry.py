@@ -127,7 +127,7 @@ def build_latency(data, ctx: LatencyContext, path: str = "latency"):
     s.done()
     desc = dict(model=kind, **desc)
     if isinstance(queueing, AlphaModel):
-        desc["alpha_us"] = [queueing.a0 * 1e6, queueing.a1 * 1e6, queueing.a2 * 1e6]
+        desc["alpha_us"] = list(queueing.us[:3])
         if queueing.post:
-            desc["post_us"] = queueing.post * 1e6
+            desc["post_us"] = queueing.us[3]
     return step, queueing, desc
