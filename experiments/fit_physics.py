@@ -1,9 +1,9 @@
 """Fit the physics model's default coefficients against the real H100 runs (system level).
 
-    python experiments/fit_physics.py [--evals 80]     # ~5 minutes on 2 cores
+    python experiments/fit_physics.py [--evals 80]     # ~8 minutes on 2 cores
 
 No step-level traces exist in ../shared/data/real/, so the seed's Ridge fit on per-step targets
-cannot run here.  Instead the coefficients are tied to a physical prior and five scales are fitted
+cannot run here.  Instead the coefficients are tied to a physical prior and four scales are fitted
 by Nelder-Mead with dsim in the loop (seed 003's stage 2), loss = mean |log(sim / real)| over the
 mean TTFT, TPOT and E2E of every stage of the three H100 inference-perf "general" runs:
 
@@ -12,7 +12,6 @@ mean TTFT, TPOT and E2E of every stage of the three H100 inference-perf "general
   beta_9                 = 1   (TP all-reduce time at the interconnect's datasheet rate)
   beta_13, beta_14       = 1   (PCIe transfer time, already efficiency-scaled)
   beta_16                = b   (seconds per step)
-  beta_15                = x   (seconds extra for a mixed prefill+decode step: eager mode)
   alpha_4                = q   (seconds from arrival to the waiting queue: API server, tokenizer)
 
 Every other coefficient is 0 (no evidence to set it).  Writes
@@ -37,11 +36,11 @@ import cosim_real as C  # noqa: E402
 from fit_roofline import loss  # noqa: E402
 
 OUT = C.ROOT / "dsim" / "latency" / "coefficients" / "physics_default.yaml"
-NAMES = ("compute_scale", "memory_scale", "step_bias_s", "mixed_step_s", "queue_bias_s")
-X0 = np.log([0.6, 1.0, 5e-4, 1e-4, 0.02])   # compute starts near seed 003's fitted 0.39-0.6 range
+NAMES = ("compute_scale", "memory_scale", "step_bias_s", "queue_bias_s")
+X0 = np.log([1.0, 1.0, 5e-4, 0.02])
 
 
-def simplex(x0, step=0.5):
+def simplex(x0, step=0.3):
     """Wide first simplex (log space): the loss has a saturation cliff small steps cannot see past."""
     pts = [x0]
     for i in range(len(x0)):
@@ -52,8 +51,8 @@ def simplex(x0, step=0.5):
 
 
 def coeffs(theta) -> tuple[list, list]:
-    c, m, b, x, q = (float(v) for v in np.exp(theta))
-    beta = [c, c, m, c, m, 0, 0, 0, 1.0, 0, 0, 0, 1.0, 1.0, x, b]
+    c, m, b, q = (float(v) for v in np.exp(theta))
+    beta = [c, c, m, c, m, 0, 0, 0, 1.0, 0, 0, 0, 1.0, 1.0, 0, b]
     alpha = [0, 0, 0, q, 0, 0, 0, 0, 0, 0, 0]
     return alpha, beta
 
@@ -82,7 +81,7 @@ def evaluate(theta, runs, kind) -> float:
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--evals", type=int, default=80)
+    ap.add_argument("--evals", type=int, default=45)
     a = ap.parse_args(argv)
     seen = []
 
@@ -110,7 +109,7 @@ def main(argv=None):
         "held_out_loss_rtx_runs": round(held, 4), "evaluations": int(res.nfev),
         "fitted": {n: float(f"{v:.6g}") for n, v in zip(NAMES, np.exp(res.x))},
     }
-    write(OUT, res.x, trained_on, "Nelder-Mead on five scales of a physical prior, dsim in the loop")
+    write(OUT, res.x, trained_on, "Nelder-Mead on four scales of a physical prior, dsim in the loop")
     print(f"wrote {OUT}")
 
 
