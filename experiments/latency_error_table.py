@@ -4,7 +4,7 @@
 
 Replays each run of ../shared/data/real/ (see cosim_real.py for how) through each model and
 reports the signed error of the mean TTFT, TPOT and E2E: per request population for the
-llmservingsim runs, averaged over load stages for the inference-perf H100 runs.  "n/a" means the
+llmservingsim runs, per load stage (8 and 20 req/s) for the inference-perf H100 runs.  "n/a" means the
 model cannot describe that run (no VIDUR profile for the GPU or for MoE layers; no LUT built).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ SHORT = {"RTX4090_Llama-3.1-8B": "RTX4090 L3.1-8B", "RTXPRO6000_Llama-3.1-8B": "
 
 
 def run_errors(model: str, run: str) -> dict | None:
-    """{metric: signed error of the mean} for one (model, run), or None if not applicable."""
+    """{slice: {metric: signed error of the mean}} for one (model, run), or None if not applicable."""
     lat = {"model": model}
     if model == "lut":
         if run not in LUTS:
@@ -41,11 +41,10 @@ def run_errors(model: str, run: str) -> dict | None:
     except ConfigError:
         return None
     errs: dict = {}
-    for _, _, metric, real, sim in rows:
-        m = metric.rstrip("*")
+    for _, sl, metric, real, sim in rows:
         if sim.get("count"):
-            errs.setdefault(m, []).append(sim["mean"] / real["mean"] - 1)
-    return {m: float(np.mean(v)) for m, v in errs.items()}
+            errs.setdefault(sl, {})[metric.rstrip("*")] = sim["mean"] / real["mean"] - 1
+    return errs
 
 
 def main(argv=None):
@@ -54,18 +53,21 @@ def main(argv=None):
     ap.add_argument("--models", default=",".join(MODELS))
     a = ap.parse_args(argv)
     runs = list(C.LSS) + list(C.IPERF)
-    lines = ["| model | " + " | ".join(SHORT[r] for r in runs) + " | mean abs |",
-             "|---|" + "---|" * (len(runs) + 1)]
+    cols = [(r, "all") for r in C.LSS] + [(r, s) for r in C.IPERF for s in ("stage 0 (8 req/s)", "stage 1 (20 req/s)")]
+    label = {(r, s): SHORT[r] + ("" if s == "all" else f" @{s.split('(')[1].split()[0]}/s") for r, s in cols}
+    lines = ["| model | " + " | ".join(label[c] for c in cols) + " | median abs |",
+             "|---|" + "---|" * (len(cols) + 1)]
     for model in a.models.split(","):
         cells, absall = [], []
-        for r in runs:
-            e = run_errors(model, r)
-            if e is None:
+        per_run = {r: run_errors(model, r) for r in runs}
+        for r, sl in cols:
+            e = (per_run[r] or {}).get(sl)
+            if not e:
                 cells.append("n/a")
                 continue
             cells.append(" / ".join(f"{e[m]:+.0%}" for m in ("ttft", "tpot", "e2e")))
             absall += [abs(e[m]) for m in ("ttft", "tpot", "e2e")]
-        lines.append(f"| `{model}` | " + " | ".join(cells) + f" | {np.mean(absall):.0%} |")
+        lines.append(f"| `{model}` | " + " | ".join(cells) + f" | {np.median(absall):.0%} |")
         print(lines[-1], flush=True)
     text = ("Signed error of the mean, TTFT / TPOT / E2E, simulated vs real "
             "(regenerate: `python experiments/latency_error_table.py --out docs/latency-error-table.md`).\n\n"
