@@ -197,3 +197,15 @@ def test_vidur_unprofiled_tp_is_a_config_error(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="tensor_parallel_size"):
         V.VidurModel(L7, H100, 3)
     V.trained.cache_clear()
+
+
+def test_vidur_tp_comm_choice():
+    l70 = load_model("meta-llama/Llama-2-70b-hf")
+    prof = V.VidurModel(l70, H100, 4, max_tokens=256)
+    roof = V.VidurModel(l70, H100, 4, max_tokens=256, tp_comm="roofline")
+    assert prof.comm == "profiled all_reduce" and roof.comm == "roofline all_reduce"
+    b = BatchShape(decode_tokens=32, decode_ctx_sum=32 * 800, num_sampled=32, running=32)
+    assert roof.step_time(b) < prof.step_time(b)       # NCCL's small-message floor vs vLLM-like ring
+    with pytest.raises(ConfigError, match="tp_comm"):
+        dsim.run(scenario(model="meta-llama/Llama-2-70b-hf", engine={"tensor_parallel_size": 4},
+                          latency={"model": "vidur", "tp_comm": "nccl"}))

@@ -103,8 +103,10 @@ def _lut(s, ctx):
 def _vidur(s, ctx):
     from .vidur import VidurModel
     kw = _efficiencies(s, VidurModel.DEFAULTS)
+    comm = s.str("tp_comm", "profile", choices=("profile", "roofline"))
     e = ctx.engine
-    step = VidurModel(ctx.model, ctx.device, e.tensor_parallel_size, max_tokens=e.max_num_batched_tokens, **kw)
+    step = VidurModel(ctx.model, ctx.device, e.tensor_parallel_size, max_tokens=e.max_num_batched_tokens,
+                      tp_comm=comm, **kw)
     return step, _alpha(s), dict(kw, profile=step.profile, tp_comm=step.comm)
 
 

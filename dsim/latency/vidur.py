@@ -162,7 +162,7 @@ class VidurModel:
     DEFAULTS = {"attn_compute_efficiency": 0.8, "attn_memory_efficiency": 0.8, "step_overhead_us": 500.0}
 
     def __init__(self, model, device, tp: int = 1, max_tokens: int = 8192, profiles: Path | None = None,
-                 **params):
+                 tp_comm: str = "profile", **params):
         unknown = set(params) - set(self.DEFAULTS)
         if unknown:
             raise TypeError(f"unknown vidur parameters: {sorted(unknown)}")
@@ -177,14 +177,14 @@ class VidurModel:
         table = self.ops["emb"].predict(n) + L * per_layer
         bpp = model.bytes_per_param
         if tp > 1:
-            if t["allreduce"] is not None:
+            if t["allreduce"] is not None and tp_comm == "profile":
                 table = table + 2 * L * t["allreduce"].predict(n * model.hidden_size * bpp)
                 self.comm = "profiled all_reduce"
             else:
                 ring = 2.0 * (tp - 1) / tp
                 table = table + 2 * L * 1e3 * (device.interconnect_latency_s + ring * n * model.hidden_size * bpp
                                                / device.interconnect_bytes_s)
-                self.comm = "roofline all_reduce (no profile)"
+                self.comm = "roofline all_reduce" + ("" if tp_comm == "roofline" else " (no profile)")
         else:
             self.comm = "none"
         table[0] = 0.0
