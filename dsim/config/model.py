@@ -202,6 +202,16 @@ class ModelSpec:
         e = self.num_experts if experts is None else experts
         return (self.num_layers * self.attn_params_per_layer + self._mlp_params(e)) * self.bytes_per_param
 
+    @property
+    def expert_bytes(self) -> int:
+        """Bytes of one routed expert summed over all MoE layers (0 for a dense model)."""
+        return self._mlp(self.expert_intermediate_size) * self.num_moe_layers * self.bytes_per_param \
+            if self.is_moe else 0
+
+    def kv_shards(self, tp: int) -> int:
+        """GPUs a token's KV is split over: KV heads shard up to TP; an MLA latent is replicated."""
+        return 1 if self.is_mla else max(1, min(tp, self.num_kv_heads))
+
     @cached_property
     def kv_bytes_per_token(self) -> int:
         if self.is_mla:  # compressed latent + decoupled rope key, one per layer

@@ -108,7 +108,6 @@ class PhysicsConfig:
             raise ValueError("max_num_batched_tokens must be > 0 for the physics model (seed 000, note 2)")
         m = model
         bpp = m.bytes_per_param
-        expert = (m._mlp(m.expert_intermediate_size) * bpp * m.num_moe_layers) if m.is_moe else 0
         return cls(
             tp=tp, num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
             is_moe=m.is_moe, top_k=m.experts_per_token, num_experts=m.num_experts,
@@ -116,9 +115,9 @@ class PhysicsConfig:
             attn_flops_per_ctx_token=m.attn_flops_per_pair / 2,
             weight_bytes_total=float(m.layer_weight_bytes(m.experts_per_token if m.is_moe else None)),
             weight_bytes_static=float(m.layer_weight_bytes(0)) if m.is_moe else float(m.layer_weight_bytes()),
-            weight_bytes_expert=float(expert),
+            weight_bytes_expert=float(m.expert_bytes),
             kv_bytes_per_token=float(m.kv_bytes_per_token),
-            kv_shards=1 if m.is_mla else max(1, min(tp, m.num_kv_heads)),
+            kv_shards=m.kv_shards(tp),
             comm_bytes_per_token=(m.num_layers * 2 * m.hidden_size * bpp * 2 * (tp - 1) / tp) if tp > 1 else 0.0,
             hw_peak_flops=peak_flops, hw_peak_bandwidth=hbm_bytes_s,
             hw_pcie_bandwidth_eff=pcie_bytes_s * pcie_efficiency, hw_interconnect_bw=interconnect_bytes_s,

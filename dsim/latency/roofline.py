@@ -33,7 +33,7 @@ class RooflineModel:
         self._flops_lin = m.flops_per_token_linear / tp
         self._flops_head = m.flops_lm_head / tp
         self._flops_pair = m.attn_flops_per_pair / tp
-        self._kv_tok = m.kv_bytes_per_token / max(1, min(tp, m.num_kv_heads if not m.is_mla else 1))
+        self._kv_tok = m.kv_bytes_per_token / m.kv_shards(tp)
         self._inv_flops = 1.0 / (device.peak_flops * compute_efficiency)
         self._inv_bw = 1.0 / (device.hbm_bytes_s * memory_efficiency)
         bpp = m.bytes_per_param

@@ -37,12 +37,11 @@ class Unified5Model:
         self._us_per_byte = us / device.hbm_bytes_s
         self._flops_tok = m.flops_per_token_linear * self._us_per_flop
         self._flops_pair = m.attn_flops_per_pair * self._us_per_flop
-        kv_shards = max(1, min(tp, m.num_kv_heads)) if not m.is_mla else 1
-        self._kv_tok_us = m.kv_bytes_per_token / kv_shards * self._us_per_byte
+        self._kv_tok_us = m.kv_bytes_per_token / m.kv_shards(tp) * self._us_per_byte
         bpp = m.bytes_per_param
         self.ep = tp if (expert_parallel and m.is_moe) else 1
         if m.is_moe:
-            one_expert = m._mlp(m.expert_intermediate_size) * bpp * m.num_moe_layers
+            one_expert = m.expert_bytes
             static = m.layer_weight_bytes(0)
             if self.ep > 1:
                 # attention and dense parts stay TP-sharded; experts are whole on their owner GPU

@@ -195,8 +195,7 @@ class VidurModel:
         self.max_tokens = max_tokens
         self.profiled_max_tokens = t["max_tokens"]
         self._flops_pair = model.attn_flops_per_pair / tp / (device.peak_flops * p["attn_compute_efficiency"])
-        kv_shards = 1 if model.is_mla else max(1, min(tp, model.num_kv_heads))
-        self._kv_tok = model.kv_bytes_per_token / kv_shards / (device.hbm_bytes_s * p["attn_memory_efficiency"])
+        self._kv_tok = model.kv_bytes_per_token / model.kv_shards(tp) / (device.hbm_bytes_s * p["attn_memory_efficiency"])
         self._head_c = model.flops_lm_head / tp / (device.peak_flops * p["attn_compute_efficiency"])
         self._head_m = model.lm_head_params * bpp / tp / (device.hbm_bytes_s * p["attn_memory_efficiency"])
         self._overhead = p["step_overhead_us"] * 1e-6
