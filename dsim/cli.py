@@ -74,6 +74,9 @@ def _lut(args) -> int:
     from .config.scenario import apply_overrides
     from .latency.base import LatencyContext
     from .latency.registry import build_latency
+    from .config.errors import ConfigError
+    if args.tp < 1:
+        raise ConfigError("--tp", args.tp, "an integer >= 1")
     model = load_model(args.model, "--model", Path.cwd())
     device = load_device(args.hardware, "--hardware")
     contexts = _int_list(args.contexts, "--contexts") if args.contexts else list(lut.CONTEXTS)
@@ -84,10 +87,15 @@ def _lut(args) -> int:
     rows = lut.export_rows(step, model, device, args.tp, contexts, mbs,
                            source=f"dsim lut build --latency {args.latency}")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(lut.rows_to_csv(rows))
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(lut.rows_to_csv(rows))
+        tmp.replace(out)
+    except OSError as e:
+        if tmp.exists():
+            tmp.unlink()
+        raise ConfigError("--out", args.out, f"a writable file path ({e.strerror})") from None
     print(f"wrote {len(rows)} rows to {out}")
     return 0
 

@@ -133,3 +133,28 @@ def test_build_round_trip_reproduces_the_source_model(tmp_path):
     assert abs(viat["tpot"]["mean"] / direct["tpot"]["mean"] - 1) < 0.02
     assert abs(viat["ttft"]["mean"] / direct["ttft"]["mean"] - 1) < 0.05
     assert abs(viat["e2e"]["mean"] / direct["e2e"]["mean"] - 1) < 0.02
+
+
+def test_duplicate_rows_and_unknown_select_keys_are_errors(tmp_path):
+    p = tmp_path / "dup.csv"
+    p.write_text(HEAD + row("prefill", 128, 1, 2.0) + row("fused_decode", 128, 1, 1.0) + row("prefill", 128, 1, 3.0))
+    with pytest.raises(ConfigError, match=r"dup.csv:4: one row per .*line 2"):
+        dsim.run(scenario(latency={"model": "lut", "path": str(p)}))
+    good = synthetic(tmp_path)
+    with pytest.raises(ConfigError, match=r"latency.select.gpu: got 'gpu'"):
+        dsim.run(scenario(latency={"model": "lut", "path": str(good), "select": {"gpu": "gpu"}}))
+
+
+def test_build_bad_arguments_exit_2_and_write_nothing(tmp_path):
+    out = tmp_path / "x.csv"
+    for argv in (["--tp", "0"], ["--model", "no/such-model"], ["--hardware", "TPU9"], ["--contexts", "a,b"]):
+        base = {"--model": "meta-llama/Llama-2-7b-hf", "--hardware": "H100-SXM", "--latency": "roofline"}
+        base.update(dict(zip(argv[::2], argv[1::2])))
+        args = ["lut", "build", "--out", str(out)] + [x for kv in base.items() for x in kv]
+        r = subprocess.run([sys.executable, "-m", "dsim.cli", *args], capture_output=True, text=True)
+        assert r.returncode == 2 and argv[0] in r.stderr and "Traceback" not in r.stderr, (argv, r.stderr)
+    assert not list(tmp_path.iterdir())
+    r = subprocess.run([sys.executable, "-m", "dsim.cli", "lut", "build", "--model", "meta-llama/Llama-2-7b-hf",
+                        "--hardware", "H100-SXM", "--latency", "roofline", "--out", "/proc/nope/x.csv"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--out" in r.stderr

@@ -119,7 +119,14 @@ class LutTable:
     def __init__(self, rows: list[dict], source: str = ""):
         self.source = source
         groups: dict = defaultdict(lambda: defaultdict(list))
+        seen: dict = {}
         for r in rows:
+            key = (r["phase"], r["fanout_k"], r["microbatch"], r["context_len"])
+            if key in seen:
+                raise ConfigError(f"{source}:{r['_line']}", None,
+                                  f"one row per (phase, fanout_k, microbatch, context_len); line {seen[key]} "
+                                  f"has the same {key}", show_value=False)
+            seen[key] = r["_line"]
             p95 = r.get("latency_p95_ms", float("nan"))
             groups[(r["phase"], r["fanout_k"])][r["microbatch"]].append(
                 (r["context_len"], r["latency_ms"], p95, r["energy_mj"], r["kv_delta_mb"]))
@@ -154,6 +161,9 @@ class LutTable:
 
 def select_rows(rows: list[dict], select: dict, where: str) -> list[dict]:
     """Rows of the one configuration ``select`` (a subset of KEY_FIELDS) picks."""
+    bad = sorted(set(select) - set(KEY_FIELDS))
+    if bad:
+        raise ConfigError(f"{where}.select.{bad[0]}", select[bad[0]], f"a key among {', '.join(KEY_FIELDS)}")
     keep = [r for r in rows if all(r.get(k) == v for k, v in select.items())]
     combos = sorted({tuple(r[k] for k in KEY_FIELDS) for r in keep}, key=str)
     if len(combos) != 1:
