@@ -209,3 +209,72 @@ def test_vidur_tp_comm_choice():
     with pytest.raises(ConfigError, match="tp_comm"):
         dsim.run(scenario(model="meta-llama/Llama-2-70b-hf", engine={"tensor_parallel_size": 4},
                           latency={"model": "vidur", "tp_comm": "nccl"}))
+
+
+# ---- what the replica hands the models ------------------------------------------------------
+def _record_shapes(monkeypatch):
+    from dsim.latency.blackbox import BlackboxModel
+    shapes = []
+    orig = BlackboxModel.step_time
+
+    def rec(self, b):
+        shapes.append(b)
+        return orig(self, b)
+    monkeypatch.setattr(BlackboxModel, "step_time", rec)
+    return shapes
+
+
+def test_replica_reports_chunk_squares_and_running(monkeypatch):
+    shapes = _record_shapes(monkeypatch)
+    dsim.run(scenario(engine={"max_num_batched_tokens": 2048, "max_model_len": 8192},
+                      workload={"type": "constant", "rate": 1, "num_requests": 1, "prompt_tokens": 5000,
+                                "output_tokens": 3}))
+    pre = [(b.prefill_tokens, b.prefill_chunk_sq, b.prefill_ctx_tokens, b.running) for b in shapes if b.num_prefill]
+    assert pre == [(2048, 2048 ** 2, 0, 1), (2048, 2048 ** 2, 2048, 1), (904, 904 ** 2, 4096, 1)]
+    m = _physics_model()
+    assert m.beta_input(shapes[2]).sum_prefill_attn_work == 5000 * 904
+
+
+def test_replica_reports_preemptions_per_step(monkeypatch):
+    shapes = _record_shapes(monkeypatch)
+    res = dsim.run(scenario(engine={"num_gpu_blocks": 40, "max_model_len": 1024},
+                            workload={"type": "constant", "rate": 1000, "num_requests": 8, "prompt_tokens": 100,
+                                      "output_tokens": 200}))
+    assert res.instance.num_preemptions > 0
+    assert sum(b.num_preempted for b in shapes) == res.instance.num_preemptions
+    assert all(1 <= b.running <= 8 for b in shapes)
+
+
+def test_physics_alpha_reads_the_load_view():
+    from dsim.latency.base import LoadView
+    from dsim.latency.physics import AlphaInput, PhysicsCoefficients, alpha_features
+    base = _physics_model()
+    c = base.cfg
+    alpha = tuple(0.01 * (i + 1) for i in range(11))
+    m = PhysicsModel(c, PhysicsCoefficients(alpha, base.beta, 0.3, {}, "test"))
+    m.ema = 0.2
+
+    class Req:
+        prompt_len = 800
+    view = LoadView(running=100, waiting=7, kv_used_blocks=3000, kv_total_blocks=4000, prefix_hit_tokens=320)
+    want = AlphaInput(100, 7, 0.75, 800, 0.4, 1000 * c.block_size * c.kv_bytes_per_token, 0.2)
+    f = alpha_features(c, want)
+    assert math.isclose(m.delay(Req(), view), sum(a * x for a, x in zip(alpha, f)), rel_tol=1e-12)
+    busier = view._replace(waiting=70)
+    assert m.delay(Req(), busier) > m.delay(Req(), view)
+
+
+def test_physics_run_passes_replica_state_to_alpha(monkeypatch):
+    seen = []
+    orig = PhysicsModel.delay
+
+    def rec(self, request, state=None):
+        seen.append(state)
+        return orig(self, request, state)
+    monkeypatch.setattr(PhysicsModel, "delay", rec)
+    wl = {"type": "poisson", "rate": 50, "num_requests": 200, "prompt_tokens": 64, "output_tokens": 50,
+          "shared_prefix": {"num_groups": 2, "users_per_group": 4, "system_prompt_len": 256}}
+    dsim.run(scenario(latency={"model": "physics"}, engine={"enable_prefix_caching": True}, workload=wl))
+    assert len(seen) == 200 and seen[0].running == seen[0].waiting == seen[0].kv_used_blocks == 0
+    assert max(s.running for s in seen) > 0 and max(s.prefix_hit_tokens for s in seen) >= 256
+    assert all(0 <= s.kv_used_blocks <= s.kv_total_blocks for s in seen)
