@@ -123,9 +123,14 @@ def main(argv=None) -> int:
         if args.cmd == "validate":
             from .runner import prepare
             scn = load_scenario(args.scenario, args.overrides)
-            _, reqs, _, _, blocks, _ = prepare(scn)
-            print(f"ok: {scn.name} ({scn.model.name} on {scn.device.name}, {blocks} KV blocks, "
-                  f"{len(reqs)} requests)")
+            ses = prepare(scn)
+            pools = list(ses.fleet.pools.values())
+            if scn.fleet.declared:
+                what = ", ".join(f"{p.name}: {p.spec.replicas} x {p.spec.model.name} on {p.spec.device.name}"
+                                 f" ({p.role}, {p.kv_blocks} KV blocks)" for p in pools)
+            else:
+                what = f"{scn.model.name} on {scn.device.name}, {pools[0].kv_blocks} KV blocks"
+            print(f"ok: {scn.name} ({what}, {len(ses.reqs)} requests)")
             return 0
         from .runner import run
         scn = load_scenario(args.scenario, args.overrides, args.seed)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from . import __version__
 from .config.scenario import Scenario, load_scenario
+from .cluster.control import build_controllers, run_controller
+from .cluster.fleet import Fleet
 from .core.simulation import Simulation
-from .latency.base import LatencyContext
-from .latency.registry import build_latency
 from .metrics import plots as plots_mod
 from .metrics.summary import request_latencies, summarize
 from .metrics.writers import AtomicOutput, requests_csv, to_json
@@ -25,7 +25,8 @@ class Result:
     requests: list
     summary: dict
     manifest: dict
-    instance: Instance = field(repr=False)
+    instance: Instance = field(repr=False)     # the first replica (the only one without cluster:)
+    fleet: Fleet = field(default=None, repr=False)
     out_dir: Path | None = None
 
     def latencies(self) -> dict:
@@ -58,27 +59,34 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def prepare(scn: Scenario):
-    """Build everything a run needs (validates the workload and latency sections too)."""
-    sim = Simulation(scn.seed)
-    reqs, wdesc = build_requests(scn.raw["workload"], sim.rng, scn.base_dir)
-    blocks = scn.engine.kv_blocks(scn.model, scn.device)
-    ctx = LatencyContext(scn.model, scn.device, scn.engine, blocks, sim.rng.stream("latency"), scn.base_dir)
-    step, queueing, ldesc = build_latency(scn.raw.get("latency", {}), ctx)
-    return sim, reqs, step, queueing, blocks, dict(workload=wdesc, latency=ldesc, kv_blocks=blocks)
+class Session:
+    """A built simulation: requests, fleet, controllers and the arrival process, ready to run.
 
+    ``run_to_end`` is what ``dsim run`` does; ``advance(t)`` lets the stepping API
+    (``dsim.ClusterEnv``) run it in slices.
+    """
 
-def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False):
-    """Run the simulation; return (requests, instance, description, end time)."""
-    sim, reqs, step, queueing, blocks, desc = prepare(scn)
-    inst = Instance(sim, scn.engine, step, queueing, blocks, check_invariants=check_invariants)
-    horizon = scn.horizon_s
-    prog = _Progress(len(reqs), progress)
+    def __init__(self, scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=()):
+        self.scn = scn
+        self.sim = sim = Simulation(scn.seed)
+        self.reqs, wdesc = build_requests(scn.raw["workload"], sim.rng, scn.base_dir)
+        self.fleet = Fleet(sim, scn, check_invariants)
+        self.controllers = build_controllers(scn.fleet.controllers, self.fleet) + list(controllers)
+        self.action_log: list = []
+        for c in self.controllers:
+            sim.process(run_controller(self.fleet, c, self.action_log))
+        self.progress = _Progress(len(self.reqs), progress)
+        first = next(iter(self.fleet.pools.values()))
+        self.desc = dict(workload=wdesc, latency=first.latency_desc, kv_blocks=first.kv_blocks)
+        sim.process(self._arrivals())
 
-    def arrivals():
-        env = sim.env
+    def _arrivals(self):
+        env = self.sim.env
+        fleet = self.fleet
+        horizon = self.scn.horizon_s
+        prog = self.progress
         last = None
-        for i, r in enumerate(reqs):
+        for i, r in enumerate(self.reqs):
             if horizon is not None and r.arrival >= horizon:
                 break
             t = r.arrival
@@ -87,36 +95,57 @@ def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = Fal
                 yield env.timeout(dt)
             last = t
             r.arrival = env.now            # the clock's sum may differ from t by 1 ulp
-            inst.submit(r)
+            fleet.arrive(r)
             if prog.enabled and not i % 256:
-                prog.tick(len(inst.completed))
+                prog.tick(len(fleet.completed))
+        fleet.arrivals_done = True
 
-    sim.process(arrivals())
-    if horizon is not None and not scn.drain:
-        sim.run(until=horizon)
-        end = horizon
-    else:
-        sim.run()
-        end = sim.now if horizon is None else max(horizon, sim.now)
-    prog.tick(len(inst.completed))
-    prog.close()
-    _final_invariants(inst, reqs, horizon, scn.drain)
-    return reqs, inst, desc, end
+    def advance(self, until: float) -> None:
+        self.sim.run(until=until)
+
+    def run_to_end(self) -> float:
+        scn, sim = self.scn, self.sim
+        horizon = scn.horizon_s
+        if horizon is not None and not scn.drain:
+            if horizon > sim.now:
+                sim.run(until=horizon)
+            end = horizon
+        else:
+            sim.run()
+            end = sim.now if horizon is None else max(horizon, sim.now)
+        self.progress.tick(len(self.fleet.completed))
+        self.progress.close()
+        _final_invariants(self.fleet, horizon, scn.drain)
+        return end
 
 
-def _final_invariants(inst: Instance, reqs, horizon, drain) -> None:
-    """Conservation (queued + running + completed + rejected = submitted) and causality (BC-8)."""
-    n_wait = len(inst.waiting)
-    assert n_wait + len(inst.running) + len(inst.completed) + len(inst.rejected) == inst.submitted, \
-        "request conservation violated"
-    for r in inst.completed:
+def prepare(scn: Scenario) -> Session:
+    """Build everything a run needs (validates workload, latency and cluster sections too)."""
+    return Session(scn)
+
+
+def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False):
+    """Run the simulation; return the finished Session."""
+    ses = Session(scn, check_invariants, progress)
+    ses.end = ses.run_to_end()
+    return ses
+
+
+def _final_invariants(fleet: Fleet, horizon, drain) -> None:
+    """Conservation (queued + running + in transfer + completed + rejected = arrived), causality
+    (BC-8), pool isolation, and after a drained run: no work left, no KV block leaked."""
+    fleet.check_conservation()
+    for r in fleet.completed:
         assert r.arrival <= r.t_queued <= r.t_scheduled <= r.t_first_token <= r.t_completion, \
             f"causality violated for request {r.rid}"
         assert r.n_out == r.max_tokens
+    fleet.check_isolation()
     if horizon is None or drain:
-        assert not inst.running and not inst.waiting, "work left after a drained run"
-        assert inst.kv.free_count == inst.kv.total, "KV blocks leaked"
-        inst.kv.check(inst.held_blocks())
+        for rep in fleet.replicas():
+            inst = rep.inst
+            assert not inst.running and not inst.waiting and not inst.transferring, "work left after a drained run"
+            assert inst.kv.free_count == inst.kv.total, "KV blocks leaked"
+            inst.kv.check(inst.held_blocks())
     # (stopped at the horizon mid-iteration, blocks of the step in flight are already allocated:
     # conservation is checked at every step end with --check-invariants instead)
 
@@ -125,8 +154,14 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
         progress: bool = False, plots: bool | None = None) -> Result:
     """Run a scenario (path, mapping or Scenario) and optionally write its report to ``out_dir``."""
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
-    reqs, inst, desc, end = simulate(scn, check_invariants, progress)
-    summary = summarize(scn, inst, reqs)
+    ses = simulate(scn, check_invariants, progress)
+    return finish(ses, out_dir, plots)
+
+
+def finish(ses: Session, out_dir=None, plots: bool | None = None) -> Result:
+    """Summarise a finished session into a Result (and write the report when out_dir is set)."""
+    scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet
+    summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
     m = scn.model
     manifest = {
         "dsim_version": __version__,
@@ -143,7 +178,13 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
         "workload": desc["workload"],
         "python": platform.python_version(),
     }
-    res = Result(scn, reqs, summary, manifest, inst)
+    if scn.fleet.declared:
+        manifest["pools"] = {p.name: {"cluster": p.cluster.name, "role": p.role, "model": p.spec.model.name,
+                                      "hardware": p.spec.device.name, "engine": p.spec.engine.__dict__,
+                                      "replicas": p.spec.replicas, "kv_blocks": p.kv_blocks,
+                                      "latency": p.latency_desc}
+                             for p in fleet.pools.values()}
+    res = Result(scn, reqs, summary, manifest, fleet.replicas()[0].inst, fleet)
     if out_dir is not None:
         res.out_dir = write_report(res, Path(out_dir), scn.plots if plots is None else plots)
     return res
@@ -155,12 +196,16 @@ def write_report(res: Result, out: Path, plots: bool) -> Path:
         ao.write_text("summary.json", to_json(res.summary))
         ao.write_text("manifest.json", to_json(res.manifest))
         ao.write_text("requests.csv", requests_csv(res.requests))
+        reps = res.fleet.replicas()
         if res.scenario.timeline:
             from .metrics.timeline import chrome_trace
-            ao.write_text("timeline.json", chrome_trace(res.instance))
+            ao.write_text("timeline.json", chrome_trace([r.inst for r in reps]))
         if plots:
             plots_mod.latency_cdfs(res.latencies(), ao.path("plots/latency_cdf.png"))
-            plots_mod.timeline(res.instance.log, res.instance.kv.total, ao.path("plots/timeline.png"))
+            if len(reps) == 1:
+                plots_mod.timeline(res.instance.log, res.instance.kv.total, ao.path("plots/timeline.png"))
+            else:
+                plots_mod.fleet_timeline([r.inst for r in reps], ao.path("plots/timeline.png"))
     except BaseException:
         ao.abort()
         raise

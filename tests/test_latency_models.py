@@ -71,9 +71,10 @@ def _physics_model() -> PhysicsModel:
     from dsim.config.scenario import load_scenario
     from dsim.runner import prepare
     scn = load_scenario(scenario(latency={"model": "physics"}))
-    _, _, step, queueing, _, desc = prepare(scn)
-    assert step is queueing and desc["latency"]["model"] == "physics"
-    return step
+    ses = prepare(scn)
+    inst = ses.fleet.replicas()[0].inst
+    assert inst.step_model is inst.queueing and ses.desc["latency"]["model"] == "physics"
+    return inst.step_model
 
 
 def test_physics_batch_mapping_is_exact_chunk_work():

@@ -25,6 +25,19 @@ class DeviceProfile:
     tdp_w: float = 700.0
     pcie_bytes_s: float = 32e9
     pcie_efficiency: float = 0.75
+    idle_w: float | None = None        # board power when idle (default 15 % of TDP)
+    usd_per_gpu_hour: float | None = None
+    weight_load_gb_s: float | None = None   # cold start: weight load rate per GPU (default PCIe)
+
+    @property
+    def idle_power_w(self) -> float:
+        return self.idle_w if self.idle_w is not None else 0.15 * self.tdp_w
+
+    @property
+    def weight_load_bytes_s(self) -> float:
+        if self.weight_load_gb_s is not None:
+            return self.weight_load_gb_s * 1e9
+        return self.pcie_bytes_s * self.pcie_efficiency
 
 
 @lru_cache(maxsize=None)
@@ -55,6 +68,9 @@ def _build(name: str, d: dict, path: str) -> DeviceProfile:
         tdp_w=s.num("tdp_w", 700, lo=0, lo_open=True),
         pcie_bytes_s=s.num("pcie_gb_s", 32, lo=0, lo_open=True) * 1e9,
         pcie_efficiency=s.num("pcie_efficiency", 0.75, lo=0, hi=1, lo_open=True),
+        idle_w=s.num("idle_w", None, lo=0),
+        usd_per_gpu_hour=s.num("usd_per_gpu_hour", None, lo=0),
+        weight_load_gb_s=s.num("weight_load_gb_s", None, lo=0, lo_open=True),
     )
     s.done()
     return p

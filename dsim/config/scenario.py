@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from .cluster import FleetSpec, check_tp, load_fleet, single_pool
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
 from .fields import Section
@@ -17,7 +18,7 @@ from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
 
 TOP_KEYS = ("seed", "name", "description", "model", "hardware", "engine", "latency", "workload",
-            "slo", "horizon_s", "drain", "output")
+            "slo", "horizon_s", "drain", "output", "cluster")
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Scenario:
     plots: bool = True
     timeline: bool = False
     source: str = ""
+    fleet: FleetSpec | None = None
 
     @property
     def digest(self) -> str:
@@ -115,9 +117,18 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     sd = s.int("seed", 0, lo=0)
     name = s.str("name", Path(shown).stem if shown != "<dict>" else "scenario")
     s.str("description", "")
-    model = load_model(s.raw("model"), "model", base_dir)
-    device = load_device(s.raw("hardware"), "hardware")
-    engine = load_engine(s.raw("engine", {}), "engine")
+    cluster = s.raw("cluster", None)
+    if cluster is None:
+        model = load_model(s.raw("model"), "model", base_dir)
+        device = load_device(s.raw("hardware"), "hardware")
+        engine = load_engine(s.raw("engine", {}), "engine")
+        check_tp(model, engine, "engine")
+        fleet = single_pool(model, device, engine, s.raw("latency", {}))
+    else:
+        top = {k: s.raw(k, None) for k in ("model", "hardware", "engine", "latency")}
+        fleet = load_fleet(cluster, top, base_dir)
+        first = fleet.pools[0]
+        model, device, engine = first.model, first.device, first.engine
     slo = s.section("slo", {})
     ttft = slo.num("ttft_ms", None, lo=0, lo_open=True)
     tpot = slo.num("tpot_ms", None, lo=0, lo_open=True)
@@ -128,14 +139,10 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     plots = out.bool("plots", True)
     timeline = out.bool("timeline", False)
     out.done()
-    s.raw("latency", {})
     if "workload" not in data:
         raise ConfigError("workload", None, "a workload section (type: poisson | ... | trace)", show_value=False)
     s.raw("workload")
     s.done()
-    if engine.tensor_parallel_size > 1 and model.num_heads % engine.tensor_parallel_size:
-        raise ConfigError("engine.tensor_parallel_size", engine.tensor_parallel_size,
-                          f"a divisor of the model's {model.num_heads} attention heads")
     return Scenario(raw=data, base_dir=base_dir, seed=sd, name=name, model=model, device=device,
                     engine=engine, slo_ttft_ms=ttft, slo_tpot_ms=tpot, horizon_s=horizon, drain=drain,
-                    plots=plots, timeline=timeline, source=shown)
+                    plots=plots, timeline=timeline, source=shown, fleet=fleet)

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 # Lifecycle states, in order.  REJECTED is terminal for requests that can never fit.
-PENDING, QUEUED, RUNNING, PREEMPTED, COMPLETED, REJECTED = range(6)
-STATE_NAMES = ("pending", "queued", "running", "preempted", "completed", "rejected")
+PENDING, QUEUED, RUNNING, PREEMPTED, COMPLETED, REJECTED, HANDOFF = range(7)
+STATE_NAMES = ("pending", "queued", "running", "preempted", "completed", "rejected", "kv_transfer")
 
 
 class Request:
@@ -19,6 +19,7 @@ class Request:
         "state", "t_queued", "t_scheduled", "t_first_token", "t_completion", "t_last_token",
         "preempt_times", "cached_tokens", "num_computed", "n_out",
         "d0", "c0", "hashes", "plain_blocks", "block_hashes", "prefilling", "itl_gap",
+        "session", "tenant", "replica", "prefill_replica", "kv_ready", "reject_reason", "t_handoff", "t_kv_ready",
     )
 
     def __init__(self, rid: int, arrival: float, prompt_len: int, max_tokens: int,
@@ -44,6 +45,14 @@ class Request:
         self.block_hashes = None     # hashes of full blocks of the token sequence (lazy)
         self.prefilling = False
         self.itl_gap = False         # next emitted token's ITL is not the step duration
+        self.session = -1            # conversation id (affinity); -1 = none
+        self.tenant = ""             # request class for fairness reports (workload type: mix)
+        self.replica = None          # replica that finished (or holds) the request
+        self.prefill_replica = None  # P/D: the replica that ran the prefill
+        self.kv_ready = 0            # P/D: prompt tokens whose KV arrived from a prefill replica
+        self.reject_reason = ""
+        self.t_handoff = None        # P/D: prefill done, KV transfer starts
+        self.t_kv_ready = None       # P/D: KV transfer done, request reaches the decode replica
 
     @property
     def num_tokens(self) -> int:

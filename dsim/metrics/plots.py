@@ -45,3 +45,28 @@ def timeline(log, total_blocks: int, path, max_points: int = 4000) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90, metadata={"Software": None})
     plt.close(fig)
+
+
+def fleet_timeline(insts, path, max_points: int = 2000) -> None:
+    """Queue depth (waiting + running) and KV usage per replica over time."""
+    plt = _plt()
+    fig, ax = plt.subplots(2, 1, figsize=(11, 5), sharex=True)
+    for inst in insts:
+        log = inst.log
+        t = np.asarray(log.t_end)
+        if not t.size:
+            continue
+        idx = np.linspace(0, t.size - 1, min(t.size, max_points)).astype(int)
+        depth = np.asarray(log.waiting) + np.asarray(log.running)
+        ax[0].plot(t[idx], depth[idx], label=inst.name, lw=0.8)
+        ax[1].plot(t[idx], np.asarray(log.kv_used, dtype=float)[idx] / max(1, inst.kv.total), lw=0.8)
+    ax[0].set_ylabel("waiting + running")
+    if len(insts) <= 12:
+        ax[0].legend(loc="upper right", fontsize=7, ncol=2)
+    ax[1].set_ylabel("KV blocks used")
+    ax[1].set_xlabel("simulated time (s)")
+    for a in ax:
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)

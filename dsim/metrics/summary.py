@@ -47,27 +47,41 @@ def request_latencies(reqs) -> dict:
     return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "queue_ms": queue}
 
 
-def summarize(scn, inst, reqs) -> dict:
+def meets_slo(r, ttft_ms, tpot_ms) -> bool:
+    """A completed request meets the TTFT and TPOT SLOs (None = no bound)."""
+    if ttft_ms is not None and (r.t_first_token - r.arrival) * 1e3 > ttft_ms:
+        return False
+    if tpot_ms is not None and r.n_out > 1 and (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) > tpot_ms:
+        return False
+    return True
+
+
+def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
+    from .fleet import energy_cost, fairness, fleet_sections
     lat = request_latencies(reqs)
     done = [r for r in reqs if r.t_completion is not None]
-    log = inst.log
-    itl_v = list(log.dur) + [v for v, _ in inst.itl_extra]
-    itl_w = list(log.itl_count) + [w for _, w in inst.itl_extra]
+    insts = [rep.inst for rep in fleet.replicas()]
+    itl_v: list = []
+    itl_w: list = []
+    for inst in insts:
+        itl_v += list(inst.log.dur) + [v for v, _ in inst.itl_extra]
+        itl_w += list(inst.log.itl_count) + [w for _, w in inst.itl_extra]
     itl = weighted_stats(np.asarray(itl_v) * 1e3, itl_w)
     first = min((r.arrival for r in reqs), default=0.0)
     last = max((r.t_completion for r in done), default=first)
     span = max(last - first, 1e-12)
     out_tok = sum(r.n_out for r in done)
     in_tok = sum(r.prompt_len for r in done)
+    rejected = fleet.rejected
     summary = {
         "scenario": scn.name,
         "seed": scn.seed,
         "requests": {
-            "submitted": inst.submitted,
+            "submitted": fleet.arrived,
             "completed": len(done),
-            "rejected": len(inst.rejected),
-            "unfinished": inst.submitted - len(done) - len(inst.rejected),
-            "not_arrived": len(reqs) - inst.submitted,
+            "rejected": len(rejected),
+            "unfinished": fleet.arrived - len(done) - len(rejected),
+            "not_arrived": len(reqs) - fleet.arrived,
         },
         "latency_ms": {
             "ttft": stats(lat["ttft_ms"]),
@@ -85,47 +99,60 @@ def summarize(scn, inst, reqs) -> dict:
             "input_tokens": in_tok,
         },
     }
+    if rejected:
+        reasons: dict = {}
+        for r in rejected:
+            reasons[r.reject_reason] = reasons.get(r.reject_reason, 0) + 1
+        summary["requests"]["rejected_by"] = dict(sorted(reasons.items()))
     ttft_slo, tpot_slo = scn.slo_ttft_ms, scn.slo_tpot_ms
     if ttft_slo is not None or tpot_slo is not None:
-        good = 0
-        for r in done:
-            ok = True
-            if ttft_slo is not None and (r.t_first_token - r.arrival) * 1e3 > ttft_slo:
-                ok = False
-            if ok and tpot_slo is not None and r.n_out > 1 and \
-                    (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) > tpot_slo:
-                ok = False
-            good += ok
+        good = sum(1 for r in done if meets_slo(r, ttft_slo, tpot_slo))
         summary["goodput"] = {
             "slo_ttft_ms": ttft_slo, "slo_tpot_ms": tpot_slo,
             "requests_meeting_slo": good,
-            "fraction": good / max(1, len(done) + len(inst.rejected)),
+            "fraction": good / max(1, len(done) + len(rejected)),
             "requests_per_s": good / span,
         }
-    dur = np.asarray(log.dur)
-    kv_used = np.asarray(log.kv_used, dtype=float)
-    total_blocks = inst.kv.total
-    busy = float(dur.sum())
+    durs = [np.asarray(i.log.dur) for i in insts]
+    busy = [float(d.sum()) for d in durs]
+    used_t = sum(float((np.asarray(i.log.kv_used, dtype=float) * d).sum() / i.kv.total) for i, d in zip(insts, durs))
+    hits = sum(i.kv.hits for i in insts)
+    queries = sum(i.kv.queries for i in insts)
+    peak = max((max(i.log.kv_used) / i.kv.total for i in insts if i.log.kv_used), default=0.0)
     summary["kv_cache"] = {
-        "total_blocks": total_blocks,
-        "block_size": inst.bs,
-        "mean_usage": float((kv_used * dur).sum() / busy / total_blocks) if busy else 0.0,
-        "peak_usage": float(kv_used.max() / total_blocks) if kv_used.size else 0.0,
-        "prefix_hit_rate": inst.kv.hits / inst.kv.queries if inst.kv.queries else 0.0,
+        "total_blocks": sum(i.kv.total for i in insts),
+        "block_size": insts[0].bs,
+        "mean_usage": used_t / sum(busy) if sum(busy) else 0.0,
+        "peak_usage": float(peak),
+        "prefix_hit_rate": hits / queries if queries else 0.0,
         "prefix_hit_tokens": int(sum(r.cached_tokens for r in reqs)),
     }
+    tok = [np.asarray(i.log.prefill_tokens) + np.asarray(i.log.decode_tokens) for i in insts]
+    n_steps = sum(i.num_steps for i in insts)
     summary["scheduler"] = {
-        "steps": inst.num_steps,
-        "busy_fraction": busy / span,
-        "preemptions": inst.num_preemptions,
+        "steps": n_steps,
+        "busy_fraction": sum(busy) / (span * len(insts)),
+        "preemptions": sum(i.num_preemptions for i in insts),
         "preempted_requests": sum(1 for r in reqs if r.preempt_times),
-        "mean_batch_tokens": float((np.asarray(log.prefill_tokens) + np.asarray(log.decode_tokens)).mean())
-        if log.dur else 0.0,
-        "peak_running": max(log.running, default=0),
-        "peak_waiting": max(log.waiting, default=0),
+        "mean_batch_tokens": float(sum(t.sum() for t in tok) / n_steps) if n_steps else 0.0,
+        "peak_running": max((max(i.log.running, default=0) for i in insts), default=0),
+        "peak_waiting": max((max(i.log.waiting, default=0) for i in insts), default=0),
     }
-    energy_mj = getattr(inst.step_model, "energy_mj", None)
-    if energy_mj is not None:      # latency models that know energy (LUT rows carry energy_mj)
-        summary["energy"] = {"joules": energy_mj / 1e3,
-                             "joules_per_output_token": energy_mj / 1e3 / out_tok if out_tok else None}
+    if t_end is None or (scn.horizon_s is None or scn.drain):
+        t_acct = max(last, max((r.arrival for r in reqs if r.state), default=0.0))
+    else:
+        t_acct = t_end
+    energy, cost = energy_cost(fleet.replicas(), t_acct, out_tok, out_tok + in_tok)
+    summary["energy"] = energy
+    if cost is not None:
+        summary["cost"] = cost
+    if scn.fleet.declared:
+        summary.update(fleet_sections(fleet, done, t_acct))
+        summary["scale_events"] = [{"time_s": t, "pool": p, "event": e, "replica": n}
+                                   for t, p, e, n in fleet.scale_events]
+        if actions:
+            summary["controller_actions"] = list(actions)
+    fair = fairness(reqs, done, ttft_slo, tpot_slo)
+    if fair is not None:
+        summary["fairness"] = fair
     return summary

@@ -13,7 +13,8 @@ from ..core.request import STATE_NAMES
 
 COLUMNS = ("request_id", "label", "state", "arrival_s", "queued_s", "scheduled_s", "first_token_s",
            "completion_s", "prompt_tokens", "output_tokens", "generated_tokens", "ttft_ms", "tpot_ms",
-           "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group")
+           "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group",
+           "tenant", "session", "replica", "prefill_replica", "kv_ready_s", "reject_reason")
 
 
 def _f(x, scale=1.0):
@@ -33,7 +34,8 @@ def requests_csv(reqs) -> str:
                     _f(tpot, 1e3), _f(r.t_completion - r.arrival if done else None, 1e3),
                     _f(None if r.t_scheduled is None else r.t_scheduled - r.arrival, 1e3),
                     len(r.preempt_times), ";".join(f"{t:.6f}" for t in r.preempt_times),
-                    r.cached_tokens, r.prefix_group))
+                    r.cached_tokens, r.prefix_group, r.tenant, r.session, r.replica or "",
+                    r.prefill_replica or "", _f(r.t_kv_ready), r.reject_reason))
     return buf.getvalue()
 
 

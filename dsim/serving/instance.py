@@ -15,6 +15,13 @@ Each iteration mirrors vLLM V1's ``Scheduler.schedule()`` (vllm/v1/core/sched/sc
 * tokens appear at the end of the step: the first token when a request's prefill completes, then
   one per decode step; a request finishes (and frees its blocks) with its last token.
 
+Roles (prefill/decode disaggregation): a ``prefill`` replica hands a request off after its first
+token (its KV blocks stay held until ``release_handoff``); a ``decode`` replica admits requests
+whose prompt KV arrived from elsewhere (``Request.kv_ready``) and only computes the tokens after
+the first.  A decode replica never emits a first token and a prefill replica never emits a
+second one (checked in ``check_invariants``).  A request preempted on a decode replica is
+recomputed there, as vLLM does.
+
 ``enable_chunked_prefill: false`` selects the older (V0) policy instead: if waiting prompts fit,
 the step is prefill-only with whole prompts; otherwise every running request decodes.
 
@@ -28,7 +35,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..core.request import COMPLETED, PREEMPTED, QUEUED, REJECTED, RUNNING
+from ..core.request import COMPLETED, HANDOFF, PREEMPTED, QUEUED, REJECTED, RUNNING
 from ..latency.base import BatchShape, LoadView
 from .kvcache import KVCache
 from .prefix import block_hashes
@@ -44,12 +51,27 @@ class StepLog:
             setattr(self, k, [])
 
 
+ROLES = ("mixed", "prefill", "decode")
+
+
+def _noop(*_a) -> None:
+    return None
+
+
 class Instance:
+    """One replica.  ``on_done(r)`` is called when a request completes or is rejected here,
+    ``on_handoff(r)`` when a prefill replica has produced a request's first token."""
+
     def __init__(self, sim, engine, step_model, queueing, num_blocks: int, name: str = "replica0",
-                 check_invariants: bool = False):
+                 check_invariants: bool = False, role: str = "mixed", on_done=None, on_handoff=None):
+        if role not in ROLES:
+            raise ValueError(f"role {role!r} not in {ROLES}")
         self.sim = sim
         self.env = sim.env
         self.name = name
+        self.role = role
+        self.on_done = on_done or _noop
+        self.on_handoff = on_handoff or _noop
         self.engine = engine
         self.step_model = step_model
         self.queueing = queueing
@@ -75,6 +97,10 @@ class Instance:
         self.submitted = 0
         self.completed: list = []
         self.rejected: list = []
+        self.in_alpha = 0                # submitted, still in the arrival-to-queue delay
+        self.transferring: dict = {}     # rid -> Request handed off, KV still held (prefill role)
+        self.handed_off = 0              # handed off and released
+        self.moved_out = 0               # taken back unstarted (rebalancing)
         self.log = StepLog()
         self.itl_extra: list = []        # (ITL seconds, count) samples that are not one step long
         self.stall_n = 0                 # decoders idle through V0 prefill-only steps
@@ -90,20 +116,31 @@ class Instance:
     def submit(self, r) -> None:
         """A request reaches the server: reject what can never run, else queue after alpha."""
         self.submitted += 1
+        r.replica = self.name
         e = self.engine
-        if r.prompt_len + r.max_tokens > e.max_model_len or \
-                -(-(r.prompt_len + r.max_tokens - 1) // self.bs) > self.kv.total:
-            r.state = REJECTED
-            self.rejected.append(r)
+        if r.prompt_len + r.max_tokens > e.max_model_len:
+            self._reject(r, "too_long")
+            return
+        if -(-(r.prompt_len + r.max_tokens - 1) // self.bs) > self.kv.total:
+            self._reject(r, "kv_capacity")
             return
         d = self.queueing.delay(r, self._load_view(r) if self.alpha_state else None)
         if d > 0:
+            self.in_alpha += 1
             ev = self.env.timeout(d)
-            ev.callbacks.append(lambda _ev, r=r: self._enqueue(r))
+            ev.callbacks.append(lambda _ev, r=r: self._enqueue(r, True))
         else:
             self._enqueue(r)
 
-    def _enqueue(self, r) -> None:
+    def _reject(self, r, reason: str) -> None:
+        r.state = REJECTED
+        r.reject_reason = reason
+        self.rejected.append(r)
+        self.on_done(r)
+
+    def _enqueue(self, r, delayed: bool = False) -> None:
+        if delayed:
+            self.in_alpha -= 1
         r.state = QUEUED
         r.t_queued = self.env.now
         self.waiting.append(r)
@@ -198,6 +235,7 @@ class Instance:
                 victim.t_last_token = now
         self._release(victim, comp, self.cache_on)
         victim.num_computed = 0
+        victim.kv_ready = 0              # recomputed here (vLLM does not re-fetch remote KV)
         victim.itl_gap = victim.n_out > 0
         victim.state = PREEMPTED
         victim.preempt_times.append(now)
@@ -220,8 +258,8 @@ class Instance:
             r = waiting[0]
             n_tok = r.num_tokens
             hit_hashes = ()
-            hit = 0
-            if self.cache_on:
+            hit = r.kv_ready             # P/D: prompt KV delivered by a prefill replica
+            if self.cache_on and not hit:
                 full = (n_tok - 1) // bs
                 if full:
                     hs = block_hashes(r, full, bs)
@@ -426,6 +464,8 @@ class Instance:
                 r.n_out += 1
                 if r.n_out >= r.max_tokens:
                     self._complete(r, r.num_computed, emit_t)
+                elif self.role == "prefill":
+                    self._handoff(r, emit_t)
                 else:
                     self._lazy_add(r)
             # decoders whose last token came out this step
@@ -454,12 +494,56 @@ class Instance:
         r.t_completion = emit_t + self.post_overhead
         r.t_last_token = emit_t
         self.completed.append(r)
+        self.on_done(r)
+
+    # ---- prefill/decode disaggregation ----------------------------------------------------------
+    def _handoff(self, r, emit_t: float) -> None:
+        """Prefill role: the first token is out; the KV stays held until the transfer ends."""
+        del self.running[r.rid]
+        r.t_last_token = r.t_handoff = emit_t
+        r.state = HANDOFF
+        self.transferring[r.rid] = r
+        self.on_handoff(r)
+
+    def release_handoff(self, r) -> None:
+        """The KV of a handed-off request has been copied out: free its blocks here."""
+        del self.transferring[r.rid]
+        self._release(r, r.num_computed, self.cache_on and r.segments is not None)
+        self.handed_off += 1
+        if self._wake is not None and not self._wake.triggered and self.waiting:
+            self._wake.succeed()
+
+    def take_unstarted(self):
+        """Remove and return the newest waiting request that was never scheduled (or None)."""
+        w = self.waiting
+        for i in range(len(w) - 1, -1, -1):
+            r = w[i]
+            if r.t_scheduled is None and not r.kv_ready:
+                del w[i]
+                self.moved_out += 1
+                return r
+        return None
+
+    def set_engine(self, engine) -> None:
+        """Live change of scheduler knobs (max_num_seqs, max_num_batched_tokens, ...): the next
+        step uses them; KV capacity and block size stay as built."""
+        if engine.block_size != self.bs:
+            raise ValueError("block_size cannot change on a running replica")
+        self.engine = engine
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting, running, in the arrival delay or in KV transfer."""
+        return not (self.running or self.waiting or self.in_alpha or self.transferring)
 
     # ---- invariants ---------------------------------------------------------------------------
     def held_blocks(self) -> int:
         """Blocks in use by running requests (shared cached blocks counted once)."""
         plain = 0
         shared = set()
+        for r in self.transferring.values():
+            plain += -(-r.num_computed // self.bs) - len(r.hashes)
+            shared.update(r.hashes)
         for r in self.running.values():
             comp = r.num_computed if r.prefilling else r.c0 + self.D - r.d0
             if r.prefilling:
@@ -481,3 +565,12 @@ class Instance:
             assert c >= 0
         assert self.n_dec + self.n_prefilling == len(self.running)
         assert self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0
+        # pool isolation: a decode replica never produces a first token, a prefill replica
+        # never a second one
+        if self.role == "prefill":
+            for r in self.running.values():
+                assert r.n_out == 0, f"{self.name}: prefill replica decodes request {r.rid}"
+        elif self.role == "decode":
+            for r in self.running.values():
+                assert r.prefill_replica is not None and r.prefill_replica != self.name, \
+                    f"{self.name}: decode replica runs the prefill of request {r.rid}"

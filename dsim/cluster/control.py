@@ -1,0 +1,188 @@
+"""Control plane: controllers are SimPy processes that observe the fleet on a tick and act.
+
+Actions (seed 001's action set, seed 002's planner tick): ``ScaleOut``/``ScaleIn`` a pool (a new
+replica is ready after its cold start; a removed one drains first), ``SetEngine`` (live
+max_num_seqs / max_num_batched_tokens / long_prefill_token_threshold) and ``Rebalance`` (move
+unstarted requests from long queues to short ones).  Speculative decoding toggles arrive with the
+speculative-decoding work.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config.fields import Section
+
+
+@dataclass(frozen=True)
+class ScaleOut:
+    pool: str
+    n: int = 1
+
+
+@dataclass(frozen=True)
+class ScaleIn:
+    pool: str
+    n: int = 1
+
+
+@dataclass(frozen=True)
+class SetEngine:
+    pool: str
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    long_prefill_token_threshold: int | None = None
+
+
+@dataclass(frozen=True)
+class Rebalance:
+    pool: str
+
+
+def apply_action(fleet, a) -> dict:
+    """Apply one action; returns what happened (for logs and the stepping API)."""
+    if isinstance(a, ScaleOut):
+        return {"action": "scale_out", "pool": a.pool, "changed": fleet.scale_out(a.pool, a.n)}
+    if isinstance(a, ScaleIn):
+        return {"action": "scale_in", "pool": a.pool, "changed": fleet.scale_in(a.pool, a.n)}
+    if isinstance(a, SetEngine):
+        knobs = {k: v for k, v in (("max_num_seqs", a.max_num_seqs),
+                                   ("max_num_batched_tokens", a.max_num_batched_tokens),
+                                   ("long_prefill_token_threshold", a.long_prefill_token_threshold))
+                 if v is not None}
+        for k, v in knobs.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "long_prefill_token_threshold" else 1):
+                raise ValueError(f"SetEngine.{k}: expected a positive integer, got {v!r}")
+        fleet.pool(a.pool).set_engine(**knobs)
+        return {"action": "set_engine", "pool": a.pool, "changed": knobs}
+    if isinstance(a, Rebalance):
+        return {"action": "rebalance", "pool": a.pool, "changed": fleet.rebalance(a.pool)}
+    raise ValueError(f"unknown action {a!r} (ScaleOut, ScaleIn, SetEngine, Rebalance)")
+
+
+class Window:
+    """Observation over the interval since the previous ``observe`` call."""
+
+    def __init__(self, fleet):
+        self.fleet = fleet
+        self.t = fleet.sim.now
+        self.n_done = 0
+        self.n_rej = 0
+        self.n_arr = 0
+        self.busy = {}
+
+    def observe(self) -> dict:
+        f = self.fleet
+        now = f.sim.now
+        dt = max(now - self.t, 1e-12)
+        new = f.completed[self.n_done:]
+        ttft = [(r.t_first_token - r.arrival) * 1e3 for r in new]
+        tpot = [(r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in new if r.n_out > 1]
+        pools = {}
+        for name, p in f.pools.items():
+            busy = sum(r.inst.busy_time for r in p.replicas)
+            prev = self.busy.get(name, 0.0)
+            self.busy[name] = busy
+            ready = p.ready
+            n = len(ready)
+            pools[name] = {
+                "ready": n, "starting": len(p.starting),
+                "draining": sum(1 for r in p.replicas if r.state == "draining"),
+                "waiting": sum(r.waiting for r in ready), "running": sum(r.running for r in ready),
+                "kv_usage": sum(r.kv_usage for r in ready) / n if n else 0.0,
+                "busy_fraction": (busy - prev) / (dt * max(1, n)),
+                "max_num_seqs": p.engine.max_num_seqs,
+                "max_num_batched_tokens": p.engine.max_num_batched_tokens,
+            }
+        obs = {
+            "time_s": now,
+            "interval_s": dt,
+            "arrivals": f.arrived - self.n_arr,
+            "completed": len(new),
+            "rejected": len(f.rejected) - self.n_rej,
+            "in_flight": f.arrived - len(f.completed) - len(f.rejected),
+            "throughput_rps": len(new) / dt,
+            "ttft_p50_ms": float(np.percentile(ttft, 50)) if ttft else None,
+            "ttft_p95_ms": float(np.percentile(ttft, 95)) if ttft else None,
+            "tpot_mean_ms": float(np.mean(tpot)) if tpot else None,
+            "pools": pools,
+        }
+        self.t = now
+        self.n_done = len(f.completed)
+        self.n_rej = len(f.rejected)
+        self.n_arr = f.arrived
+        return obs
+
+
+class Controller:
+    """Subclass and implement ``act(observation) -> list of actions``; runs every ``interval_s``."""
+
+    interval_s: float = 5.0
+
+    def act(self, observation: dict) -> list:
+        raise NotImplementedError
+
+
+class ReactiveAutoscaler(Controller):
+    """Scale a pool out when its queue or KV is under pressure, in when it idles.
+
+    out: waiting per ready replica > ``scale_out_waiting`` or mean KV usage > ``scale_out_kv``,
+    and no replica is already starting; in: busy fraction < ``scale_in_busy`` with nothing
+    waiting.  ``cooldown_s`` after every action.  Bounds: the pool's min/max_replicas.
+    """
+
+    def __init__(self, pool: str, interval_s: float = 5.0, scale_out_waiting: float = 4.0,
+                 scale_out_kv: float = 0.9, scale_in_busy: float = 0.3, cooldown_s: float = 30.0):
+        self.pool = pool
+        self.interval_s = interval_s
+        self.up_wait = scale_out_waiting
+        self.up_kv = scale_out_kv
+        self.down_busy = scale_in_busy
+        self.cooldown = cooldown_s
+        self.last_action = -float("inf")
+
+    def act(self, obs: dict) -> list:
+        p = obs["pools"][self.pool]
+        now = obs["time_s"]
+        if now - self.last_action < self.cooldown:
+            return []
+        n = max(1, p["ready"])
+        if (p["waiting"] / n > self.up_wait or p["kv_usage"] > self.up_kv) and not p["starting"]:
+            self.last_action = now
+            return [ScaleOut(self.pool)]
+        if p["busy_fraction"] < self.down_busy and p["waiting"] == 0 and p["ready"] > 1 and not p["starting"]:
+            self.last_action = now
+            return [ScaleIn(self.pool)]
+        return []
+
+
+def build_controllers(raw_list, fleet, path: str = "cluster.controllers") -> list:
+    """``controllers: [{type: autoscaler, pool: h100, interval_s: 5, ...}]``."""
+    out = []
+    for i, raw in enumerate(raw_list):
+        s = Section(raw, f"{path}[{i}]")
+        kind = s.str("type", choices=("autoscaler",))
+        pool = s.str("pool", choices=list(fleet.pools))
+        c = ReactiveAutoscaler(pool, s.num("interval_s", 5.0, lo=0, lo_open=True),
+                               s.num("scale_out_waiting", 4.0, lo=0), s.num("scale_out_kv", 0.9, lo=0, hi=1),
+                               s.num("scale_in_busy", 0.3, lo=0, hi=1), s.num("cooldown_s", 30.0, lo=0))
+        s.done()
+        assert kind == "autoscaler"
+        out.append(c)
+    return out
+
+
+def run_controller(fleet, ctrl: Controller, log: list):
+    """The SimPy process of one controller: observe, act, until the fleet is done."""
+    env = fleet.sim.env
+    win = Window(fleet)
+    while True:
+        yield env.timeout(ctrl.interval_s)
+        if fleet.done:
+            return
+        obs = win.observe()
+        for a in ctrl.act(obs) or ():
+            rec = apply_action(fleet, a)
+            rec["time_s"] = env.now
+            log.append(rec)

@@ -1,0 +1,546 @@
+"""The fleet: clusters of replica pools behind routers, admission, P/D handoff and scaling.
+
+Request path: gateway (global router over clusters when there are several) -> cluster router
+(affinity first when ``affinity: session``) -> admission -> replica.  In a disaggregated cluster
+the entry router only sees prefill replicas; when a prefill replica has produced the first token
+the decode router picks a decode replica (sticky per session with affinity), the prompt's KV
+bytes move over the transfer path, and the decode replica continues.  Conservation: every
+arrived request is at all times in exactly one place (a replica's queues, a KV transfer) or
+finished (completed or rejected); ``check_conservation`` verifies it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..config.errors import ConfigError
+from ..core.request import COMPLETED, REJECTED
+from ..latency.base import BatchShape, LatencyContext
+from ..latency.registry import build_latency
+from ..serving.instance import Instance
+from .admission import build_admission
+from .routers import build_router
+from .transfer import build_transfer
+
+STARTING, READY, DRAINING, RETIRED = "starting", "ready", "draining", "retired"
+
+
+class Replica:
+    """One replica and the gateway's view of it (live fields; see StaleView for delayed ones)."""
+
+    def __init__(self, fleet, pool, index: int, inst: Instance, t_created: float):
+        self.fleet = fleet
+        self.pool = pool
+        self.index = index
+        self.name = inst.name
+        self.inst = inst
+        self.state = STARTING
+        self.t_created = t_created
+        self.t_ready = None
+        self.t_retired = None
+        self.outstanding = 0         # gateway count: routed here, not yet finished/handed off
+        self.pending_tokens = 0.0    # gateway's booked work
+        self.incoming = 0            # KV transfers on their way here
+        self.replica = self
+
+    # read-only load view ------------------------------------------------------------------
+    @property
+    def waiting(self) -> int:
+        return len(self.inst.waiting) + self.inst.in_alpha
+
+    @property
+    def running(self) -> int:
+        return len(self.inst.running)
+
+    @property
+    def queue_depth(self) -> int:
+        i = self.inst
+        return len(i.waiting) + i.in_alpha + len(i.running)
+
+    @property
+    def kv_usage(self) -> float:
+        kv = self.inst.kv
+        return (kv.total - kv.free_count) / kv.total
+
+    @property
+    def capacity(self) -> float:
+        return self.pool.capacity
+
+    def cached_prefix(self, r) -> int:
+        return self.inst._load_view(r).prefix_hit_tokens
+
+    def predict_ttft(self, r) -> float:
+        """Seconds to r's first token if it joined now: prompt tokens ahead / prefill rate."""
+        ahead = r.prompt_len
+        for q in self.inst.waiting:
+            ahead += q.num_tokens - q.kv_ready
+        for q in self.inst.running.values():
+            if q.prefilling:
+                ahead += q.num_tokens - q.num_computed
+        return ahead / self.pool.prefill_rate
+
+    @property
+    def idle(self) -> bool:
+        return self.inst.idle and self.incoming == 0
+
+
+class StaleView:
+    """A router's delayed view of a replica or cluster: load fields are snapshots taken every
+    ``staleness_s``; the gateway's own counters stay live."""
+
+    FIELDS = ("waiting", "running", "queue_depth", "kv_usage")
+
+    def __init__(self, target):
+        self.target = target
+        self.replica = getattr(target, "replica", target)
+        self.refresh()
+
+    def refresh(self) -> None:
+        t = self.target
+        self.waiting, self.running, self.queue_depth, self.kv_usage = \
+            t.waiting, t.running, t.queue_depth, t.kv_usage
+
+    def __getattr__(self, name):          # outstanding, pending_tokens, capacity, cached_prefix...
+        return getattr(self.target, name)
+
+
+class ClusterView:
+    """A cluster as one candidate of the global router: sums (and mean KV usage) of its replicas."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.replica = self
+        self.name = cluster.name
+
+    def _reps(self):
+        return self.cluster.ready_replicas()
+
+    waiting = property(lambda self: sum(r.waiting for r in self._reps()))
+    running = property(lambda self: sum(r.running for r in self._reps()))
+    queue_depth = property(lambda self: sum(r.queue_depth for r in self._reps()))
+    outstanding = property(lambda self: sum(r.outstanding for r in self._reps()))
+    pending_tokens = property(lambda self: sum(r.pending_tokens for r in self._reps()))
+    capacity = property(lambda self: sum(r.capacity for r in self._reps()))
+
+    @property
+    def kv_usage(self) -> float:
+        reps = self._reps()
+        return sum(r.kv_usage for r in reps) / len(reps) if reps else 1.0
+
+    def cached_prefix(self, r) -> int:
+        return max((x.cached_prefix(r) for x in self.cluster.entry_candidates()), default=0)
+
+    def predict_ttft(self, r) -> float:
+        return min(x.predict_ttft(r) for x in self.cluster.entry_candidates())
+
+
+class RouterSlot:
+    """A router with its (possibly stale) views of a changing candidate list."""
+
+    def __init__(self, fleet, raw, path: str, stream: str):
+        self.router, self.staleness = build_router(raw, path, fleet.sim.rng.stream(stream))
+        self.policy = self.router.name
+        self.views: dict = {}
+        if self.staleness > 0:
+            fleet.sim.process(self._refresh_loop(fleet))
+
+    def view(self, target):
+        if self.staleness <= 0:
+            return target
+        v = self.views.get(target)
+        if v is None:
+            v = self.views[target] = StaleView(target)
+        return v
+
+    def choose(self, r, targets):
+        if len(targets) == 1 and self.staleness <= 0:
+            return targets[0]
+        views = targets if self.staleness <= 0 else [self.view(t) for t in targets]
+        return self.router.choose(r, views).replica
+
+    def _refresh_loop(self, fleet):
+        env = fleet.sim.env
+        while not fleet.done:
+            yield env.timeout(self.staleness)
+            for v in self.views.values():
+                v.refresh()
+
+
+class Pool:
+    """Runtime of one pool: its spec, replicas and (lazily) a latency estimator for routers."""
+
+    def __init__(self, fleet, spec, cluster):
+        self.fleet = fleet
+        self.spec = spec
+        self.name = spec.name
+        self.role = spec.role
+        self.cluster = cluster
+        self.engine = spec.engine
+        self.kv_blocks = spec.engine.kv_blocks(spec.model, spec.device, f"{spec.path}.engine" if spec.path else "engine")
+        self.replicas: list = []      # every replica ever created, in creation order
+        self.ready: list = []
+        self._est = None
+        self._capacity = None
+        self._prefill_rate = None
+        self.latency_desc = None
+        self.peak_ready = 0
+
+    def _estimator(self):
+        if self._est is None:
+            sim = self.fleet.sim
+            ctx = LatencyContext(self.spec.model, self.spec.device, self.engine, self.kv_blocks,
+                                 sim.rng.stream(f"latency.estimate.{self.name}"), self.fleet.base_dir)
+            self._est = build_latency(self.spec.latency, ctx, self._lat_path())[0]
+        return self._est
+
+    def _lat_path(self) -> str:
+        return f"{self.spec.path}.latency" if self.spec.path else "latency"
+
+    @property
+    def capacity(self) -> float:
+        """Decode tokens/s of one replica at batch min(64, max_num_seqs), context 1024
+        (or the pool's ``router_weight``)."""
+        if self._capacity is None:
+            if self.spec.router_weight is not None:
+                self._capacity = float(self.spec.router_weight)
+            else:
+                b = min(64, self.engine.max_num_seqs)
+                t = self._estimator().step_time(BatchShape(decode_tokens=b, decode_ctx_sum=b * 1024,
+                                                           num_sampled=b, running=b))
+                self._capacity = b / t
+        return self._capacity
+
+    @property
+    def prefill_rate(self) -> float:
+        """Prompt tokens/s of one replica running full-budget prefill steps."""
+        if self._prefill_rate is None:
+            n = self.engine.max_num_batched_tokens
+            t = self._estimator().step_time(BatchShape(prefill_tokens=n, num_prefill=1,
+                                                       prefill_attn_pairs=n * (n + 1) // 2, num_sampled=1,
+                                                       prefill_chunk_sq=n * n, running=1))
+            self._prefill_rate = n / t
+        return self._prefill_rate
+
+    def cold_start_s(self) -> float:
+        """Weights per GPU / the device's weight load rate, plus the pool's fixed start-up time."""
+        s = self.spec
+        return s.model.weight_bytes / s.engine.tensor_parallel_size / s.device.weight_load_bytes_s + s.cold_start_s
+
+    def add_replica(self, delay: float = 0.0) -> Replica:
+        f = self.fleet
+        sim = f.sim
+        i = len(self.replicas)
+        name = f"{self.name}-{i}" if f.spec.declared else "replica0"
+        ctx = LatencyContext(self.spec.model, self.spec.device, self.engine, self.kv_blocks,
+                             sim.rng.stream(f"latency.{name}"), f.base_dir)
+        step, queueing, desc = build_latency(self.spec.latency, ctx, self._lat_path())
+        self.latency_desc = desc
+        holder: list = []
+        inst = Instance(sim, self.engine, step, queueing, self.kv_blocks, name=name,
+                        check_invariants=f.check, role=self.role,
+                        on_done=lambda r: f._on_done(holder[0], r),
+                        on_handoff=lambda r: f._on_handoff(holder[0], r))
+        rep = Replica(f, self, i, inst, sim.now)
+        holder.append(rep)
+        self.replicas.append(rep)
+        if delay <= 0:
+            self._ready(rep)
+        else:
+            ev = sim.env.timeout(delay)
+            ev.callbacks.append(lambda _e: self._ready(rep))
+        return rep
+
+    def _ready(self, rep: Replica) -> None:
+        if rep.state != STARTING:        # scaled in while starting
+            return
+        rep.state = READY
+        rep.t_ready = self.fleet.sim.now
+        self.ready.append(rep)
+        self.peak_ready = max(self.peak_ready, len(self.ready))
+        self.fleet._version += 1
+
+    @property
+    def starting(self) -> list:
+        return [r for r in self.replicas if r.state == STARTING]
+
+    def remove_replica(self) -> Replica | None:
+        """Scale in by one: cancel a starting replica if any, else drain the ready replica with
+        the least outstanding work (the newest on ties).  Never goes below min_replicas."""
+        start = self.starting
+        if start:
+            rep = start[-1]
+            rep.state = RETIRED
+            rep.t_retired = self.fleet.sim.now
+            return rep
+        if len(self.ready) <= self.spec.min_replicas:
+            return None
+        rep = min(reversed(self.ready), key=lambda r: r.outstanding)
+        self.ready.remove(rep)
+        rep.state = DRAINING
+        self.fleet._version += 1
+        self.fleet._maybe_retire(rep)
+        return rep
+
+    def set_engine(self, **knobs) -> None:
+        self.engine = dataclasses.replace(self.engine, **knobs)
+        for rep in self.replicas:
+            if rep.state != RETIRED:
+                rep.inst.set_engine(self.engine)
+
+
+class Cluster:
+    def __init__(self, fleet, spec, index: int):
+        self.fleet = fleet
+        self.spec = spec
+        self.name = spec.name
+        self.pools = [Pool(fleet, p, self) for p in spec.pools]
+        path = spec.path or "cluster"
+        self.router = RouterSlot(fleet, spec.router, f"{path}.router", f"router.{spec.name}")
+        self.affinity = spec.affinity
+        self.sessions: dict = {}        # session -> replica (entry); for decode: dec_sessions
+        self.dec_sessions: dict = {}
+        self.disagg = spec.disaggregation is not None
+        self.decode_router = None
+        self.transfer = None
+        if self.disagg:
+            from ..config.fields import Section
+            d = Section(spec.disaggregation, f"{path}.disaggregation")
+            self.decode_router = RouterSlot(fleet, d.raw("decode_router", "least_outstanding"),
+                                            d.sub("decode_router"), f"router.{spec.name}.decode")
+            self.transfer = build_transfer(d.raw("kv_transfer", {}), d.sub("kv_transfer"), fleet.sim.env)
+            d.done()
+            models = {p.spec.model.name for p in self.pools}
+            if len(models) > 1:
+                raise ConfigError(f"{path}.pools", sorted(models),
+                                  "one model for the prefill and decode pools of a cluster (the KV moves between them)")
+        self._cache = (-1, None, None)
+
+    def _lists(self):
+        v = self.fleet._version
+        if self._cache[0] != v:
+            entry = [r for p in self.pools if p.role != "decode" for r in p.ready]
+            dec = [r for p in self.pools if p.role == "decode" for r in p.ready]
+            self._cache = (v, entry, dec)
+        return self._cache
+
+    def entry_candidates(self) -> list:
+        return self._lists()[1]
+
+    def decode_candidates(self) -> list:
+        return self._lists()[2]
+
+    def ready_replicas(self) -> list:
+        _, e, d = self._lists()
+        return e + d if d else e
+
+    def choose_entry(self, r) -> Replica:
+        cands = self.entry_candidates()
+        if self.affinity == "session" and r.session >= 0:
+            rep = self.sessions.get(r.session)
+            if rep is not None and rep.state == READY and rep.pool.role != "decode":
+                return rep
+            rep = self.router.choose(r, cands)
+            self.sessions[r.session] = rep
+            return rep
+        return self.router.choose(r, cands)
+
+    def choose_decode(self, r) -> Replica:
+        cands = self.decode_candidates()
+        if self.affinity == "session" and r.session >= 0:
+            rep = self.dec_sessions.get(r.session)
+            if rep is not None and rep.state == READY:
+                return rep
+            rep = self.decode_router.choose(r, cands)
+            self.dec_sessions[r.session] = rep
+            return rep
+        return self.decode_router.choose(r, cands)
+
+
+class Fleet:
+    """All clusters of a scenario, the gateway (global router + admission) and the bookkeeping."""
+
+    def __init__(self, sim, scn, check_invariants: bool = False):
+        self.sim = sim
+        self.spec = scn.fleet
+        self.base_dir = scn.base_dir
+        self.check = check_invariants
+        self._version = 0
+        self.clusters = [Cluster(self, c, i) for i, c in enumerate(self.spec.clusters)]
+        self.pools = {p.name: p for c in self.clusters for p in c.pools}
+        self.global_router = None
+        if len(self.clusters) > 1:
+            self.global_router = RouterSlot(self, self.spec.global_router, "cluster.router", "router.global")
+            self.cluster_views = [ClusterView(c) for c in self.clusters]
+        self.admission = build_admission(self.spec.admission, "cluster.admission", scn.slo_ttft_ms)
+        for c in self.clusters:
+            for p in c.pools:
+                for _ in range(p.spec.replicas):
+                    p.add_replica(0.0)
+        self.arrived = 0
+        self.completed: list = []       # in completion order
+        self.rejected: list = []        # every rejected request (admission or replica)
+        self.admission_rejected = 0
+        self.arrivals_done = False
+        self.booked: dict = {}          # rid -> booked work on its current replica
+        self.in_transfer = 0
+        self.scale_events: list = []    # (time, pool, action, replica)
+
+    # ---- gateway ---------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.arrivals_done and self.arrived == len(self.completed) + len(self.rejected)
+
+    def arrive(self, r) -> None:
+        self.arrived += 1
+        if self.global_router is not None:
+            cluster = self.global_router.choose(r, self._live_clusters()).cluster
+        else:
+            cluster = self.clusters[0]
+        rep = cluster.choose_entry(r)
+        assert rep.pool.role != "decode", "pool isolation: an arrival routed to a decode pool"
+        reason = self.admission.reject(r, rep, self.sim.now)
+        if reason is not None:
+            r.state = REJECTED
+            r.reject_reason = reason
+            self.admission_rejected += 1
+            self.rejected.append(r)
+            return
+        self._book(rep, r, cluster.router.router.routed_work(r))
+        rep.inst.submit(r)
+
+    def _live_clusters(self) -> list:
+        live = [v for v in self.cluster_views if v.cluster.entry_candidates()]
+        return live or self.cluster_views
+
+    def _book(self, rep: Replica, r, work: float) -> None:
+        rep.outstanding += 1
+        rep.pending_tokens += work
+        self.booked[r.rid] = work
+
+    def _unbook(self, rep: Replica, r) -> None:
+        rep.outstanding -= 1
+        rep.pending_tokens -= self.booked.pop(r.rid)
+
+    # ---- replica callbacks -----------------------------------------------------------------
+    def _on_done(self, rep: Replica, r) -> None:
+        self._unbook(rep, r)
+        if r.state == COMPLETED:
+            self.completed.append(r)
+        else:
+            self.rejected.append(r)
+        if rep.state == DRAINING:
+            self._maybe_retire(rep)
+
+    def _on_handoff(self, rep: Replica, r) -> None:
+        """A prefill replica produced r's first token: pick a decode replica, move the KV."""
+        self._unbook(rep, r)
+        r.prefill_replica = rep.name
+        cluster = rep.pool.cluster
+        dec = cluster.choose_decode(r)
+        assert dec.pool.role == "decode", "pool isolation: a handoff routed outside the decode pool"
+        self._book(dec, r, r.max_tokens - 1)
+        dec.incoming += 1
+        self.in_transfer += 1
+        nbytes = r.num_computed * rep.pool.spec.model.kv_bytes_per_token
+        ev = cluster.transfer.send(rep.name, dec.name, nbytes)
+        ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r))
+
+    def _kv_arrived(self, src: Replica, dec: Replica, r) -> None:
+        src.inst.release_handoff(r)
+        self.in_transfer -= 1
+        dec.incoming -= 1
+        r.kv_ready = r.prompt_len
+        r.t_kv_ready = self.sim.now
+        if src.state == DRAINING:
+            self._maybe_retire(src)
+        dec.inst.submit(r)
+
+    def _maybe_retire(self, rep: Replica) -> None:
+        if rep.state == DRAINING and rep.idle:
+            rep.state = RETIRED
+            rep.t_retired = self.sim.now
+            self.scale_events.append((self.sim.now, rep.pool.name, "retired", rep.name))
+
+    # ---- control actions -------------------------------------------------------------------
+    def pool(self, name: str) -> Pool:
+        p = self.pools.get(name)
+        if p is None:
+            raise ValueError(f"no pool {name!r} (pools: {', '.join(self.pools)})")
+        return p
+
+    def scale_out(self, pool: str, n: int = 1) -> int:
+        p = self.pool(pool)
+        added = 0
+        for _ in range(n):
+            live = len(p.ready) + len(p.starting)
+            if p.spec.max_replicas is not None and live >= p.spec.max_replicas:
+                break
+            rep = p.add_replica(p.cold_start_s())
+            self.scale_events.append((self.sim.now, p.name, "scale_out", rep.name))
+            added += 1
+        return added
+
+    def scale_in(self, pool: str, n: int = 1) -> int:
+        p = self.pool(pool)
+        removed = 0
+        for _ in range(n):
+            rep = p.remove_replica()
+            if rep is None:
+                break
+            self.scale_events.append((self.sim.now, p.name, "scale_in", rep.name))
+            removed += 1
+        return removed
+
+    def rebalance(self, pool: str) -> int:
+        """Move requests that have not started (still waiting, never scheduled) from the longest
+        queues of the pool to the shortest until no two ready replicas differ by more than one."""
+        p = self.pool(pool)
+        moved = 0
+        reps = p.ready
+        if len(reps) < 2:
+            return 0
+        while True:
+            hi = max(reps, key=lambda x: len(x.inst.waiting))
+            lo = min(reps, key=lambda x: len(x.inst.waiting))
+            if len(hi.inst.waiting) - len(lo.inst.waiting) <= 1:
+                break
+            r = hi.inst.take_unstarted()
+            if r is None:
+                break
+            self._unbook(hi, r)
+            self._book(lo, r, p.cluster.router.router.routed_work(r))
+            lo.inst.submit(r)
+            moved += 1
+        return moved
+
+    # ---- invariants ------------------------------------------------------------------------
+    def replicas(self) -> list:
+        return [r for p in self.pools.values() for r in p.replicas]
+
+    def check_conservation(self) -> None:
+        placed = 0
+        for rep in self.replicas():
+            i = rep.inst
+            assert len(i.waiting) + i.in_alpha + len(i.running) + len(i.completed) + len(i.rejected) \
+                + len(i.transferring) + i.handed_off + i.moved_out == i.submitted, f"{rep.name}: conservation"
+            placed += len(i.waiting) + i.in_alpha + len(i.running)
+        assert placed + self.in_transfer + len(self.completed) + len(self.rejected) == self.arrived, \
+            "fleet conservation: arrived != queued + running + in transfer + completed + rejected"
+        for rep in self.replicas():
+            assert rep.state != RETIRED or rep.inst.idle, f"{rep.name} retired with work"
+
+    def check_isolation(self) -> None:
+        """P/D pool isolation over finished requests: the first token came from a prefill replica
+        and every later token from a decode replica of the same cluster."""
+        roles = {rep.name: rep.pool for rep in self.replicas()}
+        for r in self.completed:
+            pool = roles[r.replica]
+            if not pool.cluster.disagg:
+                assert r.prefill_replica is None
+                continue
+            if r.max_tokens == 1:
+                assert pool.role == "prefill" and r.prefill_replica is None
+                continue
+            pre = roles[r.prefill_replica]
+            assert pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster, \
+                f"pool isolation violated for request {r.rid}"
+            assert r.t_first_token <= r.t_handoff <= r.t_kv_ready <= r.t_completion

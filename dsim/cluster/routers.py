@@ -1,0 +1,209 @@
+"""Routers: pick a replica (or a cluster) for a request from read-only load views.
+
+A view exposes ``queue_depth`` (waiting + running + accepted but not yet queued, as the replica
+last reported it), ``waiting``, ``running``, ``kv_usage`` (fraction of KV blocks in use),
+``outstanding`` (requests this gateway sent and has not seen finish: always fresh),
+``pending_tokens`` (the gateway's estimate of the work it sent and has not seen finish),
+``capacity`` (relative speed, tokens/s) and ``cached_prefix(request)`` (prompt tokens the
+replica's prefix cache holds).  With ``staleness_s > 0`` the replica-reported fields are
+snapshots refreshed every ``staleness_s`` seconds, as a gateway scraping metrics sees them.
+
+Each router draws from its own RNG stream, so changing one router never shifts another's draws.
+Ties are broken at random (JSQ, least-KV, ...) so equal replicas share load evenly.
+"""
+from __future__ import annotations
+
+import math
+
+from ..config.errors import ConfigError
+from ..config.fields import Section
+
+
+class Router:
+    """Base class: ``choose(request, candidates) -> candidate``.  Subclasses set ``name``."""
+
+    name = ""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def choose(self, request, candidates):
+        raise NotImplementedError
+
+    def routed_work(self, request) -> float:
+        """The work (tokens) the gateway books for a routed request: prompt + output length."""
+        return request.prompt_len + request.max_tokens
+
+    def _argmin(self, candidates, key):
+        best = None
+        ties = []
+        for c in candidates:
+            k = key(c)
+            if best is None or k < best:
+                best, ties = k, [c]
+            elif k == best:
+                ties.append(c)
+        if len(ties) == 1:
+            return ties[0]
+        return ties[int(self.rng.integers(len(ties)))]
+
+
+class RandomRouter(Router):
+    name = "random"
+
+    def choose(self, request, candidates):
+        return candidates[int(self.rng.integers(len(candidates)))]
+
+
+class RoundRobin(Router):
+    name = "round_robin"
+
+    def __init__(self, rng):
+        super().__init__(rng)
+        self.i = -1
+
+    def choose(self, request, candidates):
+        self.i = (self.i + 1) % len(candidates)
+        return candidates[self.i]
+
+
+class LeastOutstanding(Router):
+    """Fewest requests in flight as counted by the gateway itself (never stale)."""
+    name = "least_outstanding"
+
+    def choose(self, request, candidates):
+        return self._argmin(candidates, lambda c: c.outstanding)
+
+
+class JSQ(Router):
+    """Join the shortest queue: smallest replica-reported queue depth."""
+    name = "jsq"
+
+    def choose(self, request, candidates):
+        return self._argmin(candidates, lambda c: c.queue_depth)
+
+
+class JIQ(Router):
+    """Join the idle queue: a random idle replica if any, otherwise a random one."""
+    name = "jiq"
+
+    def choose(self, request, candidates):
+        idle = [c for c in candidates if c.queue_depth == 0]
+        pool = idle or candidates
+        return pool[int(self.rng.integers(len(pool)))]
+
+
+class PowerOfTwo(Router):
+    """Sample two distinct replicas uniformly, keep the shorter queue."""
+    name = "power_of_two"
+
+    def choose(self, request, candidates):
+        n = len(candidates)
+        if n == 1:
+            return candidates[0]
+        i, j = self.rng.choice(n, 2, replace=False)
+        a, b = candidates[int(i)], candidates[int(j)]
+        return b if b.queue_depth < a.queue_depth else a
+
+
+class WeightedPowerOfTwo(Router):
+    """Sample two distinct replicas with probability proportional to capacity; keep the one with
+    the smaller queue per unit of capacity (fast replicas are both sampled and kept more often)."""
+    name = "weighted_power_of_two"
+
+    def choose(self, request, candidates):
+        n = len(candidates)
+        if n == 1:
+            return candidates[0]
+        w = [c.capacity for c in candidates]
+        tot = sum(w)
+        i, j = self.rng.choice(n, 2, replace=False, p=[x / tot for x in w])
+        a, b = candidates[int(i)], candidates[int(j)]
+        return b if (b.queue_depth + 1) / b.capacity < (a.queue_depth + 1) / a.capacity else a
+
+
+class LeastKV(Router):
+    """Lowest KV-cache usage; queue depth breaks ties."""
+    name = "least_kv"
+
+    def choose(self, request, candidates):
+        return self._argmin(candidates, lambda c: (c.kv_usage, c.queue_depth))
+
+
+class PrefixAffinity(Router):
+    """Longest cached prefix wins; queue depth breaks ties.  ``max_queue_gap`` (optional): ignore
+    the cache when the best-cached replica's queue exceeds the shortest by more than this."""
+    name = "prefix_affinity"
+
+    def __init__(self, rng, max_queue_gap=None):
+        super().__init__(rng)
+        self.gap = max_queue_gap
+
+    def choose(self, request, candidates):
+        best = self._argmin(candidates, lambda c: (-c.cached_prefix(request), c.queue_depth))
+        if self.gap is not None:
+            shortest = min(c.queue_depth for c in candidates)
+            if best.queue_depth - shortest > self.gap:
+                return self._argmin(candidates, lambda c: c.queue_depth)
+        return best
+
+
+class SemiClairvoyant(Router):
+    """Least pending work per unit of capacity, where the work of a request is its prompt plus an
+    estimate of its output length (``estimate: exact`` knows it; ``lognormal`` multiplies the
+    truth by a lognormal error of ``sigma``; ``mean`` uses ``mean_output_tokens`` for all)."""
+    name = "semi_clairvoyant"
+
+    def __init__(self, rng, estimate="lognormal", sigma=0.5, mean_output_tokens=256):
+        super().__init__(rng)
+        self.estimate = estimate
+        self.sigma = sigma
+        self.mean = mean_output_tokens
+
+    def work(self, request) -> float:
+        if self.estimate == "exact":
+            out = request.max_tokens
+        elif self.estimate == "mean":
+            out = self.mean
+        else:
+            out = request.max_tokens * math.exp(self.sigma * float(self.rng.standard_normal()))
+        return request.prompt_len + out
+
+    def choose(self, request, candidates):
+        w = self.work(request)
+        self._last = (request.rid, w)
+        return self._argmin(candidates, lambda c: (c.pending_tokens + w) / c.capacity)
+
+    def routed_work(self, request) -> float:
+        last = getattr(self, "_last", None)
+        if last is not None and last[0] == request.rid:
+            return last[1]
+        return super().routed_work(request)
+
+
+ROUTERS = {cls.name: cls for cls in (RandomRouter, RoundRobin, LeastOutstanding, JSQ, JIQ, PowerOfTwo,
+                                     WeightedPowerOfTwo, LeastKV, PrefixAffinity, SemiClairvoyant)}
+
+
+def build_router(raw, path: str, rng):
+    """``router: jsq`` or ``router: {policy: prefix_affinity, max_queue_gap: 8, staleness_s: 0.5}``.
+    Returns (router, staleness_s)."""
+    if isinstance(raw, str):
+        raw = {"policy": raw}
+    s = Section(raw, path)
+    kind = s.str("policy", choices=sorted(ROUTERS))
+    stale = s.num("staleness_s", 0.0, lo=0)
+    if kind == "prefix_affinity":
+        r = PrefixAffinity(rng, s.num("max_queue_gap", None, lo=0))
+    elif kind == "semi_clairvoyant":
+        est = s.str("estimate", "lognormal", choices=("exact", "lognormal", "mean"))
+        r = SemiClairvoyant(rng, est, s.num("sigma", 0.5, lo=0), s.num("mean_output_tokens", 256, lo=1))
+    else:
+        r = ROUTERS[kind](rng)
+    s.done()
+    return r, stale
+
+
+def check_router_name(name: str, path: str) -> None:
+    if name not in ROUTERS:
+        raise ConfigError(path, name, "one of " + ", ".join(sorted(ROUTERS)))

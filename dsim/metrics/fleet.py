@@ -1,0 +1,148 @@
+"""Fleet metrics: per replica, pool and cluster; cost and energy; Jain fairness across tenants.
+
+Energy per GPU: busy time x TDP (or the LUT's measured per-step energy when the latency model
+has it) + idle time x ``idle_w``; a replica counts from its creation (cold start included) to its
+retirement or the end of the run.  Cost: alive GPU-hours x ``usd_per_gpu_hour``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.request import PENDING
+from .summary import meets_slo, stats
+
+
+def jain(values) -> float | None:
+    """Jain's index (sum x)^2 / (n sum x^2): 1 when all equal, 1/n when one class gets everything."""
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    if x.size < 2 or not (x ** 2).sum():
+        return None
+    return float(x.sum() ** 2 / (x.size * (x ** 2).sum()))
+
+
+def _alive(rep, t_end: float) -> float:
+    stop = rep.t_retired if rep.t_retired is not None else t_end
+    return max(0.0, min(stop, t_end) - rep.t_created)
+
+
+def replica_power(rep, t_end: float) -> dict:
+    """GPUs, alive seconds, busy/idle joules and cost of one replica."""
+    spec = rep.pool.spec
+    gpus = spec.engine.tensor_parallel_size
+    dev = spec.device
+    alive = _alive(rep, t_end)
+    busy = min(rep.inst.busy_time, alive)
+    lut_mj = getattr(rep.inst.step_model, "energy_mj", None)
+    busy_j = lut_mj / 1e3 if lut_mj is not None else busy * dev.tdp_w * gpus
+    idle_j = (alive - busy) * dev.idle_power_w * gpus
+    cost = alive / 3600 * gpus * dev.usd_per_gpu_hour if dev.usd_per_gpu_hour is not None else None
+    return {"gpus": gpus, "alive_s": alive, "busy_s": busy, "busy_joules": busy_j, "idle_joules": idle_j,
+            "cost_usd": cost, "energy_source": "lut" if lut_mj is not None else "device power states"}
+
+
+def _latency_block(reqs) -> dict:
+    ttft = [(r.t_first_token - r.arrival) * 1e3 for r in reqs]
+    tpot = [(r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in reqs if r.n_out > 1]
+    e2e = [(r.t_completion - r.arrival) * 1e3 for r in reqs]
+    return {"ttft": stats(ttft), "tpot": stats(tpot), "e2e": stats(e2e)}
+
+
+def energy_cost(replicas, t_end: float, out_tok: int, all_tok: int) -> tuple[dict, dict | None]:
+    pw = [replica_power(r, t_end) for r in replicas]
+    busy = sum(p["busy_joules"] for p in pw)
+    idle = sum(p["idle_joules"] for p in pw)
+    sources = sorted({p["energy_source"] for p in pw})
+    energy = {"joules": busy + idle, "busy_joules": busy, "idle_joules": idle,
+              "joules_per_output_token": (busy + idle) / out_tok if out_tok else None,
+              "source": "+".join(sources)}
+    costs = [p["cost_usd"] for p in pw]
+    cost = None
+    if all(c is not None for c in costs):
+        usd = sum(costs)
+        cost = {"usd": usd, "gpu_hours": sum(p["alive_s"] * p["gpus"] for p in pw) / 3600,
+                "usd_per_1k_output_tokens": usd / out_tok * 1e3 if out_tok else None,
+                "usd_per_1k_tokens": usd / all_tok * 1e3 if all_tok else None}
+    return energy, cost
+
+
+def fleet_sections(fleet, done: list, t_end: float) -> dict:
+    """``replicas``, ``pools`` and ``clusters`` sections of the summary."""
+    by_rep: dict = {}
+    for r in done:
+        by_rep.setdefault(r.replica, []).append(r)
+    replicas = {}
+    for rep in fleet.replicas():
+        i = rep.inst
+        log = i.log
+        dur = np.asarray(log.dur)
+        kv = np.asarray(log.kv_used, dtype=float)
+        busy = float(dur.sum())
+        p = replica_power(rep, t_end)
+        replicas[rep.name] = {
+            "pool": rep.pool.name, "cluster": rep.pool.cluster.name, "role": rep.pool.role, "state": rep.state,
+            "created_s": rep.t_created, "ready_s": rep.t_ready, "retired_s": rep.t_retired,
+            "submitted": i.submitted, "completed": len(i.completed), "rejected": len(i.rejected),
+            "handed_off": i.handed_off, "steps": i.num_steps, "preemptions": i.num_preemptions,
+            "busy_fraction": busy / p["alive_s"] if p["alive_s"] else 0.0,
+            "mean_kv_usage": float((kv * dur).sum() / busy / i.kv.total) if busy else 0.0,
+            "peak_kv_usage": float(kv.max() / i.kv.total) if kv.size else 0.0,
+            "prefix_hit_rate": i.kv.hits / i.kv.queries if i.kv.queries else 0.0,
+            "energy_joules": p["busy_joules"] + p["idle_joules"], "cost_usd": p["cost_usd"],
+        }
+    pools = {}
+    for name, pool in fleet.pools.items():
+        reps = pool.replicas
+        reqs = [r for rep in reps for r in by_rep.get(rep.name, ())]
+        out_tok = sum(r.n_out for r in reqs)
+        energy, cost = energy_cost(reps, t_end, out_tok, out_tok + sum(r.prompt_len for r in reqs))
+        pw = [replica_power(r, t_end) for r in reps]
+        tot_alive = sum(x["alive_s"] for x in pw)
+        pools[name] = {
+            "cluster": pool.cluster.name, "role": pool.role, "model": pool.spec.model.name,
+            "hardware": pool.spec.device.name, "gpus_per_replica": pool.spec.gpus_per_replica,
+            "replicas_initial": pool.spec.replicas, "replicas_final": len(pool.ready), "peak_replicas": pool.peak_ready,
+            "replicas_created": len(reps),
+            "completed": len(reqs), "output_tokens": out_tok,
+            "busy_fraction": sum(x["busy_s"] for x in pw) / tot_alive if tot_alive else 0.0,
+            "latency_ms": _latency_block(reqs), "energy": energy, "cost": cost,
+        }
+    clusters = {}
+    for c in fleet.clusters:
+        reps = [r for p in c.pools for r in p.replicas]
+        names = {r.name for r in reps}
+        reqs = [r for r in done if r.replica in names]
+        out_tok = sum(r.n_out for r in reqs)
+        energy, cost = energy_cost(reps, t_end, out_tok, out_tok + sum(r.prompt_len for r in reqs))
+        clusters[c.name] = {"router": c.router.policy, "pools": [p.name for p in c.pools], "completed": len(reqs),
+                            "latency_ms": _latency_block(reqs), "energy": energy, "cost": cost}
+        if c.disagg:
+            clusters[c.name]["decode_router"] = c.decode_router.policy
+            clusters[c.name]["kv_transfer"] = c.transfer.summary()
+    return {"replicas": replicas, "pools": pools, "clusters": clusters}
+
+
+def fairness(reqs, done, slo_ttft_ms, slo_tpot_ms) -> dict | None:
+    """Per-tenant service and Jain's index over tenants (when the workload has two or more)."""
+    tenants = sorted({r.tenant for r in reqs if r.tenant})
+    if len(tenants) < 2:
+        return None
+    per = {}
+    for t in tenants:
+        sub = [r for r in done if r.tenant == t]
+        n_all = sum(1 for r in reqs if r.tenant == t and r.state != PENDING)
+        lat = _latency_block(sub)
+        row = {"requests": n_all, "completed": len(sub),
+               "completed_fraction": len(sub) / n_all if n_all else None,
+               "ttft_mean_ms": lat["ttft"].get("mean"), "tpot_mean_ms": lat["tpot"].get("mean"),
+               "e2e_mean_ms": lat["e2e"].get("mean")}
+        if slo_ttft_ms is not None or slo_tpot_ms is not None:
+            good = sum(1 for r in sub if meets_slo(r, slo_ttft_ms, slo_tpot_ms))
+            row["goodput_fraction"] = good / n_all if n_all else None
+        per[t] = row
+    out = {"tenants": per,
+           "jain_ttft": jain(v["ttft_mean_ms"] for v in per.values()),
+           "jain_tpot": jain(v["tpot_mean_ms"] for v in per.values()),
+           "jain_completed": jain(v["completed_fraction"] for v in per.values())}
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        out["jain_goodput"] = jain(v["goodput_fraction"] for v in per.values())
+    return out
