@@ -15,5 +15,8 @@ def run(scenario, out_dir=None, **kw):
 
 
 from .config.errors import ConfigError  # noqa: E402
+from .cluster.control import Controller, Rebalance, ReactiveAutoscaler, ScaleIn, ScaleOut, SetEngine  # noqa: E402
+from .cluster_env import ClusterEnv  # noqa: E402
 
-__all__ = ["__version__", "load_scenario", "run", "ConfigError"]
+__all__ = ["__version__", "load_scenario", "run", "ConfigError", "ClusterEnv", "Controller", "ReactiveAutoscaler",
+           "ScaleOut", "ScaleIn", "SetEngine", "Rebalance"]

@@ -34,12 +34,18 @@ def _process_age_s() -> float | None:
         return None
 
 
-def bench(num_requests: int | None = None, t_start: float | None = None) -> dict:
-    """Run the fixed benchmark; wall time counts from process start where the OS tells it."""
+def bench(num_requests: int | None = None, t_start: float | None = None, replicas: int = 1,
+          router: str = "jsq") -> dict:
+    """Run the fixed benchmark; wall time counts from process start where the OS tells it.
+
+    ``replicas > 1``: the same workload at 20 req/s per replica, behind ``router``."""
     from .runner import run
     scn = json.loads(json.dumps(BENCH_SCENARIO))
     if num_requests:
         scn["workload"]["num_requests"] = num_requests
+    if replicas > 1:
+        scn["cluster"] = {"router": router, "pools": [{"name": "h100", "replicas": replicas}]}
+        scn["workload"]["rate"] = 20 * replicas
     age0 = _process_age_s()
     t0 = time.perf_counter()
     if age0 is not None:
@@ -51,7 +57,7 @@ def bench(num_requests: int | None = None, t_start: float | None = None) -> dict
     n = res.summary["requests"]["completed"]
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
-        "scenario": "bench", "requests": n, "wall_s": round(wall, 3),
+        "scenario": "bench", "replicas": replicas, "router": router if replicas > 1 else None, "requests": n, "wall_s": round(wall, 3),
         "sim_req_per_wall_s": round(n / wall, 1),
         "sim_steps": res.instance.num_steps,
         "peak_rss_mb": round(rss_kb / 1024, 1),

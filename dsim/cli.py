@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     b = sub.add_parser("bench", help="simulated requests per wall-second on the fixed benchmark")
     b.add_argument("--requests", type=int, default=None)
+    b.add_argument("--replicas", type=int, default=1, help="replicas behind a router (load 20 req/s each)")
+    b.add_argument("--router", default="jsq", help="router for --replicas > 1 (default jsq)")
     lut = sub.add_parser("lut", help="latency lookup tables: check one, or build one from a latency model")
     ls = lut.add_subparsers(dest="lut_cmd", required=True)
     lc = ls.add_parser("check", help="validate rows; flag non-monotone rows and drift against a previous version")
@@ -115,7 +117,10 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
         if args.cmd == "bench":
             from .bench import bench
-            print(json.dumps(bench(args.requests, _T0)))
+            from .config.errors import ConfigError as _CE
+            if args.replicas < 1:
+                raise _CE("--replicas", args.replicas, "an integer >= 1")
+            print(json.dumps(bench(args.requests, _T0, args.replicas, args.router)))
             return 0
         if args.cmd == "lut":
             return _lut(args)

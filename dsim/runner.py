@@ -124,9 +124,9 @@ def prepare(scn: Scenario) -> Session:
     return Session(scn)
 
 
-def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False):
+def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=()):
     """Run the simulation; return the finished Session."""
-    ses = Session(scn, check_invariants, progress)
+    ses = Session(scn, check_invariants, progress, controllers)
     ses.end = ses.run_to_end()
     return ses
 
@@ -151,10 +151,11 @@ def _final_invariants(fleet: Fleet, horizon, drain) -> None:
 
 
 def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: bool = False,
-        progress: bool = False, plots: bool | None = None) -> Result:
-    """Run a scenario (path, mapping or Scenario) and optionally write its report to ``out_dir``."""
+        progress: bool = False, plots: bool | None = None, controllers=()) -> Result:
+    """Run a scenario (path, mapping or Scenario) and optionally write its report to ``out_dir``.
+    ``controllers``: extra ``dsim.Controller`` objects run alongside the scenario's own."""
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
-    ses = simulate(scn, check_invariants, progress)
+    ses = simulate(scn, check_invariants, progress, controllers)
     return finish(ses, out_dir, plots)
 
 

@@ -128,16 +128,20 @@ class ReactiveAutoscaler(Controller):
     """Scale a pool out when its queue or KV is under pressure, in when it idles.
 
     out: waiting per ready replica > ``scale_out_waiting`` or mean KV usage > ``scale_out_kv``,
-    and no replica is already starting; in: busy fraction < ``scale_in_busy`` with nothing
-    waiting.  ``cooldown_s`` after every action.  Bounds: the pool's min/max_replicas.
+    and no replica is already starting; in: nothing waiting, mean KV usage < ``scale_in_kv`` and
+    busy fraction < ``scale_in_busy`` (a continuous-batching replica is busy whenever anything
+    runs, so KV usage is the better idle signal; busy is off by default).  ``cooldown_s`` after
+    every action.  Bounds: the pool's min/max_replicas.
     """
 
     def __init__(self, pool: str, interval_s: float = 5.0, scale_out_waiting: float = 4.0,
-                 scale_out_kv: float = 0.9, scale_in_busy: float = 0.3, cooldown_s: float = 30.0):
+                 scale_out_kv: float = 0.9, scale_in_kv: float = 0.2, scale_in_busy: float = 1.0,
+                 cooldown_s: float = 30.0):
         self.pool = pool
         self.interval_s = interval_s
         self.up_wait = scale_out_waiting
         self.up_kv = scale_out_kv
+        self.down_kv = scale_in_kv
         self.down_busy = scale_in_busy
         self.cooldown = cooldown_s
         self.last_action = -float("inf")
@@ -151,7 +155,8 @@ class ReactiveAutoscaler(Controller):
         if (p["waiting"] / n > self.up_wait or p["kv_usage"] > self.up_kv) and not p["starting"]:
             self.last_action = now
             return [ScaleOut(self.pool)]
-        if p["busy_fraction"] < self.down_busy and p["waiting"] == 0 and p["ready"] > 1 and not p["starting"]:
+        if (p["waiting"] == 0 and p["kv_usage"] < self.down_kv and p["busy_fraction"] < self.down_busy
+                and p["ready"] > 1 and not p["starting"]):
             self.last_action = now
             return [ScaleIn(self.pool)]
         return []
@@ -166,7 +171,8 @@ def build_controllers(raw_list, fleet, path: str = "cluster.controllers") -> lis
         pool = s.str("pool", choices=list(fleet.pools))
         c = ReactiveAutoscaler(pool, s.num("interval_s", 5.0, lo=0, lo_open=True),
                                s.num("scale_out_waiting", 4.0, lo=0), s.num("scale_out_kv", 0.9, lo=0, hi=1),
-                               s.num("scale_in_busy", 0.3, lo=0, hi=1), s.num("cooldown_s", 30.0, lo=0))
+                               s.num("scale_in_kv", 0.2, lo=0, hi=1), s.num("scale_in_busy", 1.0, lo=0, hi=1),
+                               s.num("cooldown_s", 30.0, lo=0))
         s.done()
         assert kind == "autoscaler"
         out.append(c)

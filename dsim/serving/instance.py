@@ -142,7 +142,8 @@ class Instance:
         if delayed:
             self.in_alpha -= 1
         r.state = QUEUED
-        r.t_queued = self.env.now
+        if r.t_queued is None:           # P/D and rebalancing: keep the first queueing time
+            r.t_queued = self.env.now
         self.waiting.append(r)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()

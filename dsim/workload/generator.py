@@ -21,7 +21,7 @@ from .arrivals import ARRIVALS, generate_arrivals
 from .lengths import sample_lengths
 from .traces import read_trace
 
-TYPES = ARRIVALS + ("trace",)
+TYPES = ARRIVALS + ("trace", "mix")
 
 # Segment ids: groups' system prompts are 1..G; questions get ids from here up.
 _QUESTION_BASE = 1 << 32
@@ -32,6 +32,10 @@ def build_requests(data, rng, base_dir: Path | None, path: str = "workload") -> 
     s = Section(data, path)
     kind = s.str("type", choices=TYPES)
     desc: dict = {"type": kind}
+    if kind == "mix":
+        reqs = _mix(s, rng, base_dir, desc)
+        s.done()
+        return reqs, desc
     if kind == "trace":
         reqs = _from_trace(s, base_dir, desc)
         s.done()
@@ -114,9 +118,74 @@ def _shared_prefix(sp: Section, arrivals: np.ndarray, rng, s: Section, base_dir,
             segs += hist
         segs.append((_QUESTION_BASE + i, qlen))
         r = Request(i, float(arrivals[i]), sum(ln for _, ln in segs), olen, tuple(segs), g)
+        r.session = slot
         if multi:
             history[slot] = segs[1:] + [(-(i + 1), olen)]
         reqs.append(r)
     desc["shared_prefix"] = dict(num_groups=groups, users_per_group=users, system_prompt_len=sys_len,
                                  multi_turn=multi)
     return reqs
+
+
+class _PrefixedRNG:
+    """The run's PartitionedRNG seen through a name prefix: each tenant of a mix draws from its
+    own streams, so adding a tenant never shifts another's requests."""
+
+    def __init__(self, rng, prefix: str):
+        self.rng = rng
+        self.prefix = prefix
+
+    def stream(self, name: str):
+        return self.rng.stream(self.prefix + name)
+
+
+_GROUP_SHIFT = 1 << 48
+
+
+def _mix(s: Section, rng, base_dir, desc) -> list:
+    """Several tenants, each a complete workload of its own (any type but mix), merged by arrival.
+    Requests are renumbered in arrival order; prompt contents never collide across tenants."""
+    classes = s.raw("classes")
+    if not isinstance(classes, list) or not classes:
+        raise ConfigError(s.sub("classes"), classes, "a non-empty list of workloads, each with a name")
+    parts = []
+    names: set = set()
+    for k, c in enumerate(classes):
+        path = f"{s.sub('classes')}[{k}]"
+        if not isinstance(c, dict):
+            raise ConfigError(path, c, "a workload mapping with a name")
+        c = dict(c)
+        name = c.pop("name", None)
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{path}.name", name, "a non-empty tenant name")
+        if name in names:
+            raise ConfigError(f"{path}.name", name, "a unique tenant name")
+        names.add(name)
+        if c.get("type") == "mix":
+            raise ConfigError(f"{path}.type", "mix", "a workload type other than mix")
+        reqs, d = build_requests(c, _PrefixedRNG(rng, f"workload.{name}."), base_dir, path)
+        parts.append((name, reqs))
+        desc.setdefault("classes", {})[name] = d
+    order = sorted(((r.arrival, k, j) for k, (_, reqs) in enumerate(parts) for j, r in enumerate(reqs)))
+    new_id = {(k, j): i for i, (_, k, j) in enumerate(order)}
+    out = []
+    for i, (_, k, j) in enumerate(order):
+        name, reqs = parts[k]
+        r = reqs[j]
+        r.rid = i
+        r.tenant = name
+        if r.session >= 0:
+            r.session += k << 32
+        if r.segments is not None:
+            r.segments = tuple((_remap(sid, k, new_id), ln) for sid, ln in r.segments)
+        out.append(r)
+    desc["num_requests"] = len(out)
+    return out
+
+
+def _remap(sid: int, k: int, new_id: dict) -> int:
+    if sid < 0:                               # an earlier answer of request -sid - 1
+        return -(new_id[(k, -sid - 1)] + 1)
+    if sid >= _QUESTION_BASE:                 # the question of request sid - base
+        return _QUESTION_BASE + new_id[(k, sid - _QUESTION_BASE)]
+    return sid + k * _GROUP_SHIFT             # a shared system prompt (group)
