@@ -30,7 +30,6 @@ class V:
         self.name, self.queue_depth, self.outstanding, self.kv_usage = name, q, out, kv
         self.waiting, self.running = q, 0
         self.pending_tokens, self.capacity, self._cached = pend, cap, cached
-        self.replica = self
 
     def cached_prefix(self, r):
         return self._cached

@@ -1,5 +1,4 @@
 """Scheduler rules against hand-computed iteration sequences and against a plain reference."""
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 

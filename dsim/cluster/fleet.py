@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 
 from ..config.errors import ConfigError
+from ..config.fields import Section
 from ..core.request import COMPLETED, REJECTED
 from ..latency.base import BatchShape, LatencyContext
 from ..latency.registry import build_latency
 from ..serving.instance import Instance
 from .admission import build_admission
-from .routers import build_router
 from .transfer import build_transfer
+from .views import ClusterView, LiveView, RouterSlot
 
 STARTING, READY, DRAINING, RETIRED = "starting", "ready", "draining", "retired"
 
@@ -40,7 +41,7 @@ class Replica:
         self.outstanding = 0         # gateway count: routed here, not yet finished/handed off
         self.pending_tokens = 0.0    # gateway's booked work
         self.incoming = 0            # KV transfers on their way here
-        self.replica = self
+        self.view = LiveView(self)
 
     # read-only load view ------------------------------------------------------------------
     @property
@@ -66,7 +67,7 @@ class Replica:
         return self.pool.capacity
 
     def cached_prefix(self, r) -> int:
-        return self.inst._load_view(r).prefix_hit_tokens
+        return self.inst.load_view(r).prefix_hit_tokens
 
     def predict_ttft(self, r) -> float:
         """Seconds to r's first token if it joined now: prompt tokens ahead / prefill rate."""
@@ -81,88 +82,6 @@ class Replica:
     @property
     def idle(self) -> bool:
         return self.inst.idle and self.incoming == 0
-
-
-class StaleView:
-    """A router's delayed view of a replica or cluster: load fields are snapshots taken every
-    ``staleness_s``; the gateway's own counters stay live."""
-
-    FIELDS = ("waiting", "running", "queue_depth", "kv_usage")
-
-    def __init__(self, target):
-        self.target = target
-        self.replica = getattr(target, "replica", target)
-        self.refresh()
-
-    def refresh(self) -> None:
-        t = self.target
-        self.waiting, self.running, self.queue_depth, self.kv_usage = \
-            t.waiting, t.running, t.queue_depth, t.kv_usage
-
-    def __getattr__(self, name):          # outstanding, pending_tokens, capacity, cached_prefix...
-        return getattr(self.target, name)
-
-
-class ClusterView:
-    """A cluster as one candidate of the global router: sums (and mean KV usage) of its replicas."""
-
-    def __init__(self, cluster):
-        self.cluster = cluster
-        self.replica = self
-        self.name = cluster.name
-
-    def _reps(self):
-        return self.cluster.ready_replicas()
-
-    waiting = property(lambda self: sum(r.waiting for r in self._reps()))
-    running = property(lambda self: sum(r.running for r in self._reps()))
-    queue_depth = property(lambda self: sum(r.queue_depth for r in self._reps()))
-    outstanding = property(lambda self: sum(r.outstanding for r in self._reps()))
-    pending_tokens = property(lambda self: sum(r.pending_tokens for r in self._reps()))
-    capacity = property(lambda self: sum(r.capacity for r in self._reps()))
-
-    @property
-    def kv_usage(self) -> float:
-        reps = self._reps()
-        return sum(r.kv_usage for r in reps) / len(reps) if reps else 1.0
-
-    def cached_prefix(self, r) -> int:
-        return max((x.cached_prefix(r) for x in self.cluster.entry_candidates()), default=0)
-
-    def predict_ttft(self, r) -> float:
-        return min(x.predict_ttft(r) for x in self.cluster.entry_candidates())
-
-
-class RouterSlot:
-    """A router with its (possibly stale) views of a changing candidate list."""
-
-    def __init__(self, fleet, raw, path: str, stream: str):
-        self.router, self.staleness = build_router(raw, path, fleet.sim.rng.stream(stream))
-        self.policy = self.router.name
-        self.views: dict = {}
-        if self.staleness > 0:
-            fleet.sim.process(self._refresh_loop(fleet))
-
-    def view(self, target):
-        if self.staleness <= 0:
-            return target
-        v = self.views.get(target)
-        if v is None:
-            v = self.views[target] = StaleView(target)
-        return v
-
-    def choose(self, r, targets):
-        if len(targets) == 1 and self.staleness <= 0:
-            return targets[0]
-        views = targets if self.staleness <= 0 else [self.view(t) for t in targets]
-        return self.router.choose(r, views).replica
-
-    def _refresh_loop(self, fleet):
-        env = fleet.sim.env
-        while not fleet.done:
-            yield env.timeout(self.staleness)
-            for v in self.views.values():
-                v.refresh()
 
 
 class Pool:
@@ -302,7 +221,6 @@ class Cluster:
         self.decode_router = None
         self.transfer = None
         if self.disagg:
-            from ..config.fields import Section
             d = Section(spec.disaggregation, f"{path}.disaggregation")
             self.decode_router = RouterSlot(fleet, d.raw("decode_router", "least_outstanding"),
                                             d.sub("decode_router"), f"router.{spec.name}.decode")

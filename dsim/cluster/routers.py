@@ -28,6 +28,7 @@ class Router:
         self.rng = rng
 
     def choose(self, request, candidates):
+        """Return one of ``candidates`` (read-only views; see the module docstring)."""
         raise NotImplementedError
 
     def routed_work(self, request) -> float:

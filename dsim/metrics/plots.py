@@ -38,13 +38,7 @@ def timeline(log, total_blocks: int, path, max_points: int = 4000) -> None:
     ax[0].set_ylabel("requests")
     ax[0].legend(loc="upper right")
     ax[1].plot(t[idx], np.asarray(log.kv_used, dtype=float)[idx] / max(1, total_blocks))
-    ax[1].set_ylabel("KV blocks used")
-    ax[1].set_xlabel("simulated time (s)")
-    for a in ax:
-        a.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata={"Software": None})
-    plt.close(fig)
+    _finish_timeline(plt, fig, ax, path)
 
 
 def fleet_timeline(insts, path, max_points: int = 2000) -> None:
@@ -63,6 +57,10 @@ def fleet_timeline(insts, path, max_points: int = 2000) -> None:
     ax[0].set_ylabel("waiting + running")
     if len(insts) <= 12:
         ax[0].legend(loc="upper right", fontsize=7, ncol=2)
+    _finish_timeline(plt, fig, ax, path)
+
+
+def _finish_timeline(plt, fig, ax, path) -> None:
     ax[1].set_ylabel("KV blocks used")
     ax[1].set_xlabel("simulated time (s)")
     for a in ax:

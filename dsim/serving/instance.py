@@ -124,7 +124,7 @@ class Instance:
         if -(-(r.prompt_len + r.max_tokens - 1) // self.bs) > self.kv.total:
             self._reject(r, "kv_capacity")
             return
-        d = self.queueing.delay(r, self._load_view(r) if self.alpha_state else None)
+        d = self.queueing.delay(r, self.load_view(r) if self.alpha_state else None)
         if d > 0:
             self.in_alpha += 1
             ev = self.env.timeout(d)
@@ -149,7 +149,7 @@ class Instance:
             self._wake.succeed()
 
     # ---- load view for routers, alpha models and reports ------------------------------------
-    def _load_view(self, r=None) -> LoadView:
+    def load_view(self, r=None) -> LoadView:
         hit = 0
         if r is not None and self.cache_on and r.num_tokens > self.bs:
             full = (r.num_tokens - 1) // self.bs

@@ -1,0 +1,1 @@
+"""Fleets: replica pools, clusters, routers, admission, P/D disaggregation, controllers."""
