@@ -1,0 +1,360 @@
+"""Transfers over the topology: a fluid model with max-min fair bandwidth sharing.
+
+A transfer is: per-message overhead -> the bytes flow along the path at the rate max-min
+fairness gives them (each link's bandwidth shared by the flows crossing it: processor sharing,
+not a FIFO) -> the last byte propagates (one-way latency of the path, with RTT jitter).  A lost
+message (probability ``loss_pct``) is noticed ``retransmit_timeout_ms`` after it was sent and
+sent again; retries are counted.  During an outage a link carries nothing: flows crossing it wait
+(``outage_policy: wait``) or move to the best path that avoids every down link (``failover``;
+they wait if there is none).  Only the transfer phase waits; bytes already propagating arrive.
+
+The whole fabric is driven by one timer (the next flow completion), rescheduled whenever the
+set of flows or links changes: O(flows x links) per change, nothing per byte or per packet.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from simpy.events import NORMAL
+
+from ..config.errors import ConfigError
+from ..config.fields import Section
+from .topology import Topology, build_topology
+
+
+class TransferRecord(NamedTuple):
+    src: str
+    dst: str
+    nbytes: float
+    start: float
+    end: float
+    retries: int = 0
+    path: tuple = ()
+    waited_s: float = 0.0            # time the transfer was stalled by outages
+
+
+class Link:
+    __slots__ = ("u", "v", "bw", "latency_s", "flows", "up", "bytes", "busy_s", "bins", "edge")
+
+    def __init__(self, u, v, bw, latency_s):
+        self.u, self.v, self.bw, self.latency_s = u, v, bw, latency_s
+        self.flows: dict = {}
+        self.up = True
+        self.bytes = 0.0
+        self.busy_s = 0.0
+        self.bins: dict = {}
+        self.edge = frozenset((u, v))
+
+
+class _Flow:
+    __slots__ = ("fid", "src", "dst", "nbytes", "eff", "remaining", "rate", "links", "nodes", "done",
+                 "start", "retries", "prop", "waited")
+
+
+class _Jitter:
+    """Additive RTT jitter (ms) or multiplicative bandwidth factor, distribution named in YAML."""
+
+    def __init__(self, raw, path, kind):
+        s = Section(raw, path)
+        self.kind = kind
+        if kind == "rtt":
+            self.dist = s.str("dist", choices=("normal", "uniform", "exponential"))
+            self.scale = s.num("scale_ms", lo=0) / 1e3
+        else:
+            self.dist = s.str("dist", choices=("lognormal", "normal", "uniform"))
+            self.scale = s.num("scale_pct", lo=0) / 100
+        s.done()
+
+    def sample(self, rng) -> float:
+        d, x = self.dist, self.scale
+        if self.kind == "rtt":          # seconds added to the RTT (the one-way latency gets half)
+            if d == "normal":
+                return x * float(rng.standard_normal())
+            if d == "uniform":
+                return x * float(rng.uniform(-1.0, 1.0))
+            return float(rng.exponential(x)) if x > 0 else 0.0
+        if d == "lognormal":            # bandwidth factor with mean 1
+            return math.exp(x * float(rng.standard_normal()) - x * x / 2)
+        if d == "normal":
+            return max(0.05, 1.0 + x * float(rng.standard_normal()))
+        return max(0.05, 1.0 + x * float(rng.uniform(-1.0, 1.0)))
+
+
+class Network:
+    """``send(src, dst, nbytes) -> simpy event`` whose value is a TransferRecord."""
+
+    def __init__(self, env, topo: Topology, rng, overhead_s=0.0, loss=0.0, rto_s=0.2, max_retries=None,
+                 rtt_jitter=None, bw_jitter=None, policy="wait", bin_s=1.0):
+        self.env = env
+        self.topo = topo
+        self.rng = rng
+        self.overhead_s = overhead_s
+        self.loss = loss
+        self.rto_s = rto_s
+        self.max_retries = max_retries
+        self.rtt_jitter = rtt_jitter
+        self.bw_jitter = bw_jitter
+        self.policy = policy
+        self.bin_s = bin_s
+        self.links: dict = {}
+        self.active: dict = {}          # fid -> flow
+        self.t_last = 0.0
+        self.gen = 0
+        self.next_fid = 0
+        self.down: set = set()
+        self.count = 0
+        self.retries = 0
+        self.failed = 0
+        self.waited_s = 0.0
+        self.outages: list = []
+
+    # ---- paths ----------------------------------------------------------------------------------
+    def link(self, u, v) -> Link:
+        lk = self.links.get((u, v))
+        if lk is None:
+            e = self.topo.g.edges[u, v]
+            lk = self.links[(u, v)] = Link(u, v, e["bw"], e["latency_s"])
+        return lk
+
+    def _path(self, src, dst, avoid_down: bool):
+        nodes = self.topo.route(src, dst, frozenset(self.down) if (avoid_down and self.down) else frozenset())
+        if nodes is None:
+            return None, None
+        return nodes, tuple(self.link(u, v) for u, v in zip(nodes, nodes[1:]))
+
+    def latency_s(self, src, dst) -> float:
+        return self.topo.latency_s(src, dst)
+
+    def bottleneck_bytes_s(self, src, dst) -> float:
+        return self.topo.bottleneck_bytes_s(src, dst)
+
+    # ---- the API --------------------------------------------------------------------------------
+    def send(self, src: str, dst: str, nbytes: float):
+        """Start a transfer now; the returned event fires when the last byte has arrived."""
+        if nbytes < 0:
+            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        for d in (src, dst):
+            if not self.topo.has(d):
+                self.topo.ensure(d, "network.send")
+        nodes, links = self._path(src, dst, self.policy == "failover")
+        if nodes is None:
+            nodes, links = self._path(src, dst, False)
+            if nodes is None:
+                raise ValueError(f"no network path from {src} to {dst}")
+        f = _Flow()
+        f.fid = self.next_fid
+        self.next_fid += 1
+        f.src, f.dst, f.nbytes = src, dst, nbytes
+        f.nodes, f.links = nodes, links
+        f.eff = nbytes / self.bw_jitter.sample(self.rng) if self.bw_jitter is not None else float(nbytes)
+        f.done = self.env.event()
+        f.start = self.env.now
+        f.retries = 0
+        f.waited = 0.0
+        self.count += 1
+        if self.overhead_s > 0:
+            ev = self.env.timeout(self.overhead_s)
+            ev.callbacks.append(lambda _e, f=f: self._begin(f))
+        else:
+            self._begin(f)
+        return f.done
+
+    # ---- fluid engine ---------------------------------------------------------------------------
+    def _begin(self, f) -> None:
+        self._advance()
+        f.remaining = f.eff
+        f.rate = 0.0
+        self.active[f.fid] = f
+        for lk in f.links:
+            lk.flows[f.fid] = f
+        self._reallocate()
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self.t_last
+        if dt <= 0:
+            return
+        b = self.bin_s
+        for f in self.active.values():
+            r = f.rate
+            if r > 0:
+                moved = r * dt
+                f.remaining -= moved
+                for lk in f.links:
+                    lk.bytes += moved
+                    if b:
+                        self._bin(lk, self.t_last, now, r)
+            elif any(not lk.up for lk in f.links):
+                f.waited += dt
+        for lk in self.links.values():
+            if lk.flows and lk.up:
+                lk.busy_s += dt
+        self.t_last = now
+
+    def _bin(self, lk, t0, t1, rate) -> None:
+        b = self.bin_s
+        i = int(t0 // b)
+        while t0 < t1:
+            edge = min(t1, (i + 1) * b)
+            lk.bins[i] = lk.bins.get(i, 0.0) + rate * (edge - t0)
+            t0 = edge
+            i += 1
+
+    def _reallocate(self) -> None:
+        """Max-min fair rates (water filling) over the links that are up; schedule the next completion."""
+        cap = {}
+        users: dict = {}
+        for f in self.active.values():
+            f.rate = -1.0
+            if any(not lk.up for lk in f.links):
+                f.rate = 0.0
+                continue
+            for lk in f.links:
+                users.setdefault(lk, []).append(f)
+                cap[lk] = lk.bw
+        while users:
+            best = None
+            for lk, fs in users.items():
+                share = cap[lk] / len(fs)
+                if best is None or share < best[0]:
+                    best = (share, lk)
+            share, lk = best
+            for f in list(users[lk]):
+                f.rate = share
+                for other in f.links:
+                    cap[other] -= share
+                    us = users[other]
+                    us.remove(f)
+                    if not us:
+                        del users[other]
+        nxt = math.inf
+        for f in self.active.values():
+            if f.rate > 0:
+                t = f.remaining / f.rate
+                if t < nxt:
+                    nxt = t
+        self.gen += 1
+        if nxt < math.inf:
+            gen = self.gen
+            ev = self.env.timeout(max(0.0, nxt))
+            ev.callbacks.append(lambda _e, gen=gen: self._tick(gen))
+
+    def _tick(self, gen: int) -> None:
+        if gen != self.gen:
+            return
+        self._advance()
+        finished = [f for f in self.active.values()
+                    if f.rate > 0 and f.remaining <= 1e-9 * f.eff + 1e-6]
+        for f in finished:
+            del self.active[f.fid]
+            for lk in f.links:
+                del lk.flows[f.fid]
+            self._sent(f)
+        self._reallocate()
+
+    def _sent(self, f) -> None:
+        """The last byte left the sender: lost (retry after the timeout) or delivered after the
+        path's propagation delay."""
+        if self.loss > 0 and float(self.rng.random()) < self.loss:
+            f.retries += 1
+            self.retries += 1
+            if self.max_retries is not None and f.retries > self.max_retries:
+                self.failed += 1
+                self._deliver(f, 0.0, failed=True)
+                return
+            ev = self.env.timeout(self.rto_s)
+            ev.callbacks.append(lambda _e, f=f: self._begin(f))
+            return
+        prop = sum(lk.latency_s for lk in f.links)
+        if self.rtt_jitter is not None:
+            prop = max(0.0, prop + self.rtt_jitter.sample(self.rng) / 2)
+        self._deliver(f, prop)
+
+    def _deliver(self, f, delay: float, failed: bool = False) -> None:
+        self.waited_s += f.waited
+        end = self.env.now + delay
+        rec = TransferRecord(f.src, f.dst, f.nbytes, f.start, end, f.retries, tuple(f.nodes), f.waited)
+        ev = f.done
+        if failed:
+            ev._ok = False
+            ev._value = ConnectionError(f"transfer {f.src}->{f.dst} lost after {f.retries - 1} retries")
+            ev._defused = True
+        else:
+            ev._ok = True
+            ev._value = rec
+        self.env.schedule(ev, NORMAL, delay)
+
+    # ---- outages --------------------------------------------------------------------------------
+    def _set_link(self, edge: frozenset, up: bool) -> None:
+        self._advance()
+        u, v = tuple(edge)
+        for a, b in ((u, v), (v, u)):
+            self.link(a, b).up = up
+        (self.down.discard if up else self.down.add)(edge)
+        if not up and self.policy == "failover":
+            for f in list(self.active.values()):
+                if any(lk.edge == edge for lk in f.links):
+                    nodes, links = self._path(f.src, f.dst, True)
+                    if nodes is not None:
+                        for lk in f.links:
+                            del lk.flows[f.fid]
+                        f.nodes, f.links = nodes, links
+                        for lk in links:
+                            lk.flows[f.fid] = f
+        self._reallocate()
+
+    def _outage(self, edge, start, end):
+        env = self.env
+        if start > env.now:
+            yield env.timeout(start - env.now)
+        self._set_link(edge, False)
+        yield env.timeout(end - start)
+        self._set_link(edge, True)
+
+    # ---- report ---------------------------------------------------------------------------------
+    def summary(self, span: float) -> dict:
+        links = {}
+        for (u, v), lk in sorted(self.links.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+            if not lk.bytes and not lk.busy_s:
+                continue
+            links[f"{u}->{v}"] = {"bytes": lk.bytes, "bandwidth_gb_s": lk.bw / 1e9,
+                                  "utilization": lk.bytes / (lk.bw * span) if span > 0 else 0.0,
+                                  "busy_fraction": lk.busy_s / span if span > 0 else 0.0}
+        return {"transfers": self.count, "retries": self.retries, "failed": self.failed,
+                "outage_wait_s": self.waited_s, "outages": self.outages, "links": links}
+
+
+def build_network(raw, env, rng, path: str = "network") -> Network:
+    s = Section(raw, path)
+    topo = build_topology(s, path)
+    overhead = s.num("serialization_overhead_us", 0.0, lo=0) / 1e6
+    loss = s.num("loss_pct", 0.0, lo=0, hi=99) / 100
+    rto = s.num("retransmit_timeout_ms", 200.0, lo=0) / 1e3
+    max_retries = s.int("max_retries", None, lo=0)
+    j = s.section("jitter", {})
+    rtt = _Jitter(j.raw("rtt"), j.sub("rtt"), "rtt") if "rtt" in j.data else None
+    bw = _Jitter(j.raw("bandwidth"), j.sub("bandwidth"), "bw") if "bandwidth" in j.data else None
+    j.done()
+    policy = s.str("outage_policy", "wait", choices=("wait", "failover"))
+    bin_s = s.num("timeline_bin_s", 1.0, lo=0, lo_open=True)
+    fails = s.raw("failures", [])
+    s.done()
+    net = Network(env, topo, rng, overhead, loss, rto, max_retries, rtt, bw, policy, bin_s)
+    if not isinstance(fails, list):
+        raise ConfigError(f"{path}.failures", fails, "a list of {link: [a, b], start_s, end_s}")
+    for i, row in enumerate(fails):
+        p = f"{path}.failures[{i}]"
+        r = Section(row, p)
+        pair = r.raw("link")
+        if not isinstance(pair, list) or len(pair) != 2 or not topo.g.has_edge(*map(str, pair)):
+            raise ConfigError(f"{p}.link", pair, "[a, b]: two devices joined by a link of the topology")
+        start = r.num("start_s", lo=0)
+        end = r.num("end_s", lo=0)
+        r.done()
+        if end <= start:
+            raise ConfigError(f"{p}.end_s", end, f"> start_s ({start})")
+        net.outages.append({"link": [str(pair[0]), str(pair[1])], "start_s": start, "end_s": end})
+        env.process(net._outage(frozenset(map(str, pair)), start, end))
+    return net
+
