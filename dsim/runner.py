@@ -70,7 +70,11 @@ class Session:
         self.scn = scn
         self.sim = sim = Simulation(scn.seed)
         self.reqs, wdesc = build_requests(scn.raw["workload"], sim.rng, scn.base_dir)
-        self.fleet = Fleet(sim, scn, check_invariants)
+        self.network = None
+        if scn.raw.get("network") is not None:
+            from .network.fabric import build_network
+            self.network = build_network(scn.raw["network"], sim.env, sim.rng.stream("network"))
+        self.fleet = Fleet(sim, scn, check_invariants, network=self.network)
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet) + list(controllers)
         self.action_log: list = []
         for c in self.controllers:
@@ -203,6 +207,8 @@ def write_report(res: Result, out: Path, plots: bool) -> Path:
             ao.write_text("timeline.json", chrome_trace([r.inst for r in reps]))
         if plots:
             plots_mod.latency_cdfs(res.latencies(), ao.path("plots/latency_cdf.png"))
+            if res.fleet.network is not None:
+                plots_mod.network_timeline(res.fleet.network, ao.path("plots/network.png"))
             if len(reps) == 1:
                 plots_mod.timeline(res.instance.log, res.instance.kv.total, ao.path("plots/timeline.png"))
             else:

@@ -149,3 +149,42 @@ def test_unknown_device_and_disconnected_path():
         n.send("a", "zz", 10)
     with pytest.raises(ValueError, match="no network path from a to c"):
         n.send("a", "c", 10)
+
+
+# ---- the P/D hook ----------------------------------------------------------------------------------
+def _pd(network, wl=None, **dis):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers import scenario
+    return scenario(latency={"model": "roofline"},
+                    workload=wl or {"type": "constant", "rate": 2, "num_requests": 40, "prompt_tokens": 1000,
+                                    "output_tokens": 10},
+                    cluster={"pools": [{"name": "pre", "role": "prefill"}, {"name": "dec", "role": "decode"}],
+                             "disaggregation": dis},
+                    network=network)
+
+
+def test_pd_kv_moves_over_the_network(tmp_path):
+    import dsim
+    raw = {"links": [{"src": "pre", "dst": "dec", "rtt_ms": 1, "bw_mbps": 8000}], "serialization_overhead_us": 30}
+    res = dsim.run(_pd(raw), tmp_path / "o", check_invariants=True, plots=True)
+    kv = res.scenario.model.kv_bytes_per_token
+    for r in res.requests:
+        # sparse arrivals: each transfer has the link to itself
+        assert r.t_kv_ready - r.t_handoff == pytest.approx(30e-6 + 1000 * kv / (8000 * MB) + 0.5e-3, rel=1e-9)
+    net = res.summary["network"]
+    assert net["transfers"] == 40 and net["links"]["pre->dec"]["bytes"] == pytest.approx(40 * 1000 * kv)
+    assert (tmp_path / "o" / "plots" / "network.png").is_file()
+
+
+def test_pd_network_errors():
+    import dsim
+    raw = {"links": [{"src": "x", "dst": "dec", "rtt_ms": 1, "bw_mbps": 8000}]}
+    with pytest.raises(ConfigError, match=r"cluster\.pools\[0\]\.name: got 'pre'"):
+        dsim.run(_pd(raw))
+    ok = {"links": [{"src": "pre", "dst": "dec", "rtt_ms": 1, "bw_mbps": 8000}]}
+    with pytest.raises(ConfigError, match=r"cluster\.disaggregation\.kv_transfer"):
+        dsim.run(_pd(ok, kv_transfer={"latency_ms": 1}))
+    with pytest.raises(ConfigError, match=r"network\.links\[0\]\.rtt_ms"):
+        dsim.run(_pd({"links": [{"src": "pre", "dst": "dec", "rtt_ms": -1, "bw_mbps": 8000}]}))

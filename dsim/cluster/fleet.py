@@ -207,7 +207,7 @@ class Pool:
 
 
 class Cluster:
-    def __init__(self, fleet, spec, index: int):
+    def __init__(self, fleet, spec, index: int, network=None):
         self.fleet = fleet
         self.spec = spec
         self.name = spec.name
@@ -224,7 +224,13 @@ class Cluster:
             d = Section(spec.disaggregation, f"{path}.disaggregation")
             self.decode_router = RouterSlot(fleet, d.raw("decode_router", "least_outstanding"),
                                             d.sub("decode_router"), f"router.{spec.name}.decode")
-            self.transfer = build_transfer(d.raw("kv_transfer", {}), d.sub("kv_transfer"), fleet.sim.env)
+            if network is not None:
+                if "kv_transfer" in d.data:
+                    raise ConfigError(d.sub("kv_transfer"), d.data["kv_transfer"],
+                                      "no kv_transfer when the scenario has a network: section (the KV moves over it)")
+                self.transfer = NetworkTransfer(network, self)
+            else:
+                self.transfer = build_transfer(d.raw("kv_transfer", {}), d.sub("kv_transfer"), fleet.sim.env)
             d.done()
             models = {p.spec.model.name for p in self.pools}
             if len(models) > 1:
@@ -273,16 +279,53 @@ class Cluster:
         return self.decode_router.choose(r, cands)
 
 
+class NetworkTransfer:
+    """KV transfers of a disaggregated cluster over the scenario's network: a replica is the
+    topology node of its own name, else of its pool's name (a pool = a host or rack), else it is
+    attached automatically where the preset allows it (clos: round-robin over leaves; complete)."""
+
+    def __init__(self, network, cluster):
+        self.net = network
+        self.count = 0
+        self.bytes = 0.0
+        self.nodes: dict = {}
+        for p in cluster.pools:
+            where = f"{p.spec.path}.name" if p.spec.path else "cluster"
+            if not network.topo.has(p.name):
+                if network.topo._auto is None and not any(
+                        network.topo.has(f"{p.name}-{i}") for i in range(p.spec.replicas)):
+                    network.topo.ensure(p.name, where)      # raises: the pool is not in the topology
+            self.nodes[p.name] = p.name if network.topo.has(p.name) else None
+
+    def node(self, rep_name: str, pool: str) -> str:
+        topo = self.net.topo
+        if topo.has(rep_name):
+            return rep_name
+        if self.nodes.get(pool):
+            return self.nodes[pool]
+        topo.ensure(rep_name, "network")
+        return rep_name
+
+    def send(self, src, dst, nbytes: float, src_pool: str = "", dst_pool: str = ""):
+        self.count += 1
+        self.bytes += nbytes
+        return self.net.send(self.node(src, src_pool), self.node(dst, dst_pool), nbytes)
+
+    def summary(self) -> dict:
+        return {"transfers": self.count, "bytes": self.bytes, "over": "network (see the network section)"}
+
+
 class Fleet:
     """All clusters of a scenario, the gateway (global router + admission) and the bookkeeping."""
 
-    def __init__(self, sim, scn, check_invariants: bool = False):
+    def __init__(self, sim, scn, check_invariants: bool = False, network=None):
         self.sim = sim
+        self.network = network
         self.spec = scn.fleet
         self.base_dir = scn.base_dir
         self.check = check_invariants
         self._version = 0
-        self.clusters = [Cluster(self, c, i) for i, c in enumerate(self.spec.clusters)]
+        self.clusters = [Cluster(self, c, i, network) for i, c in enumerate(self.spec.clusters)]
         self.pools = {p.name: p for c in self.clusters for p in c.pools}
         self.global_router = None
         if len(self.clusters) > 1:
@@ -359,7 +402,7 @@ class Fleet:
         dec.incoming += 1
         self.in_transfer += 1
         nbytes = r.num_computed * rep.pool.spec.model.kv_bytes_per_token
-        ev = cluster.transfer.send(rep.name, dec.name, nbytes)
+        ev = cluster.transfer.send(rep.name, dec.name, nbytes, rep.pool.name, dec.pool.name)
         ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r))
 
     def _kv_arrived(self, src: Replica, dec: Replica, r) -> None:

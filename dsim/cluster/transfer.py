@@ -33,7 +33,7 @@ class DirectTransfer:
     def duration(self, nbytes: float) -> float:
         return self.latency_s + nbytes / self.bw
 
-    def send(self, src: str, dst: str, nbytes: float):
+    def send(self, src: str, dst: str, nbytes: float, src_pool: str = "", dst_pool: str = ""):
         now = self.env.now
         d = self.duration(nbytes)
         self.bytes += nbytes

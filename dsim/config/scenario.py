@@ -18,7 +18,7 @@ from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
 
 TOP_KEYS = ("seed", "name", "description", "model", "hardware", "engine", "latency", "workload",
-            "slo", "horizon_s", "drain", "output", "cluster")
+            "slo", "horizon_s", "drain", "output", "cluster", "network")
 
 
 @dataclass
@@ -139,6 +139,7 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     plots = out.bool("plots", True)
     timeline = out.bool("timeline", False)
     out.done()
+    s.raw("network", None)                # validated when the run is built (dsim.network)
     if "workload" not in data:
         raise ConfigError("workload", None, "a workload section (type: poisson | ... | trace)", show_value=False)
     s.raw("workload")

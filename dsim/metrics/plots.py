@@ -68,3 +68,23 @@ def _finish_timeline(plt, fig, ax, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90, metadata={"Software": None})
     plt.close(fig)
+
+
+def network_timeline(net, path, max_links: int = 12) -> None:
+    """Utilisation (bytes carried / capacity) per link per ``timeline_bin_s``, busiest links first."""
+    plt = _plt()
+    links = sorted((lk for lk in net.links.values() if lk.bins), key=lambda lk: -lk.bytes)[:max_links]
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    b = net.bin_s
+    for lk in links:
+        idx = sorted(lk.bins)
+        ax.step([i * b for i in idx], [lk.bins[i] / (lk.bw * b) for i in idx], where="post",
+                label=f"{lk.u}->{lk.v}", lw=0.8)
+    ax.set_ylabel("link utilisation")
+    ax.set_xlabel("simulated time (s)")
+    ax.grid(alpha=0.3)
+    if links:
+        ax.legend(loc="upper right", fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)

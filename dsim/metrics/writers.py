@@ -62,7 +62,7 @@ class AtomicOutput:
     # files a report may contain: on re-use of a folder, ones this run did not write are removed,
     # so a report never mixes two runs (other files in the folder are left alone)
     REPORT_FILES = ("summary.json", "manifest.json", "requests.csv", "timeline.json",
-                    "plots/latency_cdf.png", "plots/timeline.png")
+                    "plots/latency_cdf.png", "plots/timeline.png", "plots/network.png")
 
     def commit(self) -> Path:
         if not self.out.exists():

@@ -162,6 +162,9 @@ class Network:
 
     # ---- fluid engine ---------------------------------------------------------------------------
     def _begin(self, f) -> None:
+        if not f.links:                            # src == dst: nothing crosses a link
+            self._deliver(f, 0.0)
+            return
         self._advance()
         f.remaining = f.eff
         f.rate = 0.0
@@ -203,6 +206,11 @@ class Network:
 
     def _reallocate(self) -> None:
         """Max-min fair rates (water filling) over the links that are up; schedule the next completion."""
+        if len(self.active) == 1:                 # fast path: one flow gets its bottleneck
+            (f,) = self.active.values()
+            f.rate = 0.0 if any(not lk.up for lk in f.links) else min(lk.bw for lk in f.links)
+            self._schedule_next()
+            return
         cap = {}
         users: dict = {}
         for f in self.active.values():
@@ -228,6 +236,9 @@ class Network:
                     us.remove(f)
                     if not us:
                         del users[other]
+        self._schedule_next()
+
+    def _schedule_next(self) -> None:
         nxt = math.inf
         for f in self.active.values():
             if f.rate > 0:
@@ -244,8 +255,9 @@ class Network:
         if gen != self.gen:
             return
         self._advance()
-        finished = [f for f in self.active.values()
-                    if f.rate > 0 and f.remaining <= 1e-9 * f.eff + 1e-6]
+        # flows within 1 ns of finishing are done (float sums of the clock are not exact; a
+        # byte-based tolerance would stall once rate x clock ulp exceeds it)
+        finished = [f for f in self.active.values() if f.rate > 0 and f.remaining <= f.rate * 1e-9]
         for f in finished:
             del self.active[f.fid]
             for lk in f.links:
