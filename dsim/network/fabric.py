@@ -107,6 +107,8 @@ class Network:
         self.retries = 0
         self.failed = 0
         self.waited_s = 0.0
+        self.total_s = 0.0              # sum of transfer durations (send to arrival)
+        self.delivered = 0
         self.outages: list = []
 
     # ---- paths ----------------------------------------------------------------------------------
@@ -286,6 +288,8 @@ class Network:
     def _deliver(self, f, delay: float, failed: bool = False) -> None:
         self.waited_s += f.waited
         end = self.env.now + delay
+        self.total_s += end - f.start
+        self.delivered += 1
         rec = TransferRecord(f.src, f.dst, f.nbytes, f.start, end, f.retries, tuple(f.nodes), f.waited)
         ev = f.done
         if failed:
@@ -334,6 +338,7 @@ class Network:
                                   "utilization": lk.bytes / (lk.bw * span) if span > 0 else 0.0,
                                   "busy_fraction": lk.busy_s / span if span > 0 else 0.0}
         return {"transfers": self.count, "retries": self.retries, "failed": self.failed,
+                "mean_transfer_ms": self.total_s / self.delivered * 1e3 if self.delivered else None,
                 "outage_wait_s": self.waited_s, "outages": self.outages, "links": links}
 
 
