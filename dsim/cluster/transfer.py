@@ -12,6 +12,7 @@ from ..config.fields import Section
 
 
 class TransferRecord(NamedTuple):
+    """One message's journey (the value of a send event), shared with dsim.network."""
     src: str
     dst: str
     nbytes: float
@@ -19,6 +20,7 @@ class TransferRecord(NamedTuple):
     end: float
     retries: int = 0
     path: tuple = ()
+    waited_s: float = 0.0            # time stalled by link outages
 
 
 class DirectTransfer:

@@ -14,24 +14,12 @@ set of flows or links changes: O(flows x links) per change, nothing per byte or 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
-
 from simpy.events import NORMAL
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
+from ..cluster.transfer import TransferRecord
 from .topology import Topology, build_topology
-
-
-class TransferRecord(NamedTuple):
-    src: str
-    dst: str
-    nbytes: float
-    start: float
-    end: float
-    retries: int = 0
-    path: tuple = ()
-    waited_s: float = 0.0            # time the transfer was stalled by outages
 
 
 class Link:
