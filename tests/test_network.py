@@ -186,5 +186,9 @@ def test_pd_network_errors():
     ok = {"links": [{"src": "pre", "dst": "dec", "rtt_ms": 1, "bw_mbps": 8000}]}
     with pytest.raises(ConfigError, match=r"cluster\.disaggregation\.kv_transfer"):
         dsim.run(_pd(ok, kv_transfer={"latency_ms": 1}))
+    apart = {"links": [{"src": "pre", "dst": "x", "rtt_ms": 1, "bw_mbps": 8000},
+                       {"src": "dec", "dst": "y", "rtt_ms": 1, "bw_mbps": 8000}]}
+    with pytest.raises(ConfigError, match=r"network\.links: got 'pre -> dec'.*a network path"):
+        dsim.run(_pd(apart))
     with pytest.raises(ConfigError, match=r"network\.links\[0\]\.rtt_ms"):
         dsim.run(_pd({"links": [{"src": "pre", "dst": "dec", "rtt_ms": -1, "bw_mbps": 8000}]}))

@@ -296,6 +296,13 @@ class NetworkTransfer:
                         network.topo.has(f"{p.name}-{i}") for i in range(p.spec.replicas)):
                     network.topo.ensure(p.name, where)      # raises: the pool is not in the topology
             self.nodes[p.name] = p.name if network.topo.has(p.name) else None
+        pre = [n for p in cluster.pools if p.role == "prefill" for n in [self.nodes[p.name]] if n]
+        dec = [n for p in cluster.pools if p.role == "decode" for n in [self.nodes[p.name]] if n]
+        for a in pre:
+            for b in dec:
+                if network.topo.route(a, b) is None:
+                    raise ConfigError(network.topo.path, f"{a} -> {b}",
+                                      "a network path from every prefill pool to every decode pool")
 
     def node(self, rep_name: str, pool: str) -> str:
         topo = self.net.topo
