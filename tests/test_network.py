@@ -128,7 +128,7 @@ def test_complete_graph_and_jitter_are_seeded():
 
 
 @pytest.mark.parametrize("raw,match", [
-    ({"links": [{"src": "a", "dst": "b", "rtt_ms": 1, "bw_mbps": -5}]}, r"network\.links\[0\]\.bw_mbps"),
+    ({"links": [{"src": "a", "dst": "b", "rtt_ms": 1, "bw_mbps": -5}]}, r"network\.links\[0\]\.bw_mbps: got -5,"),
     ({"links": [{"src": "a", "dst": "a", "rtt_ms": 1, "bw_mbps": 5}]}, r"network\.links\[0\]\.dst"),
     ({"links": [{"src": "a", "dst": "b", "rtt_ms": 1}]}, r"network\.links\[0\]\.bw_mbps"),
     ({"clos": {"spine_count": 1, "leaf_count": 2, "hop_latency_ms": 1, "device_edge_latency_ms": 1,

@@ -63,10 +63,10 @@ class Topology:
         return min((self.g.edges[u, v]["bw"] for u, v in zip(p, p[1:])), default=float("inf"))
 
 
-def _edge(g, u, v, latency_s, bw, where):
-    if bw <= 0:
-        raise ConfigError(where, bw, "a bandwidth > 0")
-    g.add_edge(u, v, latency_s=latency_s, bw=bw)
+def _edge(g, u, v, latency_s, bw_mbps, where):
+    if bw_mbps <= 0:
+        raise ConfigError(where, bw_mbps, "a bandwidth > 0 (Mb/s)")
+    g.add_edge(u, v, latency_s=latency_s, bw=bw_mbps * MBPS)
 
 
 def build_topology(s: Section, path: str) -> Topology:
@@ -88,7 +88,7 @@ def build_topology(s: Section, path: str) -> Topology:
                 raise ConfigError(f"{p}.dst", v, "a device other than src")
             if g.has_edge(u, v):
                 raise ConfigError(p, [u, v], "one link per pair of devices")
-            _edge(g, u, v, r.num("rtt_ms", lo=0) / 2e3, r.num("bw_mbps") * MBPS, f"{p}.bw_mbps")
+            _edge(g, u, v, r.num("rtt_ms", lo=0) / 2e3, r.num("bw_mbps"), f"{p}.bw_mbps")
             r.done()
         return Topology(g, kind, s.sub("links"))
     c = s.section(kind)
@@ -96,7 +96,7 @@ def build_topology(s: Section, path: str) -> Topology:
         lat = c.num("rtt_ms", lo=0) / 2e3
         bw = c.num("bw_mbps") * MBPS
         if bw <= 0:
-            raise ConfigError(c.sub("bw_mbps"), bw / MBPS, "a bandwidth > 0")
+            raise ConfigError(c.sub("bw_mbps"), bw / MBPS, "a bandwidth > 0 (Mb/s)")
         devices = c.raw("devices", [])
         c.done()
 
@@ -116,7 +116,7 @@ def build_topology(s: Section, path: str) -> Topology:
     edge_bw = c.num("edge_bw_mbps", 400_000) * MBPS
     for key, v in (("spine_bw_mbps", fabric_bw), ("edge_bw_mbps", edge_bw)):
         if v <= 0:
-            raise ConfigError(c.sub(key), v / MBPS, "a bandwidth > 0")
+            raise ConfigError(c.sub(key), v / MBPS, "a bandwidth > 0 (Mb/s)")
     attach_map = c.raw("attach", {})
     if not isinstance(attach_map, dict):
         raise ConfigError(c.sub("attach"), attach_map, "a mapping device -> leaf index")
