@@ -118,8 +118,10 @@ def main(argv=None) -> int:
         if args.cmd == "bench":
             from .bench import bench
             from .config.errors import ConfigError as _CE
+            from .cluster.routers import check_router_name
             if args.replicas < 1:
                 raise _CE("--replicas", args.replicas, "an integer >= 1")
+            check_router_name(args.router, "--router")
             print(json.dumps(bench(args.requests, _T0, args.replicas, args.router)))
             return 0
         if args.cmd == "lut":

@@ -10,7 +10,7 @@ from dsim.cluster import routers as R
 from dsim.cluster.control import ReactiveAutoscaler
 from dsim.metrics.fleet import jain
 
-from helpers import scenario
+from helpers import scenario, trace_file
 
 WL = {"type": "poisson", "rate": 40, "num_requests": 400,
       "prompt_tokens": {"dist": "normal", "mean": 300, "std": 100, "min": 8, "max": 900},
@@ -182,17 +182,46 @@ def test_queue_cap_and_slo_guard(tmp_path):
     assert res.summary["requests"]["rejected_by"] == {"admission:queue_cap": res.summary["requests"]["rejected"]}
     assert 0 < res.summary["requests"]["rejected"] < 50
     assert "admission:queue_cap" in (tmp_path / "q" / "requests.csv").read_text()
-    # SLO guard: prefill rate = 2048 tokens / 50 ms; a request is admitted iff the prompt tokens
-    # ahead of it (plus its own) take <= ttft_ms at that rate
-    g = scenario(latency=slow, workload=wl, slo={"ttft_ms": 10},
-                 cluster={"pools": [{"name": "a"}], "admission": "slo_guard"})
-    res = dsim.run(g)
-    rate = 2048 / 0.05
-    assert res.fleet.pools["a"].prefill_rate == pytest.approx(rate)
-    ok = [r for r in res.requests if r.state == 4]
-    assert ok and res.summary["requests"]["rejected"] > 0
     with pytest.raises(ConfigError, match=r"cluster\.admission\.ttft_ms"):
         dsim.run(scenario(cluster={"pools": [{"name": "a"}], "admission": "slo_guard"}))
+
+
+def test_slo_guard_prediction_by_hand(tmp_path):
+    """Prefill rate = 2048 tokens / 50 ms step; predicted TTFT = prompt tokens queued ahead
+    (waiting prompts + unfinished prompts of running requests) plus its own, over that rate."""
+    from dsim.cluster.admission import SLOGuard
+    from dsim.config.scenario import load_scenario
+    from dsim.core.request import Request
+    from dsim.runner import prepare
+    slow = {"model": "blackbox", "beta": [50000, 0, 0]}
+    late = {"type": "trace", "path": str(trace_file(tmp_path, [(5.0, 10, 2)]))}   # nothing before 5 s
+    ses = prepare(load_scenario(scenario(latency=slow, workload=late, cluster={"pools": [{"name": "a"}]})))
+    rep = ses.fleet.replicas()[0]
+    rate = 2048 / 0.05
+    assert rep.pool.prefill_rate == pytest.approx(rate)
+    for i, n in enumerate((3000, 500, 700)):
+        rep.inst.submit(Request(100 + i, 0.0, n, 4))
+    ses.sim.run(until=0.01)                 # the first step starts: 2048 of 3000 tokens in flight
+    new = Request(200, 0.01, 400, 4)
+    ahead = 3000 + 500 + 700 + 400          # nothing computed yet: the step ends at 0.05 s
+    assert rep.predict_ttft(new) == pytest.approx(ahead / rate)
+    assert SLOGuard(ahead / rate * 1e3 * 1.01).reject(new, rep, 0.01) is None
+    assert SLOGuard(ahead / rate * 1e3 * 0.99).reject(new, rep, 0.01) == "admission:slo_guard"
+    ses.sim.run(until=0.06)                 # after the first step 2048 prompt tokens are done
+    assert rep.predict_ttft(new) == pytest.approx((ahead - 2048) / rate)
+    assert rep.waiting == 0 and rep.running == 3
+
+
+def test_cluster_error_from_the_cli_exits_2_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+    import yaml
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(fleet([{"name": "a"}], router={"policy": "jsq", "stale": 1})))
+    p = subprocess.run([sys.executable, "-m", "dsim.cli", "run", str(sc), "--quiet", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "cluster.router.stale" in p.stderr
+    assert not (tmp_path / "o").exists()
 
 
 # ---- prefill/decode disaggregation ----------------------------------------------------------------

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.fields import Section
+from ..metrics.summary import request_latencies
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,8 @@ class Window:
         now = f.sim.now
         dt = max(now - self.t, 1e-12)
         new = f.completed[self.n_done:]
-        ttft = [(r.t_first_token - r.arrival) * 1e3 for r in new]
-        tpot = [(r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in new if r.n_out > 1]
+        lat = request_latencies(new)
+        ttft, tpot = lat["ttft_ms"], lat["tpot_ms"]
         pools = {}
         for name, p in f.pools.items():
             busy = sum(r.inst.busy_time for r in p.replicas)

@@ -292,7 +292,7 @@ class NetworkTransfer:
         for p in cluster.pools:
             where = f"{p.spec.path}.name" if p.spec.path else "cluster"
             if not network.topo.has(p.name):
-                if network.topo._auto is None and not any(
+                if not network.topo.attaches_new_devices and not any(
                         network.topo.has(f"{p.name}-{i}") for i in range(p.spec.replicas)):
                     network.topo.ensure(p.name, where)      # raises: the pool is not in the topology
             self.nodes[p.name] = p.name if network.topo.has(p.name) else None

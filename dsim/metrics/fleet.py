@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING
-from .summary import meets_slo, stats
+from .summary import meets_slo, request_latencies, stats
 
 
 def jain(values) -> float | None:
@@ -41,10 +41,8 @@ def replica_power(rep, t_end: float) -> dict:
 
 
 def _latency_block(reqs) -> dict:
-    ttft = [(r.t_first_token - r.arrival) * 1e3 for r in reqs]
-    tpot = [(r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in reqs if r.n_out > 1]
-    e2e = [(r.t_completion - r.arrival) * 1e3 for r in reqs]
-    return {"ttft": stats(ttft), "tpot": stats(tpot), "e2e": stats(e2e)}
+    lat = request_latencies(reqs)
+    return {k: stats(lat[f"{k}_ms"]) for k in ("ttft", "tpot", "e2e")}
 
 
 def energy_cost(replicas, t_end: float, out_tok: int, all_tok: int) -> tuple[dict, dict | None]:

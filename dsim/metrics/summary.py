@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.request import PENDING
+
 PCTS = (50, 90, 95, 99)
 
 
@@ -139,7 +141,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         "peak_waiting": max((max(i.log.waiting, default=0) for i in insts), default=0),
     }
     if t_end is None or (scn.horizon_s is None or scn.drain):
-        t_acct = max(last, max((r.arrival for r in reqs if r.state), default=0.0))
+        t_acct = max(last, max((r.arrival for r in reqs if r.state != PENDING), default=0.0))
     else:
         t_acct = t_end
     energy, cost = energy_cost(fleet.replicas(), t_acct, out_tok, out_tok + in_tok)

@@ -26,6 +26,11 @@ class Topology:
     def has(self, device: str) -> bool:
         return device in self.g
 
+    @property
+    def attaches_new_devices(self) -> bool:
+        """clos and complete attach unknown devices when first used; explicit links do not."""
+        return self._auto is not None
+
     def ensure(self, device: str, where: str) -> None:
         """Make sure ``device`` is a node (auto-attaching where the preset allows)."""
         if device in self.g:
@@ -98,6 +103,8 @@ def build_topology(s: Section, path: str) -> Topology:
         if bw <= 0:
             raise ConfigError(c.sub("bw_mbps"), bw / MBPS, "a bandwidth > 0 (Mb/s)")
         devices = c.raw("devices", [])
+        if not isinstance(devices, list):
+            raise ConfigError(c.sub("devices"), devices, "a list of device names")
         c.done()
 
         def attach(dev):
