@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | bench | lut``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | bench | lut | cosim | fit``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -44,7 +44,64 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--contexts", default=None, help="comma-separated context_len bins (log-spaced)")
     lb.add_argument("--microbatches", default=None, help="comma-separated microbatch bins")
     lb.add_argument("--out", required=True, help="CSV file to write")
+    c = sub.add_parser("cosim", help="replay a real vLLM run and report sim vs real per metric and quantile")
+    c.add_argument("real", help="inference-perf folder, meta.json+requests.jsonl folder, vllm bench JSON, or CSV/JSONL")
+    c.add_argument("--scenario", default=None, help="base scenario (latency model, hardware, ...); the run's "
+                   "model, engine and workload take precedence")
+    c.add_argument("--out", default=None, help="output folder (default: results/cosim-<run name>)")
+    c.add_argument("--seed", type=int, default=None)
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    c.add_argument("--hardware", default=None, help="device profile when the run does not name its GPU")
+    c.add_argument("--model", default=None, help="model when the file does not name it (vllm bench, CSV)")
+    c.add_argument("--columns", default=None, metavar="FIELD=COL,...",
+                   help="generic CSV/JSONL mapping, e.g. arrival_s=t,prompt_tokens=in,output_tokens=out,ttft_s=ttft,e2e_s=lat")
+    c.add_argument("--time-unit", type=float, default=1.0, help="seconds per time unit of a generic file (1e-3 for ms)")
+    c.add_argument("--no-plots", action="store_true")
+    _fit_parser(sub)
     return p
+
+
+def _fit_parser(sub) -> None:
+    f = sub.add_parser("fit", help="fit latency-model coefficients from real runs or vLLM traces")
+    f.add_argument("runs", nargs="+", help="OTLP trace files (step-level fit) and/or real run folders (stage 2)")
+    f.add_argument("--model", default="unified5", choices=("unified5", "physics"))
+    f.add_argument("--out", required=True, help="coefficients YAML to write")
+    f.add_argument("--scenario", default=None, help="scenario the traces were recorded with (model, hardware, engine)")
+    f.add_argument("--refine", action="store_true", help="stage 2: Nelder-Mead with dsim in the loop on the runs")
+    f.add_argument("--max-evals", type=int, default=60, help="stage-2 simulator evaluations (default 60)")
+    f.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")
+
+
+def _columns(text):
+    from .config.errors import ConfigError
+    out = {}
+    for part in text.split(","):
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip() or not v.strip():
+            raise ConfigError("--columns", text, "FIELD=COLUMN pairs separated by commas")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _cosim(args) -> int:
+    from .calibrate.cosim import cosimulate
+    from .calibrate.realrun import load_real
+    from .config.scenario import read_scenario_file
+    run = load_real(args.real, hardware=args.hardware, model=args.model,
+                    columns=_columns(args.columns) if args.columns else None, time_unit=args.time_unit)
+    if args.model:
+        run.scenario["model"] = args.model
+    if args.hardware:
+        run.scenario["hardware"] = args.hardware
+    base = read_scenario_file(args.scenario) if args.scenario else None
+    rep = cosimulate(run, base, args.overrides, args.seed, args.out or f"results/cosim-{run.name}",
+                     plots=not args.no_plots)
+    for st in rep["stages"]:
+        cells = "  ".join(f"{m.upper()} {c['mape']:.1%}" for m, c in st["metrics"].items() if c["mape"] is not None)
+        print(f"{run.name} {st['stage']}: MAPE {cells}" + ("  (overloaded)" if st["overloaded"] else ""))
+    mm = rep["mean_mape"]
+    print(f"mean MAPE (TTFT/TPOT/E2E): {'n/a' if mm is None else f'{mm:.1%}'}; report: {rep['out_dir']}")
+    return 0
 
 
 def _int_list(text, flag):
@@ -126,6 +183,11 @@ def main(argv=None) -> int:
             return 0
         if args.cmd == "lut":
             return _lut(args)
+        if args.cmd == "cosim":
+            return _cosim(args)
+        if args.cmd == "fit":
+            from .calibrate.fit import fit_cli
+            return fit_cli(args)
         from .config.scenario import load_scenario
         if args.cmd == "validate":
             from .runner import prepare

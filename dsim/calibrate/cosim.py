@@ -1,0 +1,268 @@
+"""Co-simulation: replay a real run through dsim and report, per stage, metric and quantile, how far
+simulation and reality are apart.
+
+Definitions (ms): TTFT = first token - arrival; TPOT = (last token - first token) / (output - 1);
+E2E = last token (completion) - arrival; ITL = gap between consecutive tokens of a request,
+weighted per token.  Signed error = (sim - real) / real; a metric's MAPE is the mean |error| over
+the quantiles both sides have; KS = two-sample Kolmogorov-Smirnov statistic (per-request data only).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..config.errors import ConfigError
+from ..config.scenario import apply_overrides, load_scenario
+from ..core.rng import PartitionedRNG
+from ..metrics.summary import request_latencies, weighted_stats
+from ..metrics.writers import AtomicOutput, to_json
+from .realrun import METRICS, QUANTS, RealRun, quantiles
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in top.items():
+        if v is None:
+            continue
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "workload":
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def replay_rows(run: RealRun, seed: int) -> list:
+    """The run's requests with arrival times: exact, or regenerated with the seed (vllm bench)."""
+    rows = [dict(r) for r in run.trace_rows]
+    regen = run.meta.get("regenerate")
+    if regen:
+        rate, burst = regen["rate"], regen["burstiness"]
+        if math.isinf(rate):
+            t = np.zeros(len(rows))
+        else:
+            g = PartitionedRNG(seed).stream("cosim.arrivals")
+            t = np.cumsum(g.gamma(burst, 1.0 / (rate * burst), len(rows)))
+            t -= t[0]
+        for r, a in zip(rows, t):
+            r["arrival_s"] = float(a)
+    return rows
+
+
+def replay_scenario(run: RealRun, base: dict | None, overrides=(), seed: int | None = None,
+                    trace_path: Path | None = None) -> dict:
+    """Scenario mapping for the replay: the base scenario (latency model, anything the run does not
+    say), then what the run says (model, engine, workload), then ``--set`` overrides."""
+    scn = _merge({"seed": 42, "latency": {"model": "roofline"}}, base or {})
+    scn = _merge(scn, {k: v for k, v in run.scenario.items() if k != "workload"})
+    scn["workload"] = dict(run.scenario["workload"])
+    scn.setdefault("output", {})
+    if isinstance(scn["output"], dict):
+        scn["output"]["plots"] = False
+    if seed is not None:
+        scn["seed"] = seed
+    if run.trace_rows is not None:
+        if trace_path is None:
+            raise ValueError("a per-request run needs trace_path")
+        scn["workload"] = {"type": "trace", "path": str(trace_path)}
+    scn = apply_overrides(scn, list(overrides))
+    for key in ("model", "hardware"):
+        if not scn.get(key):
+            raise ConfigError(key, None, f"the run does not say its {key}: pass --scenario base.yaml or "
+                              f"--set {key}=...", show_value=False)
+    return scn
+
+
+def write_trace(rows, path: Path) -> None:
+    path.write_text("".join(json.dumps({k: r[k] for k in ("arrival_s", "prompt_tokens", "output_tokens", "request_id")})
+                            + "\n" for r in rows))
+
+
+def simulate_run(run: RealRun, base=None, overrides=(), seed: int | None = None, latency=None):
+    """Run dsim on the real run's workload.  Returns (Result, scenario mapping used)."""
+    from ..runner import run as run_scenario
+    with tempfile.TemporaryDirectory() as td:
+        tr = Path(td) / "replay.jsonl"
+        scn = replay_scenario(run, base, overrides, seed, tr if run.trace_rows is not None else None)
+        if latency is not None:
+            scn["latency"] = copy.deepcopy(latency)
+        if run.trace_rows is not None:
+            write_trace(replay_rows(run, scn.get("seed", 42)), tr)
+        res = run_scenario(load_scenario(scn))
+    return res, scn
+
+
+def _sim_itl(res, t0: float, t1: float) -> list:
+    """Per-token ITL samples (value, weight) from the replicas' step logs in [t0, t1)."""
+    v, w = [], []
+    whole = t0 <= 0 and math.isinf(t1)
+    for rep in res.fleet.replicas():
+        log = rep.inst.log
+        te = np.asarray(log.t_end)
+        keep = (te >= t0) & (te < t1)
+        v += list(np.asarray(log.dur)[keep])
+        w += list(np.asarray(log.itl_count)[keep])
+        if whole:
+            v += [x for x, _ in rep.inst.itl_extra]
+            w += [n for _, n in rep.inst.itl_extra]
+    return v, w
+
+
+def compare(real: dict, sim: dict) -> dict:
+    """Per quantile: real, sim, signed error; MAPE over the quantiles both sides have."""
+    row = {"real": {}, "sim": {}, "error": {}}
+    errs = []
+    for q in QUANTS:
+        r, s = real.get(q), sim.get(q)
+        if r is None or s is None or not (r == r and s == s):
+            continue
+        row["real"][q], row["sim"][q] = r, s
+        if r:
+            e = (s - r) / r
+            row["error"][q] = e
+            errs.append(abs(e))
+    row["mape"] = float(np.mean(errs)) if errs else None
+    return row
+
+
+def ks_statistic(a, b) -> float | None:
+    if len(a) == 0 or len(b) == 0:
+        return None
+    from scipy.stats import ks_2samp
+    return float(ks_2samp(np.asarray(a, float), np.asarray(b, float)).statistic)
+
+
+def cosim_report(run: RealRun, res, scn: dict) -> dict:
+    """Compare a finished replay with the real run, stage by stage."""
+    stages = []
+    reqs = res.requests
+    for st in run.stages:
+        inside = [r for r in reqs if st.t0 <= r.arrival < st.t1]
+        lat = request_latencies(inside)
+        sim_samples = {"ttft": lat["ttft_ms"], "tpot": lat["tpot_ms"], "e2e": lat["e2e_ms"]}
+        v, w = _sim_itl(res, st.t0, st.t1 if not math.isinf(st.t1) else math.inf)
+        sim_stats = {m: quantiles(x) for m, x in sim_samples.items()}
+        sim_stats["itl"] = weighted_stats(np.asarray(v) * 1e3, w)
+        done = [r for r in inside if r.t_completion is not None]
+        metrics = {}
+        for m in METRICS:
+            if m not in st.real:
+                continue
+            c = compare(st.real[m], sim_stats.get(m, {}))
+            if m in st.samples and m != "itl":
+                c["ks"] = ks_statistic(st.samples[m], sim_samples[m])
+            c["count"] = {"real": st.real[m].get("count"), "sim": sim_stats.get(m, {}).get("count")}
+            metrics[m] = c
+        thr = {}
+        if done and st.throughput:
+            span = max(r.t_completion for r in done) - min(r.arrival for r in inside)
+            sim_thr = {"requests_per_s": len(done) / span if span > 0 else None,
+                       "output_tokens_per_s": sum(r.n_out for r in done) / span if span > 0 else None}
+            for k, real_v in st.throughput.items():
+                s = sim_thr.get(k)
+                thr[k] = {"real": real_v, "sim": s,
+                          "error": (s - real_v) / real_v if real_v and s is not None else None}
+        stages.append({"stage": st.name, "rate": st.rate, "overloaded": st.overloaded, "failures": st.failures,
+                       "requests": {"real": st.real.get("e2e", {}).get("count"), "sim_completed": len(done),
+                                    "sim_arrived": len(inside)},
+                       "metrics": metrics, "throughput": thr})
+    mapes = [c["mape"] for s in stages if not s["overloaded"] for m, c in s["metrics"].items()
+             if c["mape"] is not None and m != "itl"]
+    return {"run": run.name, "source": run.source, "path": run.path, "overloaded": run.overloaded,
+            "latency": scn.get("latency"), "seed": scn.get("seed"), "notes": run.notes,
+            "stages": stages, "mean_mape": float(np.mean(mapes)) if mapes else None}
+
+
+def _fmt(x, pct=False):
+    if x is None or x != x:
+        return "n/a"
+    return f"{x:+.1%}" if pct else f"{x:.1f}"
+
+
+def _ks(x):
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def markdown(rep: dict) -> str:
+    lines = [f"# Co-simulation: {rep['run']} ({rep['source']})", "",
+             f"Latency model: `{json.dumps(rep['latency'], sort_keys=True)}`, seed {rep['seed']}."
+             + (" **Overloaded run** (excluded from the mean MAPE)." if rep["overloaded"] else ""), ""]
+    lines += [f"- {n}" for n in rep["notes"]] + [""]
+    lines += ["| stage | metric | quantile | real (ms) | sim (ms) | error | MAPE | KS |", "|---|---|---|---|---|---|---|---|"]
+    for st in rep["stages"]:
+        for m, c in st["metrics"].items():
+            for i, q in enumerate(c["real"]):
+                lines.append(f"| {st['stage'] if i == 0 else ''} | {m.upper() if i == 0 else ''} | {q} | "
+                             f"{_fmt(c['real'][q])} | {_fmt(c['sim'][q])} | {_fmt(c['error'].get(q), True)} | "
+                             + (f"{c['mape']:.1%} | {_ks(c.get('ks'))} |" if i == 0 and c["mape"] is not None
+                                else " | |"))
+        for k, t in st["throughput"].items():
+            lines.append(f"| {st['stage']} | {k} | | {_fmt(t['real'])} | {_fmt(t['sim'])} | {_fmt(t['error'], True)} | | |")
+    mm = rep["mean_mape"]
+    lines += ["", f"Mean MAPE over TTFT/TPOT/E2E of the non-overloaded stages: {'n/a' if mm is None else f'{mm:.1%}'}."]
+    return "\n".join(lines) + "\n"
+
+
+def cdf_plot(run: RealRun, res, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    lat = request_latencies(res.requests)
+    sim = {"ttft": lat["ttft_ms"], "tpot": lat["tpot_ms"], "e2e": lat["e2e_ms"]}
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, m in zip(axes, ("ttft", "tpot", "e2e")):
+        for i, st in enumerate(run.stages):
+            inside = [r for r in res.requests if st.t0 <= r.arrival < st.t1]
+            s = np.sort(request_latencies(inside)[f"{m}_ms"]) if len(run.stages) > 1 else np.sort(sim[m])
+            lab = "" if len(run.stages) == 1 else f" {st.name}"
+            if s.size:
+                ax.plot(s, np.arange(1, s.size + 1) / s.size, color=f"C{i}", label=f"sim{lab}")
+            if m in st.samples and len(st.samples[m]):
+                r = np.sort(st.samples[m])
+                ax.plot(r, np.arange(1, r.size + 1) / r.size, color=f"C{i}", ls="--", label=f"real{lab}")
+            elif m in st.real:
+                qs = [(st.real[m][q], p) for q, p in (("p50", .5), ("p90", .9), ("p95", .95), ("p99", .99))
+                      if q in st.real[m]]
+                if qs:
+                    ax.plot(*zip(*qs), "o", color=f"C{i}", mfc="none", label=f"real quantiles{lab}")
+        ax.set_xlabel(f"{m.upper()} (ms)")
+        ax.set_ylabel("CDF")
+        ax.set_xscale("log")
+        ax.grid(alpha=.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{run.name}: real vs simulated")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, plots=True) -> dict:
+    """Replay, compare, and (with ``out_dir``) write cosim.json, cosim.md, scenario.yaml (+ the replay
+    trace, so ``dsim run out/scenario.yaml`` reruns it) and plots/cdf.png, atomically."""
+    res, scn = simulate_run(run, base, overrides, seed)
+    rep = cosim_report(run, res, scn)
+    if out_dir is not None:
+        ao = AtomicOutput(Path(out_dir))
+        try:
+            ao.write_text("cosim.json", to_json(rep))
+            ao.write_text("cosim.md", markdown(rep))
+            saved = copy.deepcopy(scn)
+            if run.trace_rows is not None:
+                rows = replay_rows(run, scn.get("seed", 42))
+                ao.write_text("replay.jsonl", "".join(json.dumps({k: r[k] for k in ("arrival_s", "prompt_tokens",
+                              "output_tokens", "request_id")}) + "\n" for r in rows))
+                saved["workload"] = {"type": "trace", "path": "replay.jsonl"}
+            ao.write_text("scenario.yaml", yaml.safe_dump(saved, sort_keys=False))
+            if plots:
+                cdf_plot(run, res, ao.path("plots/cdf.png"))
+        except BaseException:
+            ao.abort()
+            raise
+        rep["out_dir"] = str(ao.commit())
+    return rep

@@ -1,0 +1,404 @@
+"""Readers that turn a real vLLM run into what co-simulation needs: the scenario that replays it
+(model, hardware, engine settings, workload) and what was measured, per stage.
+
+Formats (``load_real`` picks one from the path's contents):
+  * inference-perf output folder: ``exp-config.yaml`` + ``profile.yaml`` + ``results/stage_N_lifecycle_metrics.json``
+    (aggregates only; arrivals are regenerated from the profile's load stages with the seed);
+  * LLMServingSim-style folder: ``meta.json`` + ``requests.jsonl`` with engine timestamps per request
+    (queued, scheduled, first token, last token): arrivals are replayed exactly;
+  * the JSON saved by ``vllm bench serve --save-result --save-detailed`` (input_lens, output_lens,
+    ttfts, itls): arrivals regenerated from request_rate / burstiness with the seed;
+  * a generic per-request CSV or JSONL with a column mapping (``columns=``).
+All latencies are kept in milliseconds.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..config.errors import ConfigError
+
+QUANTS = ("mean", "p50", "p90", "p95", "p99")
+METRICS = ("ttft", "tpot", "itl", "e2e")
+# substrings of torch's device name -> our device profile
+DEVICE_NAMES = (("H100", "H100-SXM"), ("A100-SXM4-40GB", "A100-40GB"), ("A100", "A100-80GB"), ("L40S", "L40S"),
+                ("A40", "A40"), ("4090", "RTX4090"), ("PRO 6000", "RTXPRO6000"), ("RTXPRO6000", "RTXPRO6000"))
+
+
+@dataclass
+class Stage:
+    """One slice of a run compared on its own: a constant-rate load stage, or the whole run."""
+    name: str
+    t0: float                       # arrival window [t0, t1) in the replayed workload's seconds
+    t1: float
+    real: dict                      # metric -> {mean, p50, p90, p95, p99 (ms), count}
+    samples: dict = field(default_factory=dict)   # metric -> per-request values (ms) when known
+    throughput: dict = field(default_factory=dict)  # requests_per_s, output_tokens_per_s (real)
+    rate: float | None = None       # offered req/s
+    failures: int = 0
+    overloaded: bool = False
+
+
+@dataclass
+class RealRun:
+    name: str
+    source: str                     # inference-perf | llmservingsim | vllm-bench | generic
+    path: str
+    scenario: dict                  # replays the run (workload may point at ``trace_rows``)
+    stages: list
+    trace_rows: list | None = None  # exact arrivals: [{arrival_s, prompt_tokens, output_tokens, request_id}]
+    notes: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def overloaded(self) -> bool:
+        return any(s.overloaded for s in self.stages)
+
+    @property
+    def model(self) -> str:
+        return str(self.scenario.get("model"))
+
+
+def quantiles(values) -> dict:
+    """The comparison quantiles of a sample (ms); {} when empty."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return {"count": 0}
+    out = {"count": int(a.size), "mean": float(a.mean())}
+    for q, v in zip(QUANTS[1:], np.percentile(a, [50, 90, 95, 99])):
+        out[q] = float(v)
+    return out
+
+
+def device_for(name: str | None, fallback: str | None = None) -> str | None:
+    for key, dev in DEVICE_NAMES:
+        if name and key in name:
+            return dev
+    return fallback
+
+
+def _read_json(p: Path, where: str):
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(where, str(p), "an existing file") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{p}:{e.lineno}", None, f"valid JSON ({e.msg})", show_value=False) from None
+
+
+def _num(rec: dict, key: str, where: str) -> float:
+    v = rec.get(key)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}.{key}", v, "a number") from None
+    if not math.isfinite(f):
+        raise ConfigError(f"{where}.{key}", v, "a finite number")
+    return f
+
+
+def _engine(kw: dict, keys=("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                            "enable_prefix_caching", "enable_chunked_prefill", "num_gpu_blocks", "block_size")) -> dict:
+    return {k: kw[k] for k in keys if kw.get(k) is not None}
+
+
+def _trace_stage(rows: list, ttft, tpot, e2e, itl, name="all") -> Stage:
+    t_last = max(r["arrival_s"] for r in rows)
+    samples = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+    if itl is not None:
+        samples["itl"] = itl
+    return Stage(name, 0.0, math.inf, {m: quantiles(v) for m, v in samples.items()}, samples,
+                 rate=len(rows) / t_last if t_last > 0 else None)
+
+
+def _set_throughput(st: Stage, rows, start, end) -> None:
+    span = max(end) - min(start)
+    if span > 0:
+        st.throughput = {"requests_per_s": len(rows) / span,
+                         "output_tokens_per_s": sum(r["output_tokens"] for r in rows) / span}
+
+
+# ---- LLMServingSim-style: meta.json + requests.jsonl ----------------------------------------------
+def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
+    folder = Path(folder)
+    meta = _read_json(folder / "meta.json", str(folder))
+    kw = dict(meta.get("engine_kwargs") or {})
+    kv = meta.get("kv_cache") or {}
+    for k in ("num_gpu_blocks", "block_size", "enable_prefix_caching"):
+        if kv.get(k) is not None:
+            kw[k] = kv[k]
+    if kw.get("max_model_len") is None:
+        kw["max_model_len"] = 32768
+    dev = hardware or device_for((meta.get("hardware") or {}).get("device_name")) or device_for(folder.name)
+    if dev is None:
+        raise ConfigError(f"{folder}/meta.json.hardware.device_name", None,
+                          "a known GPU (or pass hardware=...)", show_value=False)
+    p = folder / "requests.jsonl"
+    if not p.is_file():
+        raise ConfigError(str(folder), "requests.jsonl", "a folder with requests.jsonl")
+    raw = []
+    with p.open() as f:
+        for i, line in enumerate(f, 1):
+            if line.strip():
+                where = f"{p}:{i}"
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
+                raw.append((where, rec))
+    if not raw:
+        raise ConfigError(str(p), None, "at least one request", show_value=False)
+    q0 = min(_num(r, "queued_ts", w) for w, r in raw)
+    rows, ttft, tpot, e2e, start, end = [], [], [], [], [], []
+    for w, r in raw:
+        q, f1, last = (_num(r, k, w) for k in ("queued_ts", "first_token_ts", "last_token_ts"))
+        n_out = int(_num(r, "output_toks", w))
+        if not q <= f1 <= last:
+            raise ConfigError(w, None, "queued_ts <= first_token_ts <= last_token_ts", show_value=False)
+        rows.append({"arrival_s": q - q0, "prompt_tokens": int(_num(r, "input_toks", w)), "output_tokens": n_out,
+                     "request_id": str(r.get("request_id", ""))})
+        ttft.append((f1 - q) * 1e3)
+        e2e.append((last - q) * 1e3)
+        if n_out > 1:
+            tpot.append((last - f1) * 1e3 / (n_out - 1))
+        start.append(q)
+        end.append(last)
+    st = _trace_stage(rows, ttft, tpot, e2e, None)
+    _set_throughput(st, rows, start, end)
+    dp = int(kw.get("data_parallel_size") or 1)
+    scn = {"name": folder.name, "model": meta.get("model") or kw.get("model"), "hardware": dev,
+           "engine": _engine(kw), "workload": {"type": "trace"}}
+    notes = ["arrivals: each request's engine queue time (queued_ts), replayed exactly; "
+             "TTFT and E2E are measured from it, as the simulator measures from arrival"]
+    if dp > 1:
+        ep = bool(kw.get("enable_expert_parallel"))
+        scn["cluster"] = {"router": "least_outstanding",
+                          "pools": [{"name": "dp", "replicas": dp,
+                                     "engine": {"enable_expert_parallel": False}}]}
+        notes.append(f"data_parallel_size={dp} modelled as {dp} replicas behind a least-outstanding router"
+                     + (" (expert parallelism across DP ranks is not modelled: each replica holds all experts)"
+                        if ep else ""))
+    return RealRun(folder.name, "llmservingsim", str(folder), scn, [st], rows, notes,
+                   {"vllm_version": meta.get("vllm_version"), "device_name": (meta.get("hardware") or {}).get("device_name")})
+
+
+# ---- inference-perf output folder --------------------------------------------------------------------
+def read_inference_perf(folder: Path, hardware: str | None = None) -> RealRun:
+    """Staged constant-rate loads over a shared-prefix dataset; aggregates per stage only.
+
+    The shared files carry no hardware name: the data README says H100 SXM, the default here."""
+    folder = Path(folder)
+    try:
+        exp = yaml.safe_load((folder / "exp-config.yaml").read_text()) or {}
+        prof = yaml.safe_load((folder / "profile.yaml").read_text()) or {}
+    except FileNotFoundError as e:
+        raise ConfigError(str(folder), Path(e.filename).name, "an inference-perf folder with this file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(str(folder), None, f"valid YAML ({e})", show_value=False) from None
+    data = prof.get("data") or {}
+    sp = data.get("shared_prefix")
+    if data.get("type") != "shared_prefix" or not isinstance(sp, dict):
+        raise ConfigError(f"{folder}/profile.yaml.data.type", data.get("type"), "shared_prefix (the only dataset kind read)")
+    load = prof.get("load") or {}
+    stages_cfg = load.get("stages") or []
+    if not stages_cfg:
+        raise ConfigError(f"{folder}/profile.yaml.load.stages", None, "at least one stage", show_value=False)
+    engine = {"tensor_parallel_size": int(exp.get("tensor_parallelism", 1)),
+              "max_num_seqs": int(exp.get("max_num_seqs", 256)),
+              "max_num_batched_tokens": int(exp.get("max_num_batched_tokens", 2048)),
+              "max_model_len": int(exp.get("max_model_len", 4096))}
+    out_len = int(sp["output_len"])
+    workload = {
+        "type": "staged", "stage_arrivals": "constant" if load.get("type", "constant") == "constant" else "poisson",
+        "stages": [{"rate": float(s["rate"]), "duration_s": float(s["duration"])} for s in stages_cfg],
+        "shared_prefix": {"num_groups": int(sp["num_unique_system_prompts"]),
+                          "users_per_group": int(sp["num_users_per_system_prompt"]),
+                          "system_prompt_len": int(sp["system_prompt_len"]), "multi_turn": False},
+        "prompt_tokens": int(sp["question_len"]), "output_tokens": out_len}
+    scn = {"name": folder.name, "model": exp.get("model") or (prof.get("server") or {}).get("model_name"),
+           "hardware": hardware or "H100-SXM", "engine": engine, "workload": workload}
+    stages, t0 = [], 0.0
+    for i, s in enumerate(stages_cfg):
+        t1 = t0 + float(s["duration"])
+        f = folder / "results" / f"stage_{i}_lifecycle_metrics.json"
+        if f.is_file():
+            stages.append(_iperf_stage(_read_json(f, str(f)), f, f"stage {i} ({s['rate']} req/s)", t0, t1,
+                                       float(s["rate"]), out_len))
+        t0 = t1
+    if not stages:
+        raise ConfigError(f"{folder}/results", None, "stage_N_lifecycle_metrics.json files", show_value=False)
+    notes = ["arrivals regenerated from the profile's load stages (no per-request data); compared per stage",
+             "TPOT derived as (E2E - TTFT) / (output_len - 1) at the mean and median: inference-perf's own "
+             "time_per_output_token counts streamed chunks, not tokens",
+             "ITL as inference-perf reports it: gaps between streamed chunks, near-zero gaps included",
+             "multi-turn chat history is not replayed (each question is a fresh request on its group's prefix)"]
+    return RealRun(folder.name, "inference-perf", str(folder), scn, stages, None, notes, {"app": exp.get("app")})
+
+
+def _iperf_stage(d: dict, f: Path, name: str, t0: float, t1: float, rate: float, out_len: int) -> Stage:
+    try:
+        succ = d["successes"]
+        lat = succ["latency"]
+    except (KeyError, TypeError):
+        raise ConfigError(f"{f}.successes.latency", None, "inference-perf lifecycle metrics", show_value=False) from None
+
+    def q(key):
+        L = lat.get(key) or {}
+        out = {"count": int(succ.get("count", 0))}
+        for ours, theirs in (("mean", "mean"), ("p50", "median"), ("p90", "p90"), ("p95", "p95"), ("p99", "p99")):
+            if theirs in L:
+                out[ours] = float(L[theirs]) * 1e3
+        return out
+    real = {"ttft": q("time_to_first_token"), "e2e": q("request_latency"), "itl": q("inter_token_latency")}
+    if out_len > 1:
+        real["tpot"] = {"count": real["e2e"]["count"],
+                        **{k: (real["e2e"][k] - real["ttft"][k]) / (out_len - 1) for k in ("mean", "p50")
+                           if k in real["e2e"] and k in real["ttft"]}}
+    fails = int((d.get("failures") or {}).get("count", 0) or 0)
+    thr = succ.get("throughput") or {}
+    n = real["e2e"]["count"] + fails
+    # overloaded: requests failed (timeouts) or the server completed clearly less than was offered
+    over = fails > 0.01 * max(n, 1) or (thr.get("requests_per_sec", rate) < 0.9 * rate)
+    return Stage(name, t0, t1, real, {}, {"requests_per_s": thr.get("requests_per_sec"),
+                                          "output_tokens_per_s": thr.get("output_tokens_per_sec")},
+                 rate, fails, over)
+
+
+# ---- vllm bench serve --save-result --save-detailed -------------------------------------------------
+def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = None, engine: dict | None = None) -> RealRun:
+    """Per-request lengths, TTFTs and ITLs (seconds in the file); arrivals are not saved, so they are
+    regenerated: Poisson at request_rate (gamma with shape ``burstiness`` when it is not 1), all at
+    t=0 for an infinite rate."""
+    p = Path(p)
+    d = _read_json(p, str(p))
+    for k in ("input_lens", "output_lens", "ttfts"):
+        if not isinstance(d.get(k), list):
+            raise ConfigError(f"{p}.{k}", d.get(k), "a per-request list (save with --save-detailed)")
+    n = len(d["input_lens"])
+    if not (len(d["output_lens"]) == len(d["ttfts"]) == n) or n == 0:
+        raise ConfigError(f"{p}.output_lens", None, "lists input_lens, output_lens, ttfts of one non-zero length",
+                          show_value=False)
+    itls = d.get("itls") or [[] for _ in range(n)]
+    errors = d.get("errors") or [""] * n
+    ok = [i for i in range(n) if not errors[i] and d["output_lens"][i] > 0 and d["ttfts"][i] is not None]
+    rate = d.get("request_rate", "inf")
+    rate = math.inf if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)) else float(rate)
+    burst = float(d.get("burstiness") or 1.0)
+    ttft = [d["ttfts"][i] * 1e3 for i in ok]
+    e2e, tpot, itl = [], [], []
+    for i in ok:
+        g = [x * 1e3 for x in (itls[i] or [])]
+        itl += g
+        e2e.append(d["ttfts"][i] * 1e3 + sum(g))
+        if d["output_lens"][i] > 1:
+            tpot.append(sum(g) / (d["output_lens"][i] - 1))
+    lens = [{"arrival_s": 0.0, "prompt_tokens": int(d["input_lens"][i]), "output_tokens": int(d["output_lens"][i]),
+             "request_id": str(i)} for i in ok]
+    if d.get("max_concurrency"):
+        raise ConfigError(f"{p}.max_concurrency", d["max_concurrency"],
+                          "null: closed-loop concurrency caps are not replayed (dsim workloads are open-loop)")
+    notes = ["arrivals regenerated from request_rate" + (f" (gamma, burstiness {burst})" if burst != 1 else " (Poisson)")
+             + " with the scenario's seed: vllm bench saves lengths, not send times"]
+    name = p.stem
+    m = model or d.get("model_id")
+    scn = {"name": name, "model": m, "hardware": hardware, "engine": dict(engine or {}),
+           "workload": {"type": "trace"}}
+    st = _trace_stage(lens, ttft, tpot, e2e, itl)
+    st.rate = None if math.isinf(rate) else rate
+    if d.get("duration"):
+        st.throughput = {"requests_per_s": len(ok) / float(d["duration"]),
+                         "output_tokens_per_s": sum(r["output_tokens"] for r in lens) / float(d["duration"])}
+    return RealRun(name, "vllm-bench", str(p), scn, [st], lens, notes,
+                   {"backend": d.get("backend"), "regenerate": {"rate": rate, "burstiness": burst}})
+
+
+# ---- generic per-request CSV / JSONL -----------------------------------------------------------------
+GENERIC_FIELDS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s", "first_token_s", "last_token_s")
+
+
+def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str | None = None,
+                 engine: dict | None = None, time_unit: float = 1.0) -> RealRun:
+    """One request a row.  ``columns`` maps our fields to the file's column names: arrival_s,
+    prompt_tokens, output_tokens are required; then either ttft_s and e2e_s (durations) or
+    first_token_s and last_token_s (timestamps on the arrival clock).  ``time_unit`` converts the
+    file's time unit to seconds (1e-3 for milliseconds)."""
+    p = Path(p)
+    unknown = set(columns) - set(GENERIC_FIELDS)
+    if unknown:
+        k = sorted(unknown)[0]
+        raise ConfigError(f"columns.{k}", columns[k], f"one of {', '.join(GENERIC_FIELDS)}")
+    for k in ("arrival_s", "prompt_tokens", "output_tokens"):
+        if k not in columns:
+            raise ConfigError(f"columns.{k}", None, "a column name for this field", show_value=False)
+    durations = "ttft_s" in columns and "e2e_s" in columns
+    if not durations and not ("first_token_s" in columns and "last_token_s" in columns):
+        raise ConfigError("columns", sorted(columns), "ttft_s + e2e_s, or first_token_s + last_token_s")
+    if not p.is_file():
+        raise ConfigError(str(p), None, "an existing file", show_value=False)
+    recs = []
+    if p.suffix in (".jsonl", ".json"):
+        for i, line in enumerate(p.open(), 1):
+            if line.strip():
+                try:
+                    recs.append((f"{p}:{i}", json.loads(line)))
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{p}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
+    else:
+        with p.open(newline="") as f:
+            recs = [(f"{p}:{i}", r) for i, r in enumerate(csv.DictReader(f), 2)]
+    if not recs:
+        raise ConfigError(str(p), None, "at least one request", show_value=False)
+    vals = []
+    for w, r in recs:
+        for ours, theirs in columns.items():
+            if theirs not in r:
+                raise ConfigError(f"{w}.{theirs}", None, f"column {theirs!r} (mapped from {ours})", show_value=False)
+        g = {k: _num(r, c, w) for k, c in columns.items()}
+        vals.append((w, g))
+    t0 = min(g["arrival_s"] for _, g in vals)
+    rows, ttft, tpot, e2e = [], [], [], []
+    for w, g in vals:
+        a = (g["arrival_s"] - t0) * time_unit
+        if durations:
+            tf, te = g["ttft_s"] * time_unit, g["e2e_s"] * time_unit
+        else:
+            tf, te = (g["first_token_s"] - g["arrival_s"]) * time_unit, (g["last_token_s"] - g["arrival_s"]) * time_unit
+        if not 0 <= tf <= te:
+            raise ConfigError(w, None, "0 <= TTFT <= E2E", show_value=False)
+        n_out = int(g["output_tokens"])
+        rows.append({"arrival_s": a, "prompt_tokens": int(g["prompt_tokens"]), "output_tokens": n_out,
+                     "request_id": w.rsplit(":", 1)[-1]})
+        ttft.append(tf * 1e3)
+        e2e.append(te * 1e3)
+        if n_out > 1:
+            tpot.append((te - tf) * 1e3 / (n_out - 1))
+    scn = {"name": p.stem, "model": model, "hardware": hardware, "engine": dict(engine or {}),
+           "workload": {"type": "trace"}}
+    return RealRun(p.stem, "generic", str(p), scn, [_trace_stage(rows, ttft, tpot, e2e, None)], rows,
+                   ["arrivals replayed exactly from the file"])
+
+
+def load_real(path, **opts) -> RealRun:
+    """Read a real run, recognising its format from what the path holds."""
+    p = Path(path)
+    if p.is_dir():
+        if (p / "profile.yaml").is_file():
+            return read_inference_perf(p, opts.get("hardware"))
+        if (p / "meta.json").is_file():
+            return read_llmservingsim(p, opts.get("hardware"))
+        raise ConfigError(str(p), None, "an inference-perf folder (profile.yaml) or a meta.json + requests.jsonl folder",
+                          show_value=False)
+    if not p.is_file():
+        raise ConfigError(str(p), None, "an existing run folder or file", show_value=False)
+    if opts.get("columns"):
+        return read_generic(p, opts["columns"], opts.get("model"), opts.get("hardware"), opts.get("engine"),
+                            opts.get("time_unit", 1.0))
+    if p.suffix == ".json":
+        return read_vllm_bench(p, opts.get("model"), opts.get("hardware"), opts.get("engine"))
+    raise ConfigError(str(p), None, "a vllm bench JSON, or a CSV/JSONL with a column mapping", show_value=False)
