@@ -21,6 +21,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--check-invariants", action="store_true", help="check invariants after every step")
     r.add_argument("--quiet", action="store_true", help="no progress bar, no summary on stdout")
     r.add_argument("--no-plots", action="store_true")
+    r.add_argument("--emit-vllm-traces", action="store_true",
+                   help="also write vllm_traces.otlp.jsonl: vLLM's journey, step and request-snapshot streams")
+    r.add_argument("--trace-step-rate", type=float, default=1.0, help="share of steps traced (default 1)")
+    r.add_argument("--trace-rich-rate", type=float, default=1.0,
+                   help="share of traced steps with per-request snapshots (default 1)")
     v = sub.add_parser("validate", help="check a scenario without running it")
     v.add_argument("scenario")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -63,11 +68,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _fit_parser(sub) -> None:
     f = sub.add_parser("fit", help="fit latency-model coefficients from real runs or vLLM traces")
-    f.add_argument("runs", nargs="+", help="OTLP trace files (step-level fit) and/or real run folders (stage 2)")
+    f.add_argument("runs", nargs="+", help="OTLP trace files (stage 1, step level) and/or real runs "
+                   "(stage 2: Nelder-Mead with dsim in the loop)")
     f.add_argument("--model", default="unified5", choices=("unified5", "physics"))
     f.add_argument("--out", required=True, help="coefficients YAML to write")
     f.add_argument("--scenario", default=None, help="scenario the traces were recorded with (model, hardware, engine)")
-    f.add_argument("--refine", action="store_true", help="stage 2: Nelder-Mead with dsim in the loop on the runs")
     f.add_argument("--max-evals", type=int, default=60, help="stage-2 simulator evaluations (default 60)")
     f.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")
 
@@ -204,8 +209,14 @@ def main(argv=None) -> int:
         from .runner import run
         scn = load_scenario(args.scenario, args.overrides, args.seed)
         out = args.out or f"results/{scn.name}"
+        traces = None
+        if args.emit_vllm_traces:
+            for flag, v in (("--trace-step-rate", args.trace_step_rate), ("--trace-rich-rate", args.trace_rich_rate)):
+                if not 0 < v <= 1:
+                    raise ConfigError(flag, v, "a share in (0, 1]")
+            traces = {"step_rate": args.trace_step_rate, "rich_rate": args.trace_rich_rate}
         res = run(scn, out, check_invariants=args.check_invariants, progress=not args.quiet,
-                  plots=False if args.no_plots else None)
+                  plots=False if args.no_plots else None, vllm_traces=traces)
         if not args.quiet:
             s = res.summary
             lat = s["latency_ms"]

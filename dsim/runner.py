@@ -28,6 +28,18 @@ class Result:
     instance: Instance = field(repr=False)     # the first replica (the only one without cluster:)
     fleet: Fleet = field(default=None, repr=False)
     out_dir: Path | None = None
+    recorders: list = field(default_factory=list, repr=False)
+
+    def write_vllm_traces(self, path) -> None:
+        """The run as vLLM's journey, step and snapshot tracing streams (OTLP JSON lines)."""
+        if not self.recorders:
+            raise ValueError("run with vllm_traces=True to record the tracing streams")
+        from .calibrate.vllm_traces import write_otlp
+        tp = self.scenario.engine.tensor_parallel_size
+        reps = [(inst.name, {"dsim.model": self.scenario.model.name, "dsim.hardware": self.scenario.device.name,
+                             "dsim.tensor_parallel_size": tp}, rec, inst.token_overhead)
+                for inst, rec in self.recorders]
+        write_otlp(Path(path), reps, self.requests)
 
     def latencies(self) -> dict:
         return request_latencies(self.requests)
@@ -66,15 +78,18 @@ class Session:
     (``dsim.ClusterEnv``) run it in slices.
     """
 
-    def __init__(self, scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=()):
+    def __init__(self, scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=(),
+                 vllm_traces: dict | None = None):
         self.scn = scn
         self.sim = sim = Simulation(scn.seed)
+        self.recorders: list = []          # (instance, StepRecorder) when emitting vLLM traces
         self.reqs, wdesc = build_requests(scn.raw["workload"], sim.rng, scn.base_dir)
         self.network = None
         if scn.raw.get("network") is not None:
             from .network.fabric import build_network
             self.network = build_network(scn.raw["network"], sim.env, sim.rng.stream("network"))
-        self.fleet = Fleet(sim, scn, check_invariants, network=self.network)
+        self.fleet = Fleet(sim, scn, check_invariants, network=self.network,
+                           tracer_factory=self._recorder_factory(vllm_traces))
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet) + list(controllers)
         self.action_log: list = []
         for c in self.controllers:
@@ -83,6 +98,18 @@ class Session:
         first = next(iter(self.fleet.pools.values()))
         self.desc = dict(workload=wdesc, latency=first.latency_desc, kv_blocks=first.kv_blocks)
         sim.process(self._arrivals())
+
+    def _recorder_factory(self, opts):
+        if opts is None:
+            return None
+        from .calibrate.vllm_traces import StepRecorder
+
+        def make(inst):
+            rec = StepRecorder(opts.get("step_rate", 1.0), opts.get("rich_rate", 1.0),
+                               self.sim.rng.stream(f"trace.{inst.name}"))
+            self.recorders.append((inst, rec))
+            return rec
+        return make
 
     def _arrivals(self):
         env = self.sim.env
@@ -128,9 +155,10 @@ def prepare(scn: Scenario) -> Session:
     return Session(scn)
 
 
-def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=()):
+def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=(),
+             vllm_traces: dict | None = None):
     """Run the simulation; return the finished Session."""
-    ses = Session(scn, check_invariants, progress, controllers)
+    ses = Session(scn, check_invariants, progress, controllers, vllm_traces)
     ses.end = ses.run_to_end()
     return ses
 
@@ -155,11 +183,14 @@ def _final_invariants(fleet: Fleet, horizon, drain) -> None:
 
 
 def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: bool = False,
-        progress: bool = False, plots: bool | None = None, controllers=()) -> Result:
+        progress: bool = False, plots: bool | None = None, controllers=(), vllm_traces=None) -> Result:
     """Run a scenario (path, mapping or Scenario) and optionally write its report to ``out_dir``.
-    ``controllers``: extra ``dsim.Controller`` objects run alongside the scenario's own."""
+    ``controllers``: extra ``dsim.Controller`` objects run alongside the scenario's own.
+    ``vllm_traces``: True or {step_rate, rich_rate} to record vLLM's tracing streams
+    (written as ``vllm_traces.otlp.jsonl`` in the report; ``Result.write_vllm_traces(path)``)."""
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
-    ses = simulate(scn, check_invariants, progress, controllers)
+    traces = {} if vllm_traces is True else (vllm_traces or None)
+    ses = simulate(scn, check_invariants, progress, controllers, traces)
     return finish(ses, out_dir, plots)
 
 
@@ -189,7 +220,7 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None) -> Result:
                                       "replicas": p.spec.replicas, "kv_blocks": p.kv_blocks,
                                       "latency": p.latency_desc}
                              for p in fleet.pools.values()}
-    res = Result(scn, reqs, summary, manifest, fleet.replicas()[0].inst, fleet)
+    res = Result(scn, reqs, summary, manifest, fleet.replicas()[0].inst, fleet, recorders=ses.recorders)
     if out_dir is not None:
         res.out_dir = write_report(res, Path(out_dir), scn.plots if plots is None else plots)
     return res
@@ -202,6 +233,8 @@ def write_report(res: Result, out: Path, plots: bool) -> Path:
         ao.write_text("manifest.json", to_json(res.manifest))
         ao.write_text("requests.csv", requests_csv(res.requests))
         reps = res.fleet.replicas()
+        if res.recorders:
+            res.write_vllm_traces(ao.path("vllm_traces.otlp.jsonl"))
         if res.scenario.timeline:
             from .metrics.timeline import chrome_trace
             ao.write_text("timeline.json", chrome_trace([r.inst for r in reps]))

@@ -158,6 +158,8 @@ class Pool:
                         check_invariants=f.check, role=self.role,
                         on_done=lambda r: f._on_done(holder[0], r),
                         on_handoff=lambda r: f._on_handoff(holder[0], r))
+        if f.tracer_factory is not None:
+            inst.tracer = f.tracer_factory(inst)
         rep = Replica(f, self, i, inst, sim.now)
         holder.append(rep)
         self.replicas.append(rep)
@@ -325,9 +327,10 @@ class NetworkTransfer:
 class Fleet:
     """All clusters of a scenario, the gateway (global router + admission) and the bookkeeping."""
 
-    def __init__(self, sim, scn, check_invariants: bool = False, network=None):
+    def __init__(self, sim, scn, check_invariants: bool = False, network=None, tracer_factory=None):
         self.sim = sim
         self.network = network
+        self.tracer_factory = tracer_factory     # inst -> step observer (vLLM trace emission), or None
         self.spec = scn.fleet
         self.base_dir = scn.base_dir
         self.check = check_invariants

@@ -55,8 +55,13 @@ def _blackbox(s, ctx):
 
 def _unified5(s, ctx):
     from .unified5 import Unified5Model
-    beta = _coeffs(s, "beta", 5, list(Unified5Model.BETA), "b1-b3 dimensionless, b4-b5 microseconds")
-    a = _coeffs(s, "alpha", 3, list(Unified5Model.ALPHA_US))
+    beta0, alpha0 = list(Unified5Model.BETA), list(Unified5Model.ALPHA_US)
+    cpath = _path(s, "coefficients", ctx)
+    if cpath is not None:       # a file written by ``dsim fit --model unified5``; inline keys still win
+        from .unified5 import load_unified5_coeffs
+        beta0, alpha0 = load_unified5_coeffs(cpath, s.sub("coefficients"))
+    beta = _coeffs(s, "beta", 5, beta0, "b1-b3 dimensionless, b4-b5 microseconds")
+    a = _coeffs(s, "alpha", 3, alpha0)
     e = ctx.engine
     step = Unified5Model(ctx.model, ctx.device, e.tensor_parallel_size, beta, e.enable_expert_parallel)
     # seed 003 alpha: a0 before queueing, a1 after the last token (E2E only), a2 per output token

@@ -16,7 +16,14 @@ them, and b1..b3 absorb them.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
+from ..config.errors import ConfigError
 from .base import BatchShape
+
+SPEC_VERSION = "1.0"         # coefficient files written by ``dsim fit --model unified5``
 
 
 class Unified5Model:
@@ -86,3 +93,20 @@ class Unified5Model:
         if self._a2a_us_per_tok:
             t += self._a2a_us_per_tok * b.total_tokens
         return t * 1e-6
+
+
+def load_unified5_coeffs(path: Path, where: str) -> tuple[list, list]:
+    """(beta, alpha) from a unified5_coefficients file."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ConfigError(where, str(path), f"a readable coefficient file ({e.strerror})") from None
+    body = (doc or {}).get("unified5_coefficients") if isinstance(doc, dict) else None
+    if not isinstance(body, dict) or str(body.get("spec_version")) != SPEC_VERSION:
+        raise ConfigError(f"{path}: unified5_coefficients.spec_version", (body or {}).get("spec_version"),
+                          f"{SPEC_VERSION!r} in a unified5_coefficients mapping")
+    beta, alpha = body.get("beta"), body.get("alpha")
+    for k, v, n in (("beta", beta, 5), ("alpha", alpha, 3)):
+        if not isinstance(v, list) or len(v) != n or not all(isinstance(x, (int, float)) for x in v):
+            raise ConfigError(f"{path}: unified5_coefficients.{k}", v, f"a list of {n} numbers")
+    return [float(x) for x in beta], [float(x) for x in alpha]

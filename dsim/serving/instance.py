@@ -110,6 +110,7 @@ class Instance:
         self.busy_time = 0.0
         self._wake = None
         self._last_now = 0.0
+        self.tracer = None               # optional step observer: before(inst, prefills, skipped, shape), after(...)
         self.proc = self.env.process(self._loop())
 
     # ---- arrivals ---------------------------------------------------------------------------
@@ -413,8 +414,12 @@ class Instance:
                 dec_ctx = self.lazy_sum + self.n_dec * (self.D + 1)
                 for r in skipped:
                     dec_ctx -= r.c0 + self.D - r.d0 + 1
-            dur = step_time(BatchShape(p_tok, len(prefills), p_pairs, p_ctx, n_dec, dec_ctx, n_samp + n_dec,
-                                       p_sq, len(self.running), self.num_preemptions - n_pre0))
+            shape = BatchShape(p_tok, len(prefills), p_pairs, p_ctx, n_dec, dec_ctx, n_samp + n_dec,
+                               p_sq, len(self.running), self.num_preemptions - n_pre0)
+            dur = step_time(shape)
+            if self.tracer is not None:
+                snap = self.tracer.before(self, prefills, skipped, shape)
+                n_done0 = len(self.completed) + self.handed_off + len(self.transferring)
             yield env.timeout(dur)
             t_end = env.now
             self.num_steps += 1
@@ -484,6 +489,9 @@ class Instance:
             log.running.append(len(self.running))
             log.waiting.append(len(self.waiting))
             log.kv_used.append(self.kv.total - self.kv.free_count)
+            if self.tracer is not None and snap is not None:
+                self.tracer.after(self, snap, now, t_end,
+                                  len(self.completed) + self.handed_off + len(self.transferring) - n_done0)
             if self.check:
                 self.check_invariants()
 

@@ -1,0 +1,422 @@
+"""Fitting latency coefficients from real data (seed 000 section 5, seed 003's two stages).
+
+Stage 1 (step level, from vLLM step traces): the unified5 betas by non-negative least squares on
+relative error over its five basis functions; the physics betas by Ridge (non-negative) with
+configuration-stratified cross-validation over (lambda, preemption-EMA gamma).  Cleaning: warm-up
+steps dropped per replica, steps without rich snapshots dropped (attention work needs each chunk's
+context, so chunked prefill cannot be fitted from batch counts), preemption steps down-weighted,
+outliers (|relative residual| > 5 MADs of a first fit) dropped before the final fit.
+Alpha from journey events: API delay (QUEUED - ARRIVED), output-token overhead (FIRST_RESPONSE -
+FIRST_TOKEN), departure overhead (DEPARTED - FINISHED).
+
+Stage 2 (system level, simulator in the loop): Nelder-Mead over log-scales of the five betas and
+a0, loss = MAPE(E2E mean) + 0.3 x MAPE(TTFT p50) over the stages of non-overloaded real runs, the
+runs simulated in parallel with joblib.  Overloaded runs are left out of the loss and used to
+check the saturation cliff (the rate where TTFT exceeds 3x its low-load value).
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import math
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..config.errors import ConfigError
+from .vllm_traces import alpha_table, beta_table, read_otlp
+
+from ..latency.unified5 import SPEC_VERSION as SPEC
+WARMUP_STEPS = 5
+OUTLIER_MADS = 5.0
+PREEMPT_WEIGHT = 0.25
+TTFT_WEIGHT = 0.3
+
+
+# ---- cleaning --------------------------------------------------------------------------------------
+def clean_steps(rows, warmup: int = WARMUP_STEPS):
+    """Keep rich, non-empty, post-warm-up steps; weight preemption steps down.  Returns (rows, weights, report)."""
+    seen: dict = {}
+    kept, w = [], []
+    rep = {"steps": len(rows), "warmup": 0, "not_rich": 0, "empty": 0, "preemption_steps": 0}
+    for r in rows:
+        n = seen.get(r.replica, 0)
+        seen[r.replica] = n + 1
+        if n < warmup:
+            rep["warmup"] += 1
+            continue
+        if r.shape.prefill_tokens + r.shape.decode_tokens == 0 or r.duration_s <= 0:
+            rep["empty"] += 1
+            continue
+        if not r.rich:
+            rep["not_rich"] += 1
+            continue
+        kept.append(r)
+        if r.shape.num_preempted:
+            rep["preemption_steps"] += 1
+            w.append(PREEMPT_WEIGHT)
+        else:
+            w.append(1.0)
+    if not kept:
+        raise ConfigError("traces", None, "rich-mode step traces (step.REQUEST_SNAPSHOT) after cleaning: "
+                          f"{rep}", show_value=False)
+    return kept, np.asarray(w), rep
+
+
+def _nnls_relative(X: np.ndarray, y: np.ndarray, w: np.ndarray):
+    from scipy.optimize import nnls
+    s = np.sqrt(w) / y
+    beta, _ = nnls(X * s[:, None], y * s)
+    return beta
+
+
+def _metrics(pred, y) -> dict:
+    rel = (pred - y) / y
+    ss = float(((y - y.mean()) ** 2).sum())
+    return {"mape": float(np.mean(np.abs(rel))), "median_ape": float(np.median(np.abs(rel))),
+            "r2": 1 - float(((y - pred) ** 2).sum()) / ss if ss else None, "rows": int(y.size)}
+
+
+def _drop_outliers(X, y, w, fit):
+    b = fit(X, y, w)
+    rel = (X @ b - y) / y
+    med = np.median(rel)
+    mad = np.median(np.abs(rel - med)) or 1e-12
+    keep = np.abs(rel - med) <= OUTLIER_MADS * 1.4826 * mad
+    return keep
+
+
+# ---- unified5 ---------------------------------------------------------------------------------------
+def unified5_design(rows, step_model):
+    """Basis matrix (us) and target (us) with the un-fitted all-to-all term taken out of the target."""
+    X = np.array([step_model.basis(r.shape) for r in rows], dtype=float)
+    y = np.array([r.duration_s * 1e6 for r in rows])
+    if step_model._a2a_us_per_tok:
+        y = y - step_model._a2a_us_per_tok * np.array([r.shape.total_tokens for r in rows])
+    return X, y
+
+
+def fit_unified5(rows, models: dict) -> dict:
+    """``models``: replica -> Unified5Model (each replica's model, device, TP).  Returns beta + metrics."""
+    kept, w, rep = clean_steps(rows)
+    parts = [unified5_design([r], models[r.replica]) for r in kept]
+    X = np.vstack([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    keep = _drop_outliers(X, y, w, _nnls_relative)
+    rep["outliers"] = int((~keep).sum())
+    beta = _nnls_relative(X[keep], y[keep], w[keep])
+    rep.update(_metrics(X[keep] @ beta, y[keep]))
+    return {"beta": [float(b) for b in beta], "fit": rep}
+
+
+def fit_alpha(arows) -> dict:
+    """unified5 alpha [a0 queue entry, a1 after the last token, a2 per output token] in us (medians:
+    the API delay of a real server has a heavy right tail from tokenisation stalls)."""
+    def med(v):
+        v = [x for x in v if x is not None]
+        return float(np.median(v)) * 1e6 if v else 0.0
+    if not arows:
+        raise ConfigError("traces", None, "journey events (ARRIVED, QUEUED, ...) to fit alpha", show_value=False)
+    a2 = med(a.token_overhead_s for a in arows)
+    # DEPARTED - FINISHED holds the last token's output overhead too (FINISHED is the step end)
+    return {"alpha": [med(a.api_delay_s for a in arows), max(0.0, med(a.departure_s for a in arows) - a2), a2],
+            "fit": {"requests": len(arows)}}
+
+
+# ---- physics ----------------------------------------------------------------------------------------
+GAMMAS = (0.1, 0.3, 0.5, 0.8)
+LAMBDAS = (1e-8, 1e-6, 1e-4, 1e-2)
+
+
+def physics_design(rows, models: dict, gamma: float):
+    """16 beta features per step, the preemption EMA re-run per replica with this gamma."""
+    from ..latency.physics import beta_features
+    ema: dict = {}
+    X = []
+    for r in rows:
+        m = models[r.replica]
+        e = ema.get(r.replica, 0.0)
+        e = gamma * (r.shape.num_preempted / max(1, r.shape.running)) + (1 - gamma) * e
+        ema[r.replica] = e
+        m.ema = e
+        X.append(beta_features(m.cfg, m.beta_input(r.shape)))
+    return np.asarray(X, float), np.array([r.duration_s for r in rows])
+
+
+def _ridge_relative(X, y, w, lam):
+    from sklearn.linear_model import Ridge
+    s = np.sqrt(w) / y
+    scale = np.abs(X).max(axis=0)
+    scale[scale == 0] = 1.0
+    m = Ridge(alpha=lam, fit_intercept=False, positive=True, solver="lbfgs", max_iter=5000)
+    m.fit(X / scale * s[:, None], y * s)
+    return m.coef_ / scale
+
+
+def fit_physics(rows, models: dict, groups=None) -> dict:
+    """Ridge with CV over (lambda, gamma): folds are configurations (model x hardware x TP) when there
+    are several, else contiguous time blocks (hold-out by time, not random)."""
+    kept, w, rep = clean_steps(rows)
+    cfg_of = groups or {r.replica: r.replica for r in kept}
+    labels = np.array([cfg_of[r.replica] for r in kept])
+    uniq = sorted(set(labels))
+    if len(uniq) > 1:
+        folds = [labels == u for u in uniq]
+        rep["cv"] = f"leave-one-configuration-out over {len(uniq)} configurations"
+    else:
+        idx = np.arange(len(kept))
+        folds = [(idx * 5 // len(kept)) == k for k in range(5)]
+        rep["cv"] = "5 contiguous time blocks"
+    best = None
+    for g in GAMMAS:
+        X, y = physics_design(kept, models, g)
+        for lam in LAMBDAS:
+            errs = []
+            for test in folds:
+                if test.all() or not test.any():
+                    continue
+                b = _ridge_relative(X[~test], y[~test], w[~test], lam)
+                errs.append(np.mean(np.abs((X[test] @ b - y[test]) / y[test])))
+            score = float(np.mean(errs))
+            if best is None or score < best[0]:
+                best = (score, g, lam)
+    score, g, lam = best
+    X, y = physics_design(kept, models, g)
+    beta = _ridge_relative(X, y, w, lam)
+    rep.update(_metrics(X @ beta, y))
+    rep.update({"cv_mape": score, "lambda": lam})
+    return {"beta": [float(b) for b in beta], "gamma": g, "fit": rep}
+
+
+# ---- building models for the traced replicas ---------------------------------------------------------
+def replica_contexts(tr, base: dict | None):
+    """LatencyContext per traced replica: from the base scenario, else the resource attributes dsim
+    writes (dsim.model, dsim.hardware, dsim.tensor_parallel_size), KV blocks from the step summaries."""
+    from ..config.engine import load_engine
+    from ..config.hardware import load_device
+    from ..config.model import load_model
+    from ..latency.base import LatencyContext
+    base = base or {}
+    out = {}
+    for rep, attrs in tr.resources.items():
+        model = base.get("model") or attrs.get("dsim.model")
+        hw = base.get("hardware") or attrs.get("dsim.hardware")
+        if not model or not hw:
+            raise ConfigError("--scenario", None, f"model and hardware for replica {rep!r} (the traces do not "
+                              "name them)", show_value=False)
+        eng = dict(base.get("engine") or {})
+        if "tensor_parallel_size" not in eng and attrs.get("dsim.tensor_parallel_size"):
+            eng["tensor_parallel_size"] = int(attrs["dsim.tensor_parallel_size"])
+        steps = tr.steps.get(rep) or {}
+        blocks = next((s["summary"].get("kv.blocks_total_gpu") for s in steps.values() if s["summary"]), None)
+        m = load_model(model, "model")
+        d = load_device(hw, "hardware")
+        e = load_engine(eng, "engine")
+        out[rep] = LatencyContext(m, d, e, int(blocks or e.kv_blocks(m, d)))
+    return out
+
+
+def _step_models(ctxs: dict, kind: str) -> dict:
+    from ..latency.registry import build_latency
+    out = {}
+    for rep, ctx in ctxs.items():
+        step, _, _ = build_latency({"model": kind}, ctx)
+        out[rep] = step
+    return out
+
+
+# ---- stage 2: simulator in the loop -------------------------------------------------------------------
+def _latency(kind: str, beta, alpha) -> dict:
+    return {"model": kind, "beta": [float(b) for b in beta], "alpha": [float(a) for a in alpha]}
+
+
+def _run_stats(run, latency, overrides, seed):
+    from .cosim import cosim_report, simulate_run
+    res, scn = simulate_run(run, None, overrides, seed, latency)
+    rep = cosim_report(run, res, scn)
+    return [(st["metrics"].get("e2e"), st["metrics"].get("ttft")) for st in rep["stages"] if not st["overloaded"]]
+
+
+def system_loss(runs, latency, overrides=(), seed=42, jobs: int = 1) -> float:
+    """MAPE(E2E mean) + 0.3 x MAPE(TTFT p50) over the stages of the non-overloaded runs."""
+    from joblib import Parallel, delayed
+    per_run = Parallel(n_jobs=jobs)(delayed(_run_stats)(r, latency, overrides, seed) for r in runs)
+    e2e, ttft = [], []
+    for stages in per_run:
+        for e, t in stages:
+            if e and "mean" in e["error"]:
+                e2e.append(abs(e["error"]["mean"]))
+            if t and "p50" in t["error"]:
+                ttft.append(abs(t["error"]["p50"]))
+    if not e2e:
+        return math.inf
+    return float(np.mean(e2e) + TTFT_WEIGHT * (np.mean(ttft) if ttft else 0.0))
+
+
+def refine(runs, kind: str, beta, alpha, max_evals: int = 60, jobs: int = 1, overrides=(), seed=42, log=None):
+    """Nelder-Mead over log multipliers of beta (all) and a0; returns (beta, alpha, loss0, loss, evals)."""
+    from scipy.optimize import minimize
+    usable = [r for r in runs if not r.overloaded]
+    if not usable:
+        raise ConfigError("runs", None, "at least one real run that is not overloaded for stage 2", show_value=False)
+    beta0 = np.asarray(beta, float)
+    a0 = max(float(alpha[0]), 1.0)
+    n = len(beta0) + 1
+    hist = []
+
+    def params(x):
+        b = beta0 * np.exp(x[:-1])
+        a = list(alpha)
+        a[0] = a0 * math.exp(x[-1])
+        return b, a
+
+    def f(x):
+        b, a = params(x)
+        lo = system_loss(usable, _latency(kind, b, a), overrides, seed, jobs)
+        hist.append(lo)
+        if log:
+            log(f"eval {len(hist)}: loss {lo:.4f}")
+        return lo
+    x0 = np.zeros(n)
+    simplex = np.vstack([x0] + [x0 + 0.3 * np.eye(n)[i] for i in range(n)])
+    opt = minimize(f, x0, method="Nelder-Mead",
+                   options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3, "fatol": 1e-4})
+    b, a = params(opt.x)
+    return [float(v) for v in b], [float(v) for v in a], hist[0], float(opt.fun), len(hist)
+
+
+def saturation_cliff(run, latency, rates=None, seed: int = 42, factor: float = 3.0, duration_s: float = 120.0):
+    """Lowest offered rate (req/s, one constant stage of ``duration_s``) at which simulated TTFT p50
+    exceeds ``factor`` x its low-load value; None when no tested rate does.  Staged runs only."""
+    from .cosim import simulate_run
+    wl = run.scenario["workload"]
+    if wl.get("type") != "staged":
+        raise ValueError("saturation_cliff needs a staged (inference-perf) run")
+    base = max(s["rate"] for s in wl["stages"])
+    rates = rates or [base * k for k in (0.1, 0.5, 1, 1.5, 2, 3, 4, 6)]
+
+    def ttft(rate):
+        r2 = copy.deepcopy(run)
+        r2.scenario["workload"]["stages"] = [{"rate": float(rate), "duration_s": duration_s}]
+        r2.stages = r2.stages[:1]
+        r2.stages[0].t0, r2.stages[0].t1 = 0.0, duration_s
+        res, _ = simulate_run(r2, None, (), seed, latency)
+        lat = [(q.t_first_token - q.arrival) for q in res.requests if q.t_first_token is not None]
+        return float(np.median(lat)) if lat else math.inf
+    low = ttft(rates[0])
+    for rate in rates[1:]:
+        if ttft(rate) > factor * low:
+            return float(rate), low
+    return None, low
+
+
+# ---- files and CLI -----------------------------------------------------------------------------------
+def write_coeffs(path: Path, kind: str, result: dict, trained_on: dict) -> None:
+    head = f"{kind}_coefficients"
+    body = {"spec_version": SPEC, "trained_on": trained_on, "method": result["method"],
+            "training_date": _dt.date.today().isoformat(), "fit": result["fit"]}
+    if kind == "physics":
+        body.update({"gamma": result["gamma"], "alpha_coefficients": result["alpha"],
+                     "beta_coefficients": result["beta"]})
+        doc = {"physics_coefficients": body}
+    else:
+        body.update({"beta": result["beta"], "alpha": result["alpha"]})
+        doc = {head: body}
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(f"# dsim fit --model {kind}; use with latency: {{model: {kind}, coefficients: {path.name}}}\n"
+                       + yaml.safe_dump(doc, sort_keys=False))
+        tmp.replace(path)
+    except OSError as e:
+        if tmp.exists():
+            tmp.unlink()
+        raise ConfigError("--out", str(path), f"a writable file ({e.strerror})") from None
+
+
+def fit_traces(paths, kind: str, base: dict | None = None) -> tuple[dict, dict]:
+    """Stage 1 on OTLP trace files.  Returns (result, trained_on)."""
+    tr = read_otlp(paths)
+    rows = beta_table(tr)
+    ctxs = replica_contexts(tr, base)
+    arows = alpha_table(tr, rows)
+    if kind == "unified5":
+        res = fit_unified5(rows, _step_models(ctxs, "unified5"))
+        res["alpha"] = fit_alpha(arows)["alpha"]
+        res["method"] = "NNLS on relative step-time error over the five unified5 basis functions"
+    else:
+        models = _step_models(ctxs, "physics")
+        groups = {rep: f"{c.model.name}|{c.device.name}|tp{c.engine.tensor_parallel_size}" for rep, c in ctxs.items()}
+        res = fit_physics(rows, models, groups)
+        res["alpha"] = _physics_alpha(arows, models)
+        res["method"] = "Ridge (non-negative) on relative step-time error, CV over lambda and EMA gamma"
+    res["fit"]["requests"] = len(arows)
+    trained = {"data": [str(p) for p in paths],
+               "models": sorted({c.model.name for c in ctxs.values()}),
+               "hardware": sorted({c.device.name for c in ctxs.values()}),
+               "tp": sorted({c.engine.tensor_parallel_size for c in ctxs.values()})}
+    if len(trained["hardware"]) == 1:
+        trained["hardware"] = trained["hardware"][0]
+    return res, trained
+
+
+def _physics_alpha(arows, models) -> list:
+    """Alpha: non-negative least squares of the API delay on the 11 physics alpha features."""
+    from scipy.optimize import nnls
+
+    from ..latency.physics import AlphaInput, alpha_features
+    if not arows:
+        return [0.0] * 11
+    X, y = [], []
+    for a in arows:
+        m = models[a.replica]
+        c = m.cfg
+        free = (1 - a.kv_usage) * c.total_kv_blocks_gpu * c.block_bytes * c.kv_shards
+        X.append(alpha_features(c, AlphaInput(a.running, a.waiting, a.kv_usage, a.prompt_tokens, 0.0, free, 0.0)))
+        y.append(a.api_delay_s)
+    coef, _ = nnls(np.asarray(X), np.asarray(y))
+    return [float(v) for v in coef]
+
+
+def _is_trace(p: Path) -> bool:
+    if not p.is_file() or p.suffix not in (".json", ".jsonl"):
+        return False
+    with p.open() as f:
+        return '"resourceSpans"' in f.read(4096)
+
+
+def fit_cli(args) -> int:
+    from ..config.scenario import read_scenario_file
+    from .realrun import load_real
+    base = read_scenario_file(args.scenario) if args.scenario else None
+    traces = [p for p in args.runs if _is_trace(Path(p))]
+    real = [p for p in args.runs if p not in traces]
+    if args.max_evals < 1 or args.jobs < 1:
+        raise ConfigError("--max-evals/--jobs", (args.max_evals, args.jobs), "integers >= 1")
+    if traces:
+        res, trained = fit_traces(traces, args.model, base)
+        print(f"stage 1: {res['fit']['rows']} steps, MAPE {res['fit']['mape']:.2%}, beta {res['beta']}")
+    else:
+        if args.model != "unified5":
+            raise ConfigError("runs", args.runs, "OTLP step traces (*.otlp.jsonl) for a physics fit")
+        from ..latency.unified5 import Unified5Model
+        res = {"beta": list(Unified5Model.BETA), "alpha": list(Unified5Model.ALPHA_US), "fit": {},
+               "method": "seed 003 published coefficients as the starting point"}
+        trained = {"data": []}
+    if real:
+        if args.model != "unified5":
+            raise ConfigError("--refine", True, "--model unified5 (stage 2 refines unified5's beta and a0)")
+        runs = [load_real(p) for p in real]
+        b, a, l0, l1, n = refine(runs, "unified5", res["beta"], res["alpha"], args.max_evals, args.jobs,
+                                 log=lambda m: print(m, flush=True))
+        res["beta"], res["alpha"] = b, a
+        res["fit"]["stage2"] = {"runs": [r.name for r in runs], "loss_start": l0, "loss": l1, "evaluations": n,
+                                "loss_definition": "MAPE(E2E mean) + 0.3 MAPE(TTFT p50), non-overloaded stages"}
+        res["method"] += "; then Nelder-Mead with dsim in the loop on real runs"
+        trained["data"] = list(trained.get("data", [])) + [r.path for r in runs]
+        print(f"stage 2: loss {l0:.4f} -> {l1:.4f} in {n} simulations")
+    write_coeffs(Path(args.out), args.model, res, trained)
+    print(f"wrote {args.out}")
+    return 0
