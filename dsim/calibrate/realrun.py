@@ -13,6 +13,7 @@ All latencies are kept in milliseconds.
 """
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import math
@@ -63,6 +64,30 @@ class RealRun:
     @property
     def model(self) -> str:
         return str(self.scenario.get("model"))
+
+    @property
+    def hardware(self) -> str:
+        return str(self.scenario.get("hardware"))
+
+    def shortened(self, seconds: float) -> "RealRun":
+        """A copy whose regenerated load stages last at most ``seconds`` each (same rates, same real
+        aggregates): constant-rate stages reach steady state quickly, and fits simulate it many times."""
+        wl = self.scenario["workload"]
+        if wl.get("type") != "staged":
+            return self
+        run = copy.deepcopy(self)
+        t0 = 0.0
+        by_t0 = {s.t0: s for s in run.stages}
+        old_t0 = 0.0
+        for st in run.scenario["workload"]["stages"]:
+            d = min(st["duration_s"], seconds)
+            s = by_t0.get(old_t0)
+            if s is not None:
+                s.t0, s.t1 = t0, t0 + d
+            old_t0 += st["duration_s"]
+            st["duration_s"] = d
+            t0 += d
+        return run
 
 
 def quantiles(values) -> dict:
