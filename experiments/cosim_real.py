@@ -1,4 +1,6 @@
-"""Replay real vLLM runs (../shared/data/real/) through dsim and report the error per metric.
+"""Replay real vLLM runs (../shared/data/real/) through dsim and report the error per metric
+(mean / p50 / p90 table used by latency_error_table.py and the fit_* scripts; the readers and the
+replay are dsim.calibrate's, as in `dsim cosim`).
 
     python experiments/cosim_real.py [--latency roofline] [--set latency.compute_efficiency=0.5 ...]
                                      [--out docs/accuracy-roofline.md]
@@ -13,18 +15,16 @@ Error = (sim - real) / real.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import dsim  # noqa: E402
-from dsim.metrics.summary import stats  # noqa: E402
+from dsim.calibrate.cosim import cosim_report, simulate_run  # noqa: E402
+from dsim.calibrate.realrun import load_real  # noqa: E402
+from dsim.metrics.summary import request_latencies, stats  # noqa: E402
 
 REAL = ROOT.parent / "shared" / "data" / "real"
 
@@ -49,27 +49,25 @@ def _err(sim, real):
     return (sim - real) / real if real else float("nan")
 
 
+def _rows(run, latency, overrides, tpot_label="tpot"):
+    """(run, slice, metric, real {mean,p50,p90}, sim stats) per stage, through dsim.calibrate's cosim."""
+    res, scn = simulate_run(run, None, overrides, 42, latency)
+    rep = cosim_report(run, res, scn)
+    out = []
+    for st, real_st in zip(rep["stages"], run.stages):
+        inside = [r for r in res.requests if real_st.t0 <= r.arrival < real_st.t1]
+        lat = request_latencies(inside)
+        for m in ("ttft", "tpot", "e2e"):
+            if m not in real_st.real:
+                continue
+            real = {q: real_st.real[m].get(q, float("nan")) for q in QS}
+            label = tpot_label if m == "tpot" else m
+            out.append((run.name, st["stage"], label, real, stats(lat[f"{m}_ms"])))
+    return out
+
+
 def lss_run(name, latency, overrides):
-    model, dev, eng = LSS[name]
-    rows = [json.loads(line) for line in (REAL / "llmservingsim-vllm" / name / "requests.jsonl").open()]
-    q0 = min(r["queued_ts"] for r in rows)
-    with tempfile.TemporaryDirectory() as td:
-        tr = Path(td) / "trace.jsonl"
-        tr.write_text("".join(json.dumps({"arrival_s": r["queued_ts"] - q0, "prompt_tokens": r["input_toks"],
-                                          "output_tokens": r["output_toks"], "request_id": r["request_id"]}) + "\n"
-                              for r in rows))
-        scn = {"name": name, "seed": 42, "model": model, "hardware": dev, "engine": eng, "latency": latency,
-               "workload": {"type": "trace", "path": str(tr)}, "output": {"plots": False}}
-        res = dsim.run(scn, overrides=overrides)
-    lat = res.latencies()
-    real = {
-        "ttft": [(r["first_token_ts"] - r["queued_ts"]) * 1e3 for r in rows],
-        "tpot": [(r["last_token_ts"] - r["first_token_ts"]) * 1e3 / (r["output_toks"] - 1)
-                 for r in rows if r["output_toks"] > 1],
-        "e2e": [(r["last_token_ts"] - r["queued_ts"]) * 1e3 for r in rows],
-    }
-    sim = {"ttft": lat["ttft_ms"], "tpot": lat["tpot_ms"], "e2e": lat["e2e_ms"]}
-    return [(name, "all", m, stats(real[m]), stats(sim[m])) for m in ("ttft", "tpot", "e2e")]
+    return _rows(load_real(REAL / "llmservingsim-vllm" / name), latency, overrides)
 
 
 def run_all(latency, overrides):
@@ -82,48 +80,9 @@ def run_all(latency, overrides):
 
 
 def iperf_run(folder, latency, overrides):
-    model, tp = IPERF[folder]
-    d = REAL / "inference-perf-h100" / folder
-    prof = yaml.safe_load((d / "profile.yaml").read_text())
-    sp = prof["data"]["shared_prefix"]
-    stages = prof["load"]["stages"]
-    scn = {
-        "name": folder, "seed": 42, "model": model, "hardware": "H100-SXM",
-        "engine": {"tensor_parallel_size": tp, "max_num_seqs": 128, "max_num_batched_tokens": 2048,
-                   "max_model_len": 4096},
-        "latency": latency,
-        "workload": {"type": "staged", "stage_arrivals": "constant" if prof["load"]["type"] == "constant" else "poisson",
-                     "stages": [{"rate": s["rate"], "duration_s": s["duration"]} for s in stages],
-                     "shared_prefix": {"num_groups": sp["num_unique_system_prompts"],
-                                       "users_per_group": sp["num_users_per_system_prompt"],
-                                       "system_prompt_len": sp["system_prompt_len"], "multi_turn": False},
-                     "prompt_tokens": sp["question_len"], "output_tokens": sp["output_len"]},
-        "output": {"plots": False},
-    }
-    res = dsim.run(scn, overrides=overrides)
-    out = []
-    t0 = 0.0
-    for i, st in enumerate(stages):
-        f = d / "results" / f"stage_{i}_lifecycle_metrics.json"
-        t1 = t0 + st["duration"]
-        if not f.exists():
-            t0 = t1
-            continue
-        L = json.loads(f.read_text())["successes"]["latency"]
-        rs = [r for r in res.requests if t0 <= r.arrival < t1 and r.t_completion is not None]
-        lat = dsim.metrics.summary.request_latencies(rs)
-        for m, key, simkey in (("ttft", "time_to_first_token", "ttft_ms"), ("e2e", "request_latency", "e2e_ms")):
-            real = {"mean": L[key]["mean"] * 1e3, "p50": L[key]["median"] * 1e3, "p90": L[key]["p90"] * 1e3}
-            out.append((folder, f"stage {i} ({st['rate']} req/s)", m, real, stats(lat[simkey])))
-        # inference-perf's own time_per_output_token counts ~2 tokens per generated token here
-        # (E2E / TPOT ~ 2 x output_len, ITL median ~0.03 ms): derive TPOT from E2E and TTFT instead,
-        # mean and median only (the percentiles of a difference are not the difference of percentiles)
-        real_tpot = {q: (L["request_latency"][k] - L["time_to_first_token"][k]) * 1e3 / (sp["output_len"] - 1)
-                     for q, k in (("mean", "mean"), ("p50", "median"))}
-        real_tpot["p90"] = float("nan")
-        out.append((folder, f"stage {i} ({st['rate']} req/s)", "tpot*", real_tpot, stats(lat["tpot_ms"])))
-        t0 = t1
-    return out
+    # inference-perf's own time_per_output_token counts streamed chunks: the reader derives TPOT from
+    # E2E and TTFT at the mean and median (no p90)
+    return _rows(load_real(REAL / "inference-perf-h100" / folder), latency, overrides, "tpot*")
 
 
 def main(argv=None):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import math
 import sys
 import tempfile
 from pathlib import Path
