@@ -1,0 +1,1 @@
+"""Speculative decoding: acceptance models (draft devices, verification, modes and gamma policies to come)."""
