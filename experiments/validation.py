@@ -180,8 +180,8 @@ def write(path, runs, base, lomo, loro, coeffs, cliffs, rt, a, secs):
           "evaluated run's model.", "",
           "Fitting: stage 2 of `dsim fit` (Nelder-Mead on log-multipliers of the five betas and a0, starting from "
           "seed 003's H100 coefficients; loss MAPE(E2E mean) + 0.3 MAPE(TTFT p50)). Leave-one-model-out trains on "
-          "the other models' runs on the same GPU; the RTX 4090 has one run, so it uses the RTX PRO 6000 fit "
-          "without Llama-3.1-8B (a cross-GPU transfer).", "",
+          "the other models' runs on the same GPU; the RTX 4090 has only a Llama-3.1-8B run, so its coefficients "
+          "are fitted on every run of the other models (H100 and RTX PRO 6000: a cross-GPU transfer).", "",
           "## Leave-one-model-out coefficients", "", "| GPU | held-out model | beta | a0 (us) |", "|---|---|---|---|"]
     for (hw, m), (b, al) in coeffs.items():
         L.append(f"| {hw} | {m} | {', '.join(f'{x:.3g}' for x in b)} | {al[0]:.0f} |")
