@@ -368,12 +368,13 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
         raise ConfigError(str(p), None, "an existing file", show_value=False)
     recs = []
     if p.suffix in (".jsonl", ".json"):
-        for i, line in enumerate(p.open(), 1):
-            if line.strip():
-                try:
-                    recs.append((f"{p}:{i}", json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{p}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
+        with p.open() as f:
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        recs.append((f"{p}:{i}", json.loads(line)))
+                    except json.JSONDecodeError as e:
+                        raise ConfigError(f"{p}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
     else:
         with p.open(newline="") as f:
             recs = [(f"{p}:{i}", r) for i, r in enumerate(csv.DictReader(f), 2)]

@@ -205,10 +205,9 @@ def read_otlp(paths) -> Traces:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(str(p), None, "an existing OTLP JSON trace file", show_value=False)
-        for i, line in enumerate(p.open(), 1):
-            if not line.strip():
-                continue
-            where = f"{p}:{i}"
+        with p.open() as f:
+            docs = [(f"{p}:{i}", line) for i, line in enumerate(f, 1) if line.strip()]
+        for where, line in docs:
             try:
                 doc = json.loads(line)
             except json.JSONDecodeError as e:
