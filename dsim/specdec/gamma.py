@@ -1,0 +1,218 @@
+"""Speculation-length (gamma) policies: ``choose(telemetry) -> (mode, k)`` before a round and
+``observe(...)`` after it.  Pure decision rules over the telemetry they are handed (seed 002 sections
+5.5, 6.1, 6.4.1 and Appendix B); the verification loop that calls them is a separate piece.
+
+mode is "distributed" (drafts on the device), or "fused" (the target drafts for itself);
+every policy keeps k in [k_min, k_max].
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+
+DISTRIBUTED, FUSED = "distributed", "fused"
+
+
+class Telemetry(NamedTuple):
+    """What a policy may see when it chooses the next round's k."""
+    context_len: int = 0
+    last_gamma: int = 0            # drafts sent last round (0: first round)
+    last_accepted: int = 0         # of them accepted
+    acceptance_est: float = 0.0    # smoothed per-token acceptance of this conversation
+    verify_queue: int = 0          # requests waiting at the verifier
+    kv_utilization: float = 0.0    # verifier KV in use, [0, 1]
+    rtt_ms: float = 0.0
+    tpot_ms: float = 0.0
+    slo_tpot_ms: float = 0.0
+    temperature: float = 0.0
+
+
+class _Clamp:
+    def __init__(self, k_min: int = 1, k_max: int = 8):
+        if not 1 <= k_min <= k_max:
+            raise ValueError("need 1 <= k_min <= k_max")
+        self.k_min, self.k_max = int(k_min), int(k_max)
+
+    def clamp(self, k) -> int:
+        return int(min(self.k_max, max(self.k_min, k)))
+
+    def observe(self, *_a, **_k) -> None:
+        return None
+
+
+class StaticGamma(_Clamp):
+    def __init__(self, k: int = 4, mode: str = DISTRIBUTED):
+        super().__init__(k, k)
+        self.mode = mode
+
+    def choose(self, t: Telemetry):
+        return self.mode, self.k_min
+
+
+class AcceptanceBackoff(_Clamp):
+    """AIMD on the last round: every draft accepted -> k + 1; fewer than half accepted -> k halved
+    (floor k_min); otherwise unchanged.  First round: ``k0``."""
+
+    def __init__(self, k0: int = 4, k_min: int = 1, k_max: int = 8):
+        super().__init__(k_min, k_max)
+        self.k0 = self.clamp(k0)
+
+    def choose(self, t: Telemetry):
+        if t.last_gamma <= 0:
+            return DISTRIBUTED, self.k0
+        if t.last_accepted >= t.last_gamma:
+            return DISTRIBUTED, self.clamp(t.last_gamma + 1)
+        if 2 * t.last_accepted < t.last_gamma:
+            return DISTRIBUTED, self.clamp(t.last_gamma // 2)
+        return DISTRIBUTED, self.clamp(t.last_gamma)
+
+
+class SpecPP(_Clamp):
+    """SpecDec++-style stopping: draft while the predicted probability that some draft so far is
+    rejected, 1 - prod_{j<i} a_j, stays at or below ``threshold``.
+
+    The rule keeps the last length that passed (seed 002 Appendix B: assigning the candidate before
+    the test made gamma one too long)."""
+
+    def __init__(self, acceptance, threshold: float = 0.7, k_min: int = 1, k_max: int = 8):
+        super().__init__(k_min, k_max)
+        if not 0 < threshold < 1:
+            raise ValueError("threshold must be in (0, 1)")
+        self.acc, self.threshold = acceptance, threshold
+
+    def choose(self, t: Telemetry):
+        probs = self.acc.probabilities(t.context_len, self.k_max, t.temperature)
+        keep = 1.0
+        selected = self.k_min
+        for idx in range(1, self.k_max + 1):
+            keep *= probs[idx - 1]
+            if 1.0 - keep > self.threshold:
+                selected = max(self.k_min, idx - 1)
+                break
+            selected = idx
+        return DISTRIBUTED, selected
+
+
+class LatencyHead(_Clamp):
+    """Seed 002 6.4.1: gamma_hat = w . x + b (or a one-hidden-layer SiLU MLP) over a 3-sample history
+    of (tpot_ms, rtt_ms, gamma, slo_hit); clamped to [1, k_max], exponentially smoothed; a smoothed
+    value <= ``fused_below`` means fused mode.  Features: [queue_util, queue_trend, tpot_avg,
+    tpot_delta, rtt_avg, rtt_delta, acceptance_est, slo_tpot, last_gamma]."""
+    N_FEATURES = 9
+
+    def __init__(self, weights, bias: float = 0.0, hidden=None, k_max: int = 8, smoothing: float = 1.0,
+                 fused_below: float = 1.5, default_k: int = 4, history: int = 3, queue_capacity: int = 64):
+        super().__init__(1, k_max)
+        self.w = np.asarray(weights, float)
+        self.b = float(bias)
+        self.hidden = None if hidden is None else (np.asarray(hidden[0], float), np.asarray(hidden[1], float))
+        want = self.hidden[0].shape[0] if self.hidden is not None else self.N_FEATURES
+        if self.hidden is not None and self.hidden[0].shape[1] != self.N_FEATURES:
+            raise ValueError(f"hidden weights must be (units, {self.N_FEATURES})")
+        if self.w.shape != (want,):
+            raise ValueError(f"weights must have {want} entries")
+        self.alpha = float(smoothing)
+        self.fused_below = float(fused_below)
+        self.default_k = self.clamp(default_k)
+        self.hist: deque = deque(maxlen=history)
+        self.queue_capacity = queue_capacity
+        self.prev = None
+        self.last_queue = None
+
+    def observe(self, tpot_ms: float, rtt_ms: float, gamma: int, slo_hit: bool = True) -> None:
+        self.hist.append((float(tpot_ms), float(rtt_ms), int(gamma), bool(slo_hit)))
+
+    def features(self, t: Telemetry) -> np.ndarray:
+        tp = [h[0] for h in self.hist]
+        rt = [h[1] for h in self.hist]
+        q = t.verify_queue / self.queue_capacity
+        trend = 0.0 if self.last_queue is None else q - self.last_queue
+        self.last_queue = q
+        return np.array([q, trend, np.mean(tp), tp[-1] - tp[0], np.mean(rt), rt[-1] - rt[0],
+                         t.acceptance_est, t.slo_tpot_ms, self.hist[-1][2]])
+
+    def raw(self, x: np.ndarray) -> float:
+        if self.hidden is not None:
+            W, c = self.hidden
+            z = W @ x + c
+            x = z / (1.0 + np.exp(-z))             # SiLU
+        return float(self.w @ x + self.b)
+
+    def choose(self, t: Telemetry):
+        if len(self.hist) < 2:
+            return DISTRIBUTED, self.default_k
+        g = min(float(self.k_max), max(1.0, self.raw(self.features(t))))
+        g = g if self.prev is None else self.alpha * g + (1 - self.alpha) * self.prev
+        self.prev = g
+        if g <= self.fused_below:
+            return FUSED, 1
+        return DISTRIBUTED, self.clamp(round(g))
+
+
+class Backpressure(_Clamp):
+    """Shrink k by one when the verify queue exceeds ``queue_high`` or KV use exceeds ``kv_high``;
+    grow it by one when the queue is below ``queue_low`` and acceptance is at least ``confident``."""
+
+    def __init__(self, k0: int = 4, k_min: int = 1, k_max: int = 8, queue_high: int = 16, queue_low: int = 4,
+                 kv_high: float = 0.9, confident: float = 0.6):
+        super().__init__(k_min, k_max)
+        self.k = self.clamp(k0)
+        self.qh, self.ql, self.kvh, self.conf = queue_high, queue_low, kv_high, confident
+
+    def choose(self, t: Telemetry):
+        if t.verify_queue > self.qh or t.kv_utilization > self.kvh:
+            self.k = self.clamp(self.k - 1)
+        elif t.verify_queue < self.ql and t.acceptance_est >= self.conf:
+            self.k = self.clamp(self.k + 1)
+        return DISTRIBUTED, self.k
+
+
+class PIDGamma(_Clamp):
+    """k = round(k0 + Kp e + Ki sum e + Kd (e - e_prev)), e = target_queue - verify_queue (a longer
+    queue than wanted drives k down); the integral is frozen while k is saturated (anti-windup)."""
+
+    def __init__(self, k0: int = 4, k_min: int = 1, k_max: int = 8, target_queue: float = 8.0,
+                 kp: float = 0.25, ki: float = 0.02, kd: float = 0.0):
+        super().__init__(k_min, k_max)
+        self.k0, self.target = k0, target_queue
+        self.kp, self.ki, self.kd = kp, ki, kd
+        self.integral, self.prev_e = 0.0, None
+
+    def choose(self, t: Telemetry):
+        e = self.target - t.verify_queue
+        d = 0.0 if self.prev_e is None else e - self.prev_e
+        self.prev_e = e
+        u = self.k0 + self.kp * e + self.ki * (self.integral + e) + self.kd * d
+        k = self.clamp(round(u))
+        if k == round(u):                          # not saturated: integrate
+            self.integral += e
+        return DISTRIBUTED, k
+
+
+class BanditGamma(_Clamp):
+    """UCB1 over arms k_min..k_max; reward = tokens emitted per second of the round (observe)."""
+
+    def __init__(self, k_min: int = 1, k_max: int = 8, c: float = 1.0):
+        super().__init__(k_min, k_max)
+        self.arms = list(range(self.k_min, self.k_max + 1))
+        self.n = {k: 0 for k in self.arms}
+        self.mean = {k: 0.0 for k in self.arms}
+        self.c = c
+        self.t = 0
+
+    def choose(self, t: Telemetry):
+        for k in self.arms:
+            if self.n[k] == 0:
+                return DISTRIBUTED, k
+        scale = max(self.mean.values()) or 1.0
+        best = max(self.arms, key=lambda k: (self.mean[k] / scale
+                                             + self.c * math.sqrt(2 * math.log(self.t) / self.n[k]), -k))
+        return DISTRIBUTED, best
+
+    def observe(self, k: int, reward: float) -> None:
+        self.t += 1
+        self.n[k] += 1
+        self.mean[k] += (reward - self.mean[k]) / self.n[k]
