@@ -29,6 +29,8 @@ def test_invariants_hold_every_step(tmp_path_factory, rows, blocks, bs, chunked,
     p = tmp_path_factory.mktemp("t") / "t.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     need = max(-(-(r["prompt_tokens"] + r["output_tokens"] - 1) // bs) for r in rows)
+    if not chunked:       # whole-prompt admission keeps 1 % of the blocks free (the V0 watermark)
+        need = max(need, max(-(-r["prompt_tokens"] // bs) for r in rows) + 1 + int(0.01 * (need + blocks + 2)))
     res = dsim.run(scenario(workload={"type": "trace", "path": str(p), "prefix_tokens": 40},
                             latency={"model": "roofline"},
                             engine={"num_gpu_blocks": need + blocks, "block_size": bs, "max_model_len": 4096,
@@ -46,3 +48,21 @@ def test_invariants_hold_every_step(tmp_path_factory, rows, blocks, bs, chunked,
     itl_count = sum(inst.log.itl_count) + sum(w for _, w in inst.itl_extra)
     assert itl_count == sum(r.max_tokens - 1 for r in res.requests)
     assert max(inst.log.running) <= seqs
+
+
+def test_v0_prompt_above_the_watermark_is_rejected_not_stalled(tmp_path):
+    """199-token prompt, 2-token blocks: 100 blocks of 100, but V0 keeps 1 block free -> never
+    admissible; it must be rejected at arrival (the replica used to stall on it)."""
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps({"arrival_s": 0.0, "prompt_tokens": 199, "output_tokens": 1}) + "\n"
+                 + json.dumps({"arrival_s": 0.1, "prompt_tokens": 50, "output_tokens": 3}) + "\n")
+    eng = {"num_gpu_blocks": 100, "block_size": 2, "enable_chunked_prefill": False, "max_num_seqs": 1,
+           "max_model_len": 4096, "max_num_batched_tokens": 4096}
+    res = dsim.run(scenario(workload={"type": "trace", "path": str(p)}, latency={"model": "roofline"}, engine=eng),
+                   check_invariants=True)
+    assert res.summary["requests"]["rejected_by"] == {"kv_capacity": 1}
+    assert res.summary["requests"]["completed"] == 1
+    ok = dsim.run(scenario(workload={"type": "trace", "path": str(p)}, latency={"model": "roofline"},
+                           engine={**eng, "num_gpu_blocks": 101}))
+    assert ok.summary["requests"]["completed"] == 2           # 100 prompt blocks <= 101 - 1
+

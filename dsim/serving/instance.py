@@ -125,6 +125,12 @@ class Instance:
         if -(-(r.prompt_len + r.max_tokens - 1) // self.bs) > self.kv.total:
             self._reject(r, "kv_capacity")
             return
+        if (not e.enable_chunked_prefill
+                and -(-r.prompt_len // self.bs) > self.kv.total - int(0.01 * self.kv.total)):
+            # V0 admits whole prompts above a 1 % free-block watermark: a prompt needing more can
+            # never be scheduled (vLLM ignores it), and waiting for it would stall the replica
+            self._reject(r, "kv_capacity")
+            return
         d = self.queueing.delay(r, self.load_view(r) if self.alpha_state else None)
         if d > 0:
             self.in_alpha += 1
