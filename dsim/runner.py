@@ -35,10 +35,13 @@ class Result:
         if not self.recorders:
             raise ValueError("run with vllm_traces=True to record the tracing streams")
         from .calibrate.vllm_traces import write_otlp
-        tp = self.scenario.engine.tensor_parallel_size
-        reps = [(inst.name, {"dsim.model": self.scenario.model.name, "dsim.hardware": self.scenario.device.name,
-                             "dsim.tensor_parallel_size": tp}, rec, inst.token_overhead)
-                for inst, rec in self.recorders]
+        pool_of = {rep.inst: rep.pool for rep in self.fleet.replicas()}
+        reps = []
+        for inst, rec in self.recorders:
+            spec = pool_of[inst].spec          # each pool its own model, GPU and TP
+            reps.append((inst.name, {"dsim.model": spec.model.name, "dsim.hardware": spec.device.name,
+                                     "dsim.tensor_parallel_size": inst.engine.tensor_parallel_size},
+                         rec, inst.token_overhead))
         write_otlp(Path(path), reps, self.requests)
 
     def latencies(self) -> dict:

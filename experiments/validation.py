@@ -4,7 +4,7 @@ stage-1 round trip.
 
     python experiments/validation.py [--evals 40] [--loro-evals 25] [--jobs 2] [--stage-cap 150]
 
-About 20 minutes on 2 cores with the defaults.  Fits simulate each staged run with its stages cut
+About 11 minutes on 2 cores with the defaults.  Fits simulate each staged run with its stages cut
 to --stage-cap seconds (steady state is reached in seconds); every reported error is from the
 full-length replay.
 """
@@ -66,15 +66,12 @@ def mape(rows, key):
 
 
 def round_trip():
-    """Stage 1 on dsim's own traces with known coefficients (what tests/test_calibrate.py asserts)."""
+    """Stage 1 on the traces of scenarios/trace_roundtrip.yaml (what tests/test_calibrate.py asserts)."""
     import dsim
     from dsim.calibrate.fit import fit_traces
-    beta, alpha = [0.55, 0.21, 1.12, 41.0, 17.5], [12000.0, 2500.0, 4.0]
-    scn = {"name": "rt", "seed": 3, "model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
-           "engine": {"max_num_seqs": 64, "max_num_batched_tokens": 512}, "latency": u5(beta, alpha),
-           "workload": {"type": "poisson", "rate": 12, "num_requests": 200,
-                        "prompt_tokens": {"dist": "lognormal", "mean": 900, "std": 600},
-                        "output_tokens": {"dist": "uniform", "low": 20, "high": 200}}}
+    import yaml
+    scn = yaml.safe_load((ROOT / "scenarios" / "trace_roundtrip.yaml").read_text())
+    beta, alpha = scn["latency"]["beta"], scn["latency"]["alpha"]
     with tempfile.TemporaryDirectory() as td:
         res = dsim.run(scn, vllm_traces=True)
         p = Path(td) / "t.otlp.jsonl"

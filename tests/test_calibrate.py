@@ -1,6 +1,6 @@
 """Co-simulation and calibration: real-run readers, dsim cosim, vLLM trace streams, fitting."""
+import copy
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -23,18 +23,15 @@ IPERF = REAL / "inference-perf-h100" / "20260217-231439-llama-2-7b-tp1-general"
 BENCH = ROOT / "tests" / "fixtures" / "vllm_bench_detailed.json"
 needs_real = pytest.mark.skipif(not LSS.is_dir(), reason="shared real runs not available")
 
-U5_BETA = [0.55, 0.21, 1.12, 41.0, 17.5]
-U5_ALPHA = [12000.0, 2500.0, 4.0]
+ROUND_TRIP = yaml.safe_load((ROOT / "scenarios" / "trace_roundtrip.yaml").read_text())
+U5_BETA = ROUND_TRIP["latency"]["beta"]
+U5_ALPHA = ROUND_TRIP["latency"]["alpha"]
 
 
 def u5_scenario(n=200, **kw):
-    s = {"name": "rt", "seed": 3, "model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
-         "engine": {"max_num_seqs": 64, "max_num_batched_tokens": 512},
-         "latency": {"model": "unified5", "beta": U5_BETA, "alpha": U5_ALPHA},
-         "workload": {"type": "poisson", "rate": 12, "num_requests": n,
-                      "prompt_tokens": {"dist": "lognormal", "mean": 900, "std": 600},
-                      "output_tokens": {"dist": "uniform", "low": 20, "high": 200}},
-         "output": {"plots": False}}
+    """scenarios/trace_roundtrip.yaml with n requests (and other top-level keys replaced)."""
+    s = copy.deepcopy(ROUND_TRIP)
+    s["workload"]["num_requests"] = n
     s.update(kw)
     return s
 
@@ -209,8 +206,8 @@ def test_journey_events_and_alpha_table(tmp_path):
 
 def test_tracing_does_not_change_results_and_is_deterministic(tmp_path):
     plain = dsim.run(u5_scenario(80), tmp_path / "a")
-    traced = dsim.run(u5_scenario(80), tmp_path / "b", vllm_traces={"step_rate": 0.5, "rich_rate": 0.5})
-    again = dsim.run(u5_scenario(80), tmp_path / "c", vllm_traces={"step_rate": 0.5, "rich_rate": 0.5})
+    for d in ("b", "c"):
+        dsim.run(u5_scenario(80), tmp_path / d, vllm_traces={"step_rate": 0.5, "rich_rate": 0.5})
     assert (tmp_path / "a" / "requests.csv").read_bytes() == (tmp_path / "b" / "requests.csv").read_bytes()
     t1 = (tmp_path / "b" / "vllm_traces.otlp.jsonl").read_bytes()
     assert t1 == (tmp_path / "c" / "vllm_traces.otlp.jsonl").read_bytes()
@@ -230,6 +227,17 @@ def test_emit_vllm_traces_cli(tmp_path):
     assert main(["run", str(sc), "--quiet", "--out", str(tmp_path / "p"), "--emit-vllm-traces",
                  "--trace-step-rate", "0"]) == 2
     assert not (tmp_path / "p").exists()
+
+
+def test_traces_name_each_pools_model_and_gpu(tmp_path):
+    res = dsim.run(ROOT / "scenarios" / "hetero_fleet.yaml", vllm_traces=True,
+                   overrides=["workload.classes[0].num_requests=20", "workload.classes[1].num_requests=20"])
+    p = tmp_path / "t.otlp.jsonl"
+    res.write_vllm_traces(p)
+    tr = read_otlp(p)
+    want = {rep.name: (rep.pool.spec.model.name, rep.pool.spec.device.name) for rep in res.fleet.replicas()}
+    got = {k: (v["dsim.model"], v["dsim.hardware"]) for k, v in tr.resources.items()}
+    assert got == want and len({hw for _, hw in got.values()}) > 1
 
 
 def test_bad_trace_file_is_a_clear_error(tmp_path):

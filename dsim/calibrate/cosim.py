@@ -78,9 +78,10 @@ def replay_scenario(run: RealRun, base: dict | None, overrides=(), seed: int | N
     return scn
 
 
-def write_trace(rows, path: Path) -> None:
-    path.write_text("".join(json.dumps({k: r[k] for k in ("arrival_s", "prompt_tokens", "output_tokens", "request_id")})
-                            + "\n" for r in rows))
+def trace_text(rows) -> str:
+    """Replay rows as a dsim JSONL trace."""
+    return "".join(json.dumps({k: r[k] for k in ("arrival_s", "prompt_tokens", "output_tokens", "request_id")})
+                   + "\n" for r in rows)
 
 
 def simulate_run(run: RealRun, base=None, overrides=(), seed: int | None = None, latency=None):
@@ -92,7 +93,7 @@ def simulate_run(run: RealRun, base=None, overrides=(), seed: int | None = None,
         if latency is not None:
             scn["latency"] = copy.deepcopy(latency)
         if run.trace_rows is not None:
-            write_trace(replay_rows(run, scn.get("seed", 42)), tr)
+            tr.write_text(trace_text(replay_rows(run, scn.get("seed", 42))))
         res = run_scenario(load_scenario(scn))
     return res, scn
 
@@ -149,7 +150,7 @@ def cosim_report(run: RealRun, res, scn: dict) -> dict:
         inside = [r for r in reqs if st.t0 <= r.arrival < st.t1]
         lat = request_latencies(inside)
         sim_samples = {"ttft": lat["ttft_ms"], "tpot": lat["tpot_ms"], "e2e": lat["e2e_ms"]}
-        v, w = _sim_itl(res, st.t0, st.t1 if not math.isinf(st.t1) else math.inf)
+        v, w = _sim_itl(res, st.t0, st.t1)
         sim_stats = {m: quantiles(x) for m, x in sim_samples.items()}
         sim_stats["itl"] = weighted_stats(np.asarray(v) * 1e3, w)
         done = [r for r in inside if r.t_completion is not None]
@@ -258,9 +259,7 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
             ao.write_text("cosim.md", markdown(rep))
             saved = copy.deepcopy(scn)
             if run.trace_rows is not None:
-                rows = replay_rows(run, scn.get("seed", 42))
-                ao.write_text("replay.jsonl", "".join(json.dumps({k: r[k] for k in ("arrival_s", "prompt_tokens",
-                              "output_tokens", "request_id")}) + "\n" for r in rows))
+                ao.write_text("replay.jsonl", trace_text(replay_rows(run, scn.get("seed", 42))))
                 saved["workload"] = {"type": "trace", "path": "replay.jsonl"}
             ao.write_text("scenario.yaml", yaml.safe_dump(saved, sort_keys=False))
             if plots:
