@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
+from .config.errors import ConfigError
 from .config.scenario import Scenario, load_scenario
 from .cluster.control import build_controllers, run_controller
 from .cluster.fleet import Fleet
@@ -93,6 +94,14 @@ class Session:
             self.network = build_network(scn.raw["network"], sim.env, sim.rng.stream("network"))
         self.fleet = Fleet(sim, scn, check_invariants, network=self.network,
                            tracer_factory=self._recorder_factory(vllm_traces))
+        self.spec = None
+        if scn.spec is not None:
+            if vllm_traces is not None:
+                raise ConfigError("speculation", None, "no --emit-vllm-traces (speculative steps are not traced)",
+                                  show_value=False)
+            from .specdec.runtime import SpecRuntime
+            self.spec = SpecRuntime(sim, self.fleet, self.network, scn.spec, self.reqs, scn.horizon_s,
+                                    scn.slo_tpot_ms)
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet) + list(controllers)
         self.action_log: list = []
         for c in self.controllers:
@@ -100,7 +109,8 @@ class Session:
         self.progress = _Progress(len(self.reqs), progress)
         first = next(iter(self.fleet.pools.values()))
         self.desc = dict(workload=wdesc, latency=first.latency_desc, kv_blocks=first.kv_blocks)
-        sim.process(self._arrivals())
+        if self.spec is None:
+            sim.process(self._arrivals())
 
     def _recorder_factory(self, opts):
         if opts is None:
@@ -201,6 +211,10 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None) -> Result:
     """Summarise a finished session into a Result (and write the report when out_dir is set)."""
     scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet
     summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
+    if ses.spec is not None:
+        summary["speculation"] = ses.spec.summary(reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
+                                                                "tpot_ms": scn.slo_tpot_ms,
+                                                                "tvt_ms": scn.slo_tvt_ms})
     m = scn.model
     manifest = {
         "dsim_version": __version__,
@@ -217,6 +231,9 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None) -> Result:
         "workload": desc["workload"],
         "python": platform.python_version(),
     }
+    if scn.spec is not None:
+        manifest["speculation"] = {"mode": scn.spec.mode, "drafter": scn.spec.drafter.name,
+                                   "acceptance": scn.spec.acceptance_desc, "gamma_policy": scn.spec.policy}
     if scn.fleet.declared:
         manifest["pools"] = {p.name: {"cluster": p.cluster.name, "role": p.role, "model": p.spec.model.name,
                                       "hardware": p.spec.device.name, "engine": p.spec.engine.__dict__,

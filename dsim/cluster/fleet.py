@@ -162,6 +162,8 @@ class Pool:
             inst.tracer = f.tracer_factory(inst)
         rep = Replica(f, self, i, inst, sim.now)
         holder.append(rep)
+        for hook in f.replica_hooks:
+            hook(rep)
         self.replicas.append(rep)
         if delay <= 0:
             self._ready(rep)
@@ -331,6 +333,8 @@ class Fleet:
         self.sim = sim
         self.network = network
         self.tracer_factory = tracer_factory     # inst -> step observer (vLLM trace emission), or None
+        self.replica_hooks: list = []            # f(replica) on every new replica (speculative decoding)
+        self.done_hooks: list = []               # f(request) when a request completes or is rejected
         self.spec = scn.fleet
         self.base_dir = scn.base_dir
         self.check = check_invariants
@@ -374,6 +378,8 @@ class Fleet:
             r.reject_reason = reason
             self.admission_rejected += 1
             self.rejected.append(r)
+            for hook in self.done_hooks:
+                hook(r)
             return
         self._book(rep, r, cluster.router.router.routed_work(r))
         rep.inst.submit(r)
@@ -398,6 +404,8 @@ class Fleet:
             self.completed.append(r)
         else:
             self.rejected.append(r)
+        for hook in self.done_hooks:
+            hook(r)
         if rep.state == DRAINING:
             self._maybe_retire(rep)
 

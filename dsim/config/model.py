@@ -22,6 +22,8 @@ ALIASES = {
     "meta-llama/Llama-3.1-8B": "llama-3.1-8b-instruct",
     "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct",
     "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b-instruct",
+    "meta-llama/Llama-3.2-1B": "llama-3.2-1b-instruct",
+    "meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b-instruct",
     "meta-llama/Llama-2-7b-hf": "llama-2-7b-hf",
     "meta-llama/Llama-2-70b-hf": "llama-2-70b-hf",
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b-v0.1",

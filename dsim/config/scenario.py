@@ -18,7 +18,7 @@ from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
 
 TOP_KEYS = ("seed", "name", "description", "model", "hardware", "engine", "latency", "workload",
-            "slo", "horizon_s", "drain", "output", "cluster", "network")
+            "slo", "horizon_s", "drain", "output", "cluster", "network", "speculation")
 
 
 @dataclass
@@ -39,6 +39,8 @@ class Scenario:
     timeline: bool = False
     source: str = ""
     fleet: FleetSpec | None = None
+    slo_tvt_ms: float | None = None
+    spec: object = None              # dsim.specdec.config.SpecConfig when speculation is configured
 
     @property
     def digest(self) -> str:
@@ -132,6 +134,7 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     slo = s.section("slo", {})
     ttft = slo.num("ttft_ms", None, lo=0, lo_open=True)
     tpot = slo.num("tpot_ms", None, lo=0, lo_open=True)
+    tvt = slo.num("tvt_ms", None, lo=0, lo_open=True)
     slo.done()
     horizon = s.num("horizon_s", None, lo=0, lo_open=True)
     drain = s.bool("drain", True)
@@ -140,10 +143,14 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     timeline = out.bool("timeline", False)
     out.done()
     s.raw("network", None)                # validated when the run is built (dsim.network)
+    spec = None
+    if s.raw("speculation", None) is not None:
+        from ..specdec.config import load_spec
+        spec = load_spec(data["speculation"], "speculation", base_dir, model)
     if "workload" not in data:
         raise ConfigError("workload", None, "a workload section (type: poisson | ... | trace)", show_value=False)
     s.raw("workload")
     s.done()
     return Scenario(raw=data, base_dir=base_dir, seed=sd, name=name, model=model, device=device,
                     engine=engine, slo_ttft_ms=ttft, slo_tpot_ms=tpot, horizon_s=horizon, drain=drain,
-                    plots=plots, timeline=timeline, source=shown, fleet=fleet)
+                    plots=plots, timeline=timeline, source=shown, fleet=fleet, slo_tvt_ms=tvt, spec=spec)

@@ -289,6 +289,16 @@ class Network:
             ev._value = rec
         self.env.schedule(ev, NORMAL, delay)
 
+    def set_latency(self, u, v, latency_s: float) -> None:
+        """Change an edge's one-way latency from now on (both directions; transfers already past
+        their last byte keep the delay they were given)."""
+        self.topo.g.edges[u, v]["latency_s"] = latency_s
+        self.topo._paths.clear()
+        for key in ((u, v), (v, u)):
+            lk = self.links.get(key)
+            if lk is not None:
+                lk.latency_s = latency_s
+
     # ---- outages --------------------------------------------------------------------------------
     def _set_link(self, edge: frozenset, up: bool) -> None:
         self._advance()

@@ -30,6 +30,15 @@ their context lengths are ``c0 + (D - d0)`` for the replica's decode-step counte
 contexts, the number crossing a KV-block boundary (bucketed by phase modulo block_size) and the
 step at which each one finishes are maintained in O(1) per step.  Per-request work happens only
 when a request is admitted, preempted, skipped, or completes.
+
+Speculative decoding: a request with ``r.spec`` set (see dsim.specdec) is an *eager* decoder
+instead: its context is explicit and a step verifies ``k`` drafted tokens for it (``k + 1``
+query tokens after its context, costed like a prefill chunk of ``k + 1``; ``k = 0`` is a plain
+decode token).  ``r.spec.accept(r, k)`` decides how many drafts pass; the step emits the accepted
+ones plus one token from the target and frees the KV of the rejected positions.  A speculative
+decoder that is not ``ready`` (its drafts are still on their way from a device) holds its KV and
+takes no tokens.  With ``draft_model`` set, drafters that run on this replica (``r.spec.fused``)
+add ``k`` sequential draft-model decode steps to the step time.
 """
 from __future__ import annotations
 
@@ -111,6 +120,9 @@ class Instance:
         self._wake = None
         self._last_now = 0.0
         self.tracer = None               # optional step observer: before(inst, prefills, skipped, shape), after(...)
+        self.spec_dec: dict = {}         # rid -> speculative (eager) decoder, admission order
+        self._spec_sched: list = []      # this step's [(req, k, accepted)]
+        self.draft_model = None          # StepTimeModel of a drafter running on this replica (fused)
         self.proc = self.env.process(self._loop())
 
     # ---- arrivals ---------------------------------------------------------------------------
@@ -175,6 +187,11 @@ class Instance:
     # ---- lazy decoder helpers ---------------------------------------------------------------
     def _lazy_add(self, r) -> None:
         """r has just computed up to r.num_computed and emitted; it decodes from step D on."""
+        if r.spec is not None:
+            self.spec_dec[r.rid] = r
+            r.t_last_token = self.env.now
+            r.spec.round_done(r, self, -1, 0)
+            return
         r.d0 = d0 = self.D
         r.c0 = c0 = r.num_computed
         self.n_dec += 1
@@ -235,6 +252,10 @@ class Instance:
             comp = victim.num_computed
             self.n_prefilling -= 1
             victim.prefilling = False
+        elif victim.spec is not None:
+            comp = victim.num_computed
+            del self.spec_dec[victim.rid]
+            victim.t_last_token = now
         else:
             comp = self._lazy_remove(victim)
             if victim.itl_gap:
@@ -318,13 +339,14 @@ class Instance:
         skipped: list = []
         gap_dec: list = []
         v0 = not e.enable_chunked_prefill
+        self._spec_sched = spec = []
         if v0 and self.waiting:
             # V0 policy: a prefill-only step whenever waiting prompts can be admitted.
             self._admit(budget, prefills, now, True)
             if prefills:
                 return prefills, 0, skipped, gap_dec
         n_dec = self.n_dec
-        if (self.n_prefilling == 0 and self.n_gap == 0 and n_dec <= budget
+        if (self.n_prefilling == 0 and self.n_gap == 0 and n_dec <= budget and not self.spec_dec
                 and self.boundary[self.D % self.bs] <= kv.free_count):
             kv.allocate(self.boundary[self.D % self.bs])       # fast path: every decoder steps
             budget -= n_dec
@@ -342,10 +364,18 @@ class Instance:
             r = order[i]
             i += 1
             if budget <= 0:
-                if not r.prefilling:
+                if not r.prefilling and r.spec is None:
                     skipped.append(r)
                 continue
-            if r.prefilling:
+            sp = r.spec
+            if sp is not None and not r.prefilling:
+                if not sp.ready:
+                    continue                 # drafts not here yet: holds its KV, takes no tokens
+                comp = r.num_computed
+                k = min(sp.k, r.max_tokens - r.n_out - 1, budget - 1)
+                need = k + 1
+                blocks = -(-(comp + need) // bs) - -(-comp // bs)
+            elif r.prefilling:
                 comp = r.num_computed
                 need = r.num_tokens - comp
                 if 0 < thr < need:
@@ -372,13 +402,15 @@ class Instance:
             if r.prefilling:
                 r.plain_blocks += blocks
                 prefills.append((r, need))
+            elif sp is not None:
+                spec.append([r, k, 0])
             else:
                 scheduled_dec += 1
                 if r.itl_gap:
                     gap_dec.append(r)
         # decoders left unscheduled keep their position: rebase them past this step
         for r in order[i:]:
-            if not r.prefilling:
+            if not r.prefilling and r.spec is None:
                 skipped.append(r)
         if not preempted and not v0:
             self._admit(budget, prefills, now, False)
@@ -400,7 +432,13 @@ class Instance:
             now = env.now
             n_pre0 = self.num_preemptions
             prefills, n_dec, skipped, gap_dec = self._schedule(now)
-            if not prefills and not n_dec:
+            if not prefills and not n_dec and not self._spec_sched:
+                if self.spec_dec and len(self.spec_dec) == len(self.running):
+                    # every running request waits for drafts from its device: sleep until one arrives
+                    self._wake = env.event()
+                    yield self._wake
+                    self._wake = None
+                    continue
                 if self.running or self.waiting:
                     raise RuntimeError(f"{self.name}: scheduler made no progress at t={now}")
                 continue
@@ -420,9 +458,34 @@ class Instance:
                 dec_ctx = self.lazy_sum + self.n_dec * (self.D + 1)
                 for r in skipped:
                     dec_ctx -= r.c0 + self.D - r.d0 + 1
-            shape = BatchShape(p_tok, len(prefills), p_pairs, p_ctx, n_dec, dec_ctx, n_samp + n_dec,
+            spec = self._spec_sched
+            p_tok0 = p_tok
+            n_pf = len(prefills)
+            d_tok = n_dec
+            extra = 0.0
+            if spec:
+                # verification: k + 1 query tokens after the context (a chunk); k = 0 decodes
+                for row in spec:
+                    r, k = row[0], row[1]
+                    p = r.num_computed
+                    if k:
+                        c = k + 1
+                        p_tok += c
+                        p_sq += c * c
+                        p_pairs += c * p + c * (c + 1) // 2
+                        p_ctx += p
+                        n_pf += 1
+                    else:
+                        d_tok += 1
+                        dec_ctx += p + 1
+                    row[2], x = r.spec.accept(r, k)
+                    extra += x
+                n_samp += len(spec)
+                if self.draft_model is not None:
+                    extra += self._draft_time(spec)
+            shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
                                p_sq, len(self.running), self.num_preemptions - n_pre0)
-            dur = step_time(shape)
+            dur = step_time(shape) + extra
             if self.tracer is not None:
                 snap = self.tracer.before(self, prefills, skipped, shape)
                 n_done0 = len(self.completed) + self.handed_off + len(self.transferring)
@@ -487,10 +550,12 @@ class Instance:
                     comp = self._lazy_detach(r)
                     r.n_out = r.max_tokens
                     self._complete(r, comp, emit_t)
+            if spec:
+                self._verified(spec, t_end, emit_t)
             log.t_end.append(t_end)
             log.dur.append(dur)
-            log.prefill_tokens.append(p_tok)
-            log.decode_tokens.append(n_dec)
+            log.prefill_tokens.append(p_tok0)
+            log.decode_tokens.append(shape.decode_tokens + shape.prefill_tokens - p_tok0 if spec else n_dec)
             log.itl_count.append(itl_regular)
             log.running.append(len(self.running))
             log.waiting.append(len(self.waiting))
@@ -500,6 +565,52 @@ class Instance:
                                   len(self.completed) + self.handed_off + len(self.transferring) - n_done0)
             if self.check:
                 self.check_invariants()
+
+    # ---- speculative decoders -----------------------------------------------------------------
+    def _draft_time(self, spec) -> float:
+        """Drafters on this replica draft k tokens one step at a time, batched across requests:
+        draft step j runs every fused request with k >= j."""
+        fused = sorted(((row[1], row[0].num_computed) for row in spec if row[1] and row[0].spec.fused), reverse=True)
+        if not fused:
+            return 0.0
+        t = 0.0
+        n = len(fused)
+        ctx = sum(c for _, c in fused)
+        j = 1
+        while n:
+            t += self.draft_model.step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j,
+                                                       num_sampled=n, running=n))
+            j += 1
+            while n and fused[n - 1][0] < j:
+                n -= 1
+                ctx -= fused[n][1]
+        return t
+
+    def _verified(self, spec, t_end: float, emit_t: float) -> None:
+        """Emit accepted + 1 tokens per verified request, free the rejected positions' KV."""
+        bs = self.bs
+        for r, k, a in spec:
+            old = r.num_computed
+            new = old + a + 1
+            drop = -(-(old + k + 1) // bs) - -(-new // bs)
+            if drop:
+                self.kv.free(drop, ())
+            r.num_computed = new
+            self.itl_extra.append((t_end - r.t_last_token, 1))
+            if a:
+                self.itl_extra.append((0.0, a))
+            r.t_last_token = t_end
+            r.n_out += a + 1
+            if r.n_out >= r.max_tokens:
+                del self.spec_dec[r.rid]
+                self._complete(r, new, emit_t)
+            else:
+                r.spec.round_done(r, self, k, a)
+
+    def wake(self) -> None:
+        """Something outside (drafts arriving) made a waiting or running request schedulable."""
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
 
     def _complete(self, r, comp: int, emit_t: float) -> None:
         del self.running[r.rid]
@@ -560,7 +671,7 @@ class Instance:
             plain += -(-r.num_computed // self.bs) - len(r.hashes)
             shared.update(r.hashes)
         for r in self.running.values():
-            comp = r.num_computed if r.prefilling else r.c0 + self.D - r.d0
+            comp = r.num_computed if (r.prefilling or r.spec is not None) else r.c0 + self.D - r.d0
             if r.prefilling:
                 plain += r.plain_blocks
                 assert -(-comp // self.bs) <= len(r.hashes) + r.plain_blocks
@@ -578,7 +689,7 @@ class Instance:
         self.kv.check(self.held_blocks())
         for h, c in self.kv.cached.items():
             assert c >= 0
-        assert self.n_dec + self.n_prefilling == len(self.running)
+        assert self.n_dec + self.n_prefilling + len(self.spec_dec) == len(self.running)
         assert self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0
         # pool isolation: a decode replica never produces a first token, a prefill replica
         # never a second one

@@ -1,0 +1,168 @@
+"""Draft devices: phones, laptops and edge GPUs that draft tokens for distributed speculative decoding.
+
+A device is one SimPy busy loop (architecture rule: one process per device, not per token) that
+drafts for its conversations in FIFO order.  Drafting k tokens costs k batch-1 decode steps of the
+drafter model on the device, timed by dsim's roofline with the device's bandwidth and FLOP/s
+(quantised weights read fewer bytes: int4 weights move a quarter of the bf16 bytes).  Thermal
+throttling slows drafting by ``throttle_factor`` after ``throttle_after_s`` of continuous work
+(reset by ``cooldown_s`` idle); availability windows pause drafting; energy is power x drafting
+time, or ``joules_per_token`` when the profile gives it.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from ..config.errors import ConfigError
+from ..config.fields import Section
+from ..config.hardware import DeviceProfile
+from ..latency.base import BatchShape
+from ..latency.roofline import RooflineModel
+
+DRAFT_PROFILE_DIR = Path(__file__).resolve().parents[2] / "device_profiles" / "drafts"
+KINDS = ("phone", "laptop", "edge")
+
+
+@dataclass(frozen=True)
+class DraftProfile:
+    name: str
+    kind: str
+    peak_tflops: float
+    mem_gb_s: float
+    memory_gb: float
+    weight_bits: int
+    compute_efficiency: float
+    memory_efficiency: float
+    step_overhead_ms: float
+    power_w: float
+    joules_per_token: float | None
+    throttle_after_s: float | None
+    throttle_factor: float
+    cooldown_s: float
+
+    def roofline(self, drafter) -> RooflineModel:
+        """The drafter's step-time model on this device."""
+        dev = DeviceProfile(name=self.name, peak_flops=self.peak_tflops * 1e12,
+                            hbm_bytes_s=self.mem_gb_s * 1e9 * drafter.bytes_per_param * 8 / self.weight_bits,
+                            memory_bytes=self.memory_gb * 1e9, interconnect_bytes_s=1e9, interconnect_latency_s=0.0,
+                            tdp_w=self.power_w)
+        return RooflineModel(drafter, dev, 1, compute_efficiency=self.compute_efficiency,
+                             memory_efficiency=self.memory_efficiency, step_overhead_us=self.step_overhead_ms * 1e3)
+
+
+@lru_cache(maxsize=None)
+def _profiles() -> dict:
+    out = {}
+    for f in sorted(DRAFT_PROFILE_DIR.glob("*.yaml")):
+        for k, v in (yaml.safe_load(f.read_text()) or {}).items():
+            out[str(k)] = v
+    return out
+
+
+def draft_profile_names() -> list:
+    return sorted(_profiles())
+
+
+def _build(name: str, d, path: str) -> DraftProfile:
+    s = Section(d, path)
+    p = DraftProfile(
+        name=name, kind=s.str("kind", choices=KINDS),
+        peak_tflops=s.num("peak_tflops", lo=0, lo_open=True), mem_gb_s=s.num("mem_gb_s", lo=0, lo_open=True),
+        memory_gb=s.num("memory_gb", lo=0, lo_open=True), weight_bits=s.int("weight_bits", 16, lo=2, hi=32),
+        compute_efficiency=s.num("compute_efficiency", 0.5, lo=0, hi=1, lo_open=True),
+        memory_efficiency=s.num("memory_efficiency", 0.6, lo=0, hi=1, lo_open=True),
+        step_overhead_ms=s.num("step_overhead_ms", 1.0, lo=0), power_w=s.num("power_w", lo=0),
+        joules_per_token=s.num("joules_per_token", None, lo=0),
+        throttle_after_s=s.num("throttle_after_s", None, lo=0),
+        throttle_factor=s.num("throttle_factor", 1.0, lo=0, hi=1, lo_open=True),
+        cooldown_s=s.num("cooldown_s", 60.0, lo=0))
+    s.done()
+    return p
+
+
+def load_draft_profile(value, path: str) -> DraftProfile:
+    """A profile name from device_profiles/drafts/, or an inline mapping with the same keys."""
+    if isinstance(value, str):
+        d = _profiles().get(value)
+        if d is None:
+            raise ConfigError(path, value, "a draft device profile (" + ", ".join(draft_profile_names()) + ") or a mapping")
+        return _build(value, d, f"{path}[{value}]")
+    if isinstance(value, dict):
+        d = dict(value)
+        return _build(str(d.pop("name", "custom")), d, path)
+    raise ConfigError(path, value, "a draft device profile name or a mapping")
+
+
+class DraftDevice:
+    """One device's drafting loop.  ``submit(k, ctx, done)`` queues a job; ``done()`` runs when
+    the k tokens are drafted."""
+
+    def __init__(self, env, name: str, group, drafter):
+        self.env = env
+        self.name = name
+        self.group = group
+        self.kind = group.profile.kind
+        self.prof = group.profile
+        self.step = self.prof.roofline(drafter)
+        self.windows = group.available
+        self.jobs: deque = deque()
+        self._wake = None
+        self.busy_s = 0.0
+        self.energy_j = 0.0
+        self.tokens = 0
+        self.throttled_s = 0.0
+        self.hot_since = None
+        self.last_end = -float("inf")
+        self.next_free = 0.0          # closed loop: the user's next request may start from here
+        self.requests: list = []
+        env.process(self._loop())
+
+    def available_from(self, t: float) -> float:
+        """Earliest time >= t at which the device is available (inf if never again)."""
+        if not self.windows:
+            return t
+        for a, b in self.windows:
+            if t < b:
+                return max(t, a)
+        return float("inf")
+
+    def token_time(self, ctx: int) -> float:
+        return self.step.step_time(BatchShape(decode_tokens=1, decode_ctx_sum=ctx + 1, num_sampled=1, running=1))
+
+    def submit(self, k: int, ctx: int, done) -> None:
+        self.jobs.append((k, ctx, done))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _loop(self):
+        env = self.env
+        p = self.prof
+        while True:
+            if not self.jobs:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            k, ctx, done = self.jobs.popleft()
+            t = self.available_from(env.now)
+            if t == float("inf"):
+                continue                  # offline for good: the round never completes
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            now = env.now
+            if self.hot_since is None or now - self.last_end >= p.cooldown_s:
+                self.hot_since = now
+            d = sum(self.token_time(ctx + j) for j in range(k))
+            if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
+                d /= p.throttle_factor
+                self.throttled_s += d
+            yield env.timeout(d)
+            self.busy_s += d
+            self.tokens += k
+            self.energy_j += p.joules_per_token * k if p.joules_per_token is not None else p.power_w * d
+            self.last_end = env.now
+            done()

@@ -1,0 +1,87 @@
+"""The ``speculation`` section of summary.json (seed 002 section 8).
+
+TVT (time to verify token) of a round: from the moment its drafts are at the target (bundle
+arrived, or the round began for fused drafting) to the end of the verify step; a request's TVT is
+the maximum over its rounds.  Tokens per verify step = (accepted + rounds) / rounds.  Network share
+= time a request's messages spent on the network (prompt upload, per-round result and bundle,
+final download) / its E2E latency.  Device energy comes from the draft devices' busy loops; server
+energy from the fleet's energy section.
+"""
+from __future__ import annotations
+
+from ..core.request import COMPLETED
+from ..metrics.fleet import jain
+from ..metrics.summary import meets_slo, stats
+
+
+def _meets(r, st, slo) -> bool:
+    if not meets_slo(r, slo.get("ttft_ms"), slo.get("tpot_ms")):
+        return False
+    tvt = slo.get("tvt_ms")
+    return tvt is None or st.rounds == 0 or st.tvt_max * 1e3 <= tvt
+
+
+def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
+    cfg = rt.cfg
+    pairs = [(r, rt.states[r.rid]) for r in reqs if r.rid in rt.states]
+    done = [(r, st) for r, st in pairs if r.state == COMPLETED]
+    rounds = sum(st.rounds for _, st in pairs)
+    verified = sum(st.verified for _, st in pairs)
+    accepted = sum(st.accepted for _, st in pairs)
+    drafted = sum(st.drafted for _, st in pairs)
+    span = max(t_end - min((r.arrival for r, _ in pairs), default=0.0), 1e-12)
+    out = {
+        "mode": cfg.mode,
+        "gamma_policy": cfg.policy,
+        "acceptance": cfg.acceptance_desc,
+        "partial_verification": cfg.partial["mode"],
+        "rounds": rounds,
+        "drafted_tokens": drafted,
+        "verified_tokens": verified,
+        "accepted_tokens": accepted,
+        "acceptance_rate": accepted / verified if verified else None,
+        "tokens_per_verify_step": (accepted + rounds) / rounds if rounds else None,
+        "mean_gamma": drafted / rounds if rounds else None,
+        "rounds_by_mode": {"distributed": sum(st.dist_rounds for _, st in pairs),
+                           "fused": sum(st.fused_rounds for _, st in pairs)},
+        "rollbacks": sum(st.rollbacks for _, st in pairs),
+        "unverified_draft_tokens": drafted - verified,
+        "kv_spills_to_fused": rt.spills,
+        "cold_starts": sum(t.cold_starts for t in rt.targets.values()),
+        "cold_starts_avoided": rt.cold_avoided,
+        "tvt_ms": stats([st.tvt_max * 1e3 for r, st in done if st.rounds]),
+        "network_share": stats([st.net_s / (r.t_completion - r.arrival) for r, st in done
+                                if r.t_completion > r.arrival]),
+        "not_issued": rt.unissued,
+    }
+    if rt.devices:
+        kinds: dict = {}
+        for d in rt.devices:
+            k = kinds.setdefault(d.kind, {"devices": 0, "drafted_tokens": 0, "busy_s": 0.0, "energy_j": 0.0,
+                                          "throttled_s": 0.0, "output_tokens": 0})
+            k["devices"] += 1
+            k["drafted_tokens"] += d.tokens
+            k["busy_s"] += d.busy_s
+            k["energy_j"] += d.energy_j
+            k["throttled_s"] += d.throttled_s
+        for r, st in done:
+            if st.device is not None:
+                kinds[st.device.kind]["output_tokens"] += r.n_out
+        for k in kinds.values():
+            k["joules_per_output_token"] = k["energy_j"] / k["output_tokens"] if k["output_tokens"] else None
+        out["devices"] = kinds
+        per_kind: dict = {}
+        for r, st in pairs:
+            if st.device is None:
+                continue
+            c = per_kind.setdefault(st.device.kind, [0, 0])
+            c[1] += 1
+            if r.state == COMPLETED and _meets(r, st, slo):
+                c[0] += 1
+        att = {k: good / n for k, (good, n) in sorted(per_kind.items()) if n}
+        out["fairness"] = {"slo_attainment_by_device_kind": att, "jain": jain(list(att.values())),
+                           "gap": (max(att.values()) - min(att.values())) if att else None}
+    good = sum(1 for r, st in done if _meets(r, st, slo))
+    out["goodput"] = {"slo": {k: v for k, v in slo.items() if v is not None}, "requests_meeting_slo": good,
+                      "fraction": good / max(1, len(pairs)), "requests_per_s": good / span}
+    return out

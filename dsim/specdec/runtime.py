@@ -1,0 +1,413 @@
+"""Speculative decoding at run time: draft devices issue conversations, each round is drafted on
+the device (distributed) or on the target (fused) and verified inside the target's busy loop.
+
+One round of a conversation on target replica T (distributed):
+    T emits tokens -> result message T -> device -> device drafts k tokens (its busy loop) ->
+    bundle device -> T -> T verifies them in its next step (k + 1 query tokens) -> T emits
+    accepted + 1 tokens -> ...
+Fused: the target drafts with its own drafter (k draft-model steps added to the verify step), so a
+round is one step.  Hybrid: a mode selector picks distributed or fused per round (RTT and verify
+queue thresholds, device availability, a cold fused drafter, or the latency-head gamma policy).
+Plain decoding (``mode: off``) keeps the devices and the network but verifies nothing.
+
+Every message goes through the network layer (``Network.send``) between the device and the
+``gateway`` node; the gateway-to-replica hop inside the datacenter is not modelled.  TTFT and E2E
+are seen on the device: the gateway-to-device latency is added to the first and last token times.
+"""
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from ..config.errors import ConfigError
+from ..core.request import COMPLETED
+from ..latency.roofline import RooflineModel
+from ..network.fabric import Network
+from ..network.topology import MBPS, Topology
+from .acceptance import sample_accepted
+from .config import PER_TARGET, SpecConfig
+from .devices import DraftDevice
+from .gamma import DISTRIBUTED, FUSED, Telemetry
+
+
+class SpecState:
+    """Per-conversation round state; the replica reads ``k``, ``ready`` and ``fused``."""
+
+    __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
+                 "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
+                 "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev")
+
+    def __init__(self, rt, device, policy, speculative: bool):
+        self.rt = rt
+        self.device = device
+        self.policy = policy
+        self.speculative = speculative
+        self.k = 0
+        self.ready = False
+        self.fused = False
+        self.in_flight = False
+        self.t_ready = self.t_last = 0.0
+        self.rounds = self.drafted = self.verified = self.accepted = 0
+        self.fused_rounds = self.dist_rounds = self.rollbacks = 0
+        self.drafted_now = 0
+        self.tvt_max = 0.0
+        self.net_s = 0.0
+        self.acc_est = 0.7
+        self.last_k = self.last_a = 0
+        self.tpot_est = 0.0
+        self.done_ev = None
+
+    def accept(self, r, k: int):
+        return self.rt.accept(self, r, k)
+
+    def round_done(self, r, inst, k: int, a: int) -> None:
+        self.rt.round_done(self, r, inst, k, a)
+
+
+class _TargetState:
+    __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s")
+
+    def __init__(self, policy, warm: bool, load_s: float):
+        self.policy = policy
+        self.warm_until = math.inf if warm else -math.inf
+        self.loading = None
+        self.cold_starts = 0
+        self.load_s = load_s
+
+
+class SpecRuntime:
+    def __init__(self, sim, fleet, network, cfg: SpecConfig, reqs, horizon_s=None, slo_tpot_ms=None):
+        self.sim = sim
+        self.env = sim.env
+        self.fleet = fleet
+        self.cfg = cfg
+        self.horizon = horizon_s
+        self.slo_tpot_ms = slo_tpot_ms or 0.0
+        self.rng = sim.rng.stream("specdec.accept")
+        self.prng = sim.rng.stream("specdec.partial")
+        for c in fleet.clusters:
+            for p in c.pools:
+                if p.role != "mixed":
+                    raise ConfigError("speculation", p.name, "mixed pools only (speculative decoding does not run "
+                                      "on prefill/decode-disaggregated pools)", show_value=True)
+        self.net = network if network is not None else self._star()
+        self.gw = cfg.gateway
+        if not self.net.topo.has(self.gw):
+            raise ConfigError("speculation.gateway", self.gw, "a node of the network topology (the datacenter "
+                              "side of the draft devices' links)")
+        self.devices: list = []
+        g = self.net.topo.g
+        for grp in cfg.groups:
+            for i in range(grp.count):
+                name = f"{grp.name}-{i}"
+                if name in g:
+                    raise ConfigError("speculation.drafts", name, "device names not already in the network")
+                g.add_edge(name, self.gw, latency_s=grp.rtt_ms / 2e3, bw=grp.bw_mbps * MBPS)
+                dev = DraftDevice(self.env, name, grp, cfg.drafter)
+                dev.think_rng = sim.rng.stream(f"specdec.think.{grp.name}")
+                self.devices.append(dev)
+            for t, rtt in grp.rtt_schedule:
+                self.env.process(self._set_rtt(grp, t, rtt))
+        self.net.topo._paths.clear()
+        self.targets: dict = {}
+        self.states: dict = {}           # rid -> SpecState
+        self.spills = 0
+        self.cold_avoided = 0
+        self.uploading = 0
+        self.devices_done = 0
+        self.unissued = 0
+        self._bind(reqs)
+        fleet.replica_hooks.append(self._setup_replica)
+        for rep in fleet.replicas():
+            self._setup_replica(rep)
+        fleet.done_hooks.append(self._finished)
+        if not self.devices:
+            self.env.process(self._issue_direct(reqs))
+        for dev in self.devices:
+            self.env.process(self._issue(dev))
+
+    # ---- construction ------------------------------------------------------------------------
+    def _star(self) -> Network:
+        """No network section: a gateway node the draft devices' access links end at."""
+        g = nx.Graph()
+        g.add_node(self.cfg.gateway)
+        return Network(self.env, Topology(g, "links", "speculation.drafts"), self.sim.rng.stream("network"))
+
+    def _setup_replica(self, rep) -> None:
+        cfg = self.cfg
+        spec = rep.pool.spec
+        load = cfg.cold["load_s"]
+        if load is None:
+            load = cfg.fused_drafter.weight_bytes / spec.device.weight_load_bytes_s
+        pol = cfg.make_policy() if cfg.policy in PER_TARGET else None
+        self.targets[rep.name] = _TargetState(pol, cfg.cold["initially_warm"], load)
+        rep.inst.draft_model = RooflineModel(cfg.fused_drafter, spec.device, 1)
+
+    def _bind(self, reqs) -> None:
+        """Canonical trace mapping: a request whose tenant names a group's cohort goes to that group,
+        others to every device in turn; a session stays on the device that opened it."""
+        if not self.devices:
+            return
+        by_cohort: dict = {}
+        for d in self.devices:
+            if d.group.cohort is not None:
+                by_cohort.setdefault(d.group.cohort, []).append(d)
+        turn: dict = {}
+        sessions: dict = {}
+        for r in reqs:
+            dev = sessions.get(r.session) if r.session >= 0 else None
+            if dev is None:
+                pool = by_cohort.get(r.tenant, self.devices)
+                key = r.tenant if r.tenant in by_cohort else None
+                i = turn.get(key, 0)
+                dev = pool[i % len(pool)]
+                turn[key] = i + 1
+                if r.session >= 0:
+                    sessions[r.session] = dev
+            dev.requests.append(r)
+
+    def _set_rtt(self, grp, t: float, rtt_ms: float):
+        yield self.env.timeout(t)
+        for d in self.devices:
+            if d.group is grp:
+                self.net.set_latency(d.name, self.gw, rtt_ms / 2e3)
+
+    # ---- arrivals ------------------------------------------------------------------------------
+    def _issue(self, dev):
+        env = self.env
+        grp = dev.group
+        for r in dev.requests:
+            t = max(r.arrival, dev.next_free) if grp.closed_loop else r.arrival
+            if self.horizon is not None and t >= self.horizon:
+                self.unissued += 1
+                continue
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            r.arrival = env.now
+            if grp.closed_loop:
+                ev = env.event()
+                self._upload(dev, r, ev)
+                yield ev
+                dev.next_free = r.t_completion + self._think(dev) if r.t_completion is not None else env.now
+            else:
+                self._upload(dev, r, None)
+        self.devices_done += 1
+        self._maybe_done()
+
+    def _issue_direct(self, reqs):
+        """Fused or plain decoding without draft devices: requests reach the target directly."""
+        env = self.env
+        for r in reqs:
+            if self.horizon is not None and r.arrival >= self.horizon:
+                break
+            if r.arrival > env.now:
+                yield env.timeout(r.arrival - env.now)
+            r.arrival = env.now
+            self._start(r, None)
+        self.fleet.arrivals_done = True
+
+    def _think(self, dev) -> float:
+        dist, mean, sigma = dev.group.think
+        if mean <= 0 or dist == "constant":
+            return mean
+        if dist == "exponential":
+            return float(dev.think_rng.exponential(mean))
+        mu = math.log(mean) - sigma * sigma / 2           # lognormal with the given mean
+        return float(dev.think_rng.lognormal(mu, sigma))
+
+    def _maybe_done(self) -> None:
+        if self.devices_done == len(self.devices) and self.uploading == 0:
+            self.fleet.arrivals_done = True
+
+    def _upload(self, dev, r, done_ev) -> None:
+        cfg = self.cfg
+        self.uploading += 1
+        t0 = self.env.now
+        ev = self.net.send(dev.name, self.gw, cfg.header_bytes + r.prompt_len * cfg.token_bytes)
+
+        def arrived(_e):
+            self.uploading -= 1
+            self._start(r, dev, done_ev, self.env.now - t0)
+            self._maybe_done()
+        ev.callbacks.append(arrived)
+
+    def _start(self, r, dev, done_ev=None, net_s: float = 0.0) -> SpecState:
+        cfg = self.cfg
+        pol = cfg.make_policy() if cfg.policy not in PER_TARGET else None
+        st = SpecState(self, dev, pol, cfg.mode != "off")
+        st.done_ev = done_ev
+        st.net_s = net_s
+        self.states[r.rid] = st
+        if st.speculative:
+            r.spec = st
+        self.fleet.arrive(r)
+        return st
+
+    def _finished(self, r) -> None:
+        st = self.states.get(r.rid)
+        if st is None:
+            return
+        if r.state == COMPLETED and st.device is not None:
+            down = self.net.latency_s(self.gw, st.device.name) + self.net.overhead_s
+            r.t_first_token += down
+            r.t_last_token += down
+            r.t_completion += down
+            st.net_s += down
+        ev = st.done_ev
+        if ev is not None:
+            ev.succeed()
+
+    # ---- the replica's callbacks -----------------------------------------------------------------
+    def accept(self, st: SpecState, r, k: int):
+        """(accepted drafts, extra step seconds) for a verification of k drafts."""
+        if k <= 0:
+            return 0, 0.0
+        cfg = self.cfg
+        a = sample_accepted(self.rng, cfg.acceptance.probabilities(r.num_computed, k, cfg.temperature))
+        if a < k:
+            st.rollbacks += 1
+            return a, cfg.partial["rollback_penalty_ms"] * 1e-3
+        return a, 0.0
+
+    def round_done(self, st: SpecState, r, inst, k: int, a: int) -> None:
+        now = self.env.now
+        if k < 0:                       # a first token (or a recompute after preemption)
+            if st.in_flight or st.ready:
+                return
+            st.t_last = now
+            self._next_round(st, r, inst)
+            return
+        st.ready = False
+        st.rounds += 1
+        st.verified += k
+        st.accepted += a
+        st.drafted += st.drafted_now
+        if st.fused:
+            st.fused_rounds += 1
+        else:
+            st.dist_rounds += 1
+        st.tvt_max = max(st.tvt_max, now - st.t_ready)
+        round_s = now - st.t_last
+        st.t_last = now
+        if k:
+            st.acc_est = 0.8 * st.acc_est + 0.2 * (a / k)
+        tpot_ms = round_s * 1e3 / (a + 1)
+        st.tpot_est = tpot_ms if st.tpot_est == 0 else 0.8 * st.tpot_est + 0.2 * tpot_ms
+        st.last_k, st.last_a = st.drafted_now, a
+        pol = st.policy or self.targets[inst.name].policy
+        rtt_ms = self._rtt_ms(st)
+        if hasattr(pol, "hist"):
+            pol.observe(tpot_ms, rtt_ms, max(1, st.drafted_now), not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
+        elif hasattr(pol, "arms") and st.drafted_now:
+            pol.observe(st.drafted_now, (a + 1) / max(round_s, 1e-9))
+        self._next_round(st, r, inst)
+
+    # ---- one round ---------------------------------------------------------------------------------
+    def _rtt_ms(self, st) -> float:
+        return 2e3 * self.net.latency_s(st.device.name, self.gw) if st.device is not None else 0.0
+
+    def _next_round(self, st: SpecState, r, inst) -> None:
+        cfg = self.cfg
+        kv = inst.kv
+        kv_use = 1.0 - kv.free_count / kv.total
+        queue = len(inst.waiting) + sum(1 for x in inst.spec_dec.values() if x.spec.ready)
+        tel = Telemetry(r.num_computed, st.last_k, st.last_a, st.acc_est, queue, kv_use, self._rtt_ms(st),
+                        st.tpot_est, self.slo_tpot_ms, cfg.temperature)
+        tgt = self.targets[inst.name]
+        pol = st.policy or tgt.policy
+        pmode, k = pol.choose(tel)
+        mode = self._mode(st, tel, pmode, tgt)
+        st.drafted_now = k
+        pv = cfg.partial
+        kv_k = k
+        if pv["mode"] == "first_token" or (pv["mode"] == "sampled" and float(self.prng.random()) >= pv["sample_rate"]):
+            kv_k = min(k, 1)
+        if mode == FUSED:
+            st.fused = True
+            st.k = kv_k
+            wait = self._drafter_ready(tgt, inst)
+            if wait is None:
+                self._ready(st, inst)
+            else:
+                wait.callbacks.append(lambda _e: self._ready(st, inst))
+            return
+        st.fused = False
+        st.in_flight = True
+        dev = st.device
+        t0 = self.env.now
+        ev = self.net.send(self.gw, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes)
+
+        def drafted():
+            t1 = self.env.now
+            up = self.net.send(dev.name, self.gw, cfg.header_bytes + k * cfg.bundle_bytes_per_token)
+
+            def bundle(_e):
+                st.net_s += self.env.now - t1
+                st.in_flight = False
+                st.k = kv_k
+                self._ready(st, inst)
+            up.callbacks.append(bundle)
+
+        def at_device(_e):
+            st.net_s += self.env.now - t0
+            dev.submit(k, r.num_computed, drafted)
+        ev.callbacks.append(at_device)
+
+    def _ready(self, st: SpecState, inst) -> None:
+        st.ready = True
+        st.t_ready = self.env.now
+        inst.wake()
+
+    def _mode(self, st: SpecState, tel: Telemetry, pmode: str, tgt: _TargetState) -> str:
+        cfg = self.cfg
+        if cfg.mode == "fused" or st.device is None:
+            return FUSED
+        spill = cfg.kv_spill_pct is not None and tel.kv_utilization * 100 > cfg.kv_spill_pct
+        if spill:
+            self.spills += 1
+            return FUSED
+        if st.device.available_from(self.env.now) == math.inf:
+            return FUSED                 # the device is gone for good: the target finishes alone
+        if cfg.mode == "distributed":
+            return DISTRIBUTED
+        # hybrid
+        now = self.env.now
+        dev_ok = st.device.available_from(now) == now
+        if cfg.switch["policy"] == "gamma_policy":
+            mode = pmode if dev_ok else FUSED
+        else:
+            mode = DISTRIBUTED if (dev_ok and tel.rtt_ms <= cfg.switch["max_rtt_ms"]
+                                   and tel.verify_queue <= cfg.switch["max_verify_queue"]) else FUSED
+        if mode == FUSED and dev_ok and not self._warm(tgt) and tgt.loading is None:
+            self.cold_avoided += 1       # a cold drafter load would stall this round: stay distributed
+            return DISTRIBUTED
+        return mode
+
+    # ---- cold starts of the fused drafter ---------------------------------------------------------------
+    def _warm(self, tgt: _TargetState) -> bool:
+        return self.env.now <= tgt.warm_until
+
+    def _drafter_ready(self, tgt: _TargetState, inst):
+        """None if the target's drafter is loaded (keeps it warm), else an event for when it is."""
+        now = self.env.now
+        ret = self.cfg.cold["warm_retention_s"]
+        if self._warm(tgt):
+            if tgt.warm_until != math.inf:
+                tgt.warm_until = now + ret
+            return None
+        if tgt.loading is None:
+            tgt.cold_starts += 1
+            tgt.loading = self.env.timeout(tgt.load_s)
+
+            def loaded(_e):
+                tgt.loading = None
+                tgt.warm_until = self.env.now + ret
+            tgt.loading.callbacks.append(loaded)
+        return tgt.loading
+
+    # ---- report ----------------------------------------------------------------------------------------
+    def summary(self, reqs, t_end: float, slo: dict) -> dict:
+        from .report import spec_summary
+        return spec_summary(self, reqs, t_end, slo)
+
