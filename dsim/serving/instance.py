@@ -34,7 +34,7 @@ when a request is admitted, preempted, skipped, or completes.
 Speculative decoding: a request with ``r.spec`` set (see dsim.specdec) is an *eager* decoder
 instead: its context is explicit and a step verifies ``k`` drafted tokens for it (``k + 1``
 query tokens after its context, costed like a prefill chunk of ``k + 1``; ``k = 0`` is a plain
-decode token).  ``r.spec.accept(r, k)`` decides how many drafts pass; the step emits the accepted
+decode token).  ``r.spec.accept(r, k)`` decides how many drafts pass (``round_done`` is told after every round); the step emits the accepted
 ones plus one token from the target and frees the KV of the rejected positions.  A speculative
 decoder that is not ``ready`` (its drafts are still on their way from a device) holds its KV and
 takes no tokens.  With ``draft_model`` set, drafters that run on this replica (``r.spec.fused``)
@@ -190,7 +190,7 @@ class Instance:
         if r.spec is not None:
             self.spec_dec[r.rid] = r
             r.t_last_token = self.env.now
-            r.spec.round_done(r, self, -1, 0)
+            r.spec.round_done(r, self, -1, 0, False)
             return
         r.d0 = d0 = self.D
         r.c0 = c0 = r.num_computed
@@ -601,11 +601,12 @@ class Instance:
                 self.itl_extra.append((0.0, a))
             r.t_last_token = t_end
             r.n_out += a + 1
-            if r.n_out >= r.max_tokens:
+            last = r.n_out >= r.max_tokens
+            if last:
                 del self.spec_dec[r.rid]
+            r.spec.round_done(r, self, k, a, last)
+            if last:
                 self._complete(r, new, emit_t)
-            else:
-                r.spec.round_done(r, self, k, a)
 
     def wake(self) -> None:
         """Something outside (drafts arriving) made a waiting or running request schedulable."""

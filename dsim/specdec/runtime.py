@@ -61,8 +61,8 @@ class SpecState:
     def accept(self, r, k: int):
         return self.rt.accept(self, r, k)
 
-    def round_done(self, r, inst, k: int, a: int) -> None:
-        self.rt.round_done(self, r, inst, k, a)
+    def round_done(self, r, inst, k: int, a: int, last: bool) -> None:
+        self.rt.round_done(self, r, inst, k, a, last)
 
 
 class _TargetState:
@@ -270,7 +270,9 @@ class SpecRuntime:
             return a, cfg.partial["rollback_penalty_ms"] * 1e-3
         return a, 0.0
 
-    def round_done(self, st: SpecState, r, inst, k: int, a: int) -> None:
+    def round_done(self, st: SpecState, r, inst, k: int, a: int, last: bool = False) -> None:
+        """k < 0: a first token (or a recompute) came out; else a verification of k drafts
+        accepted a.  Records the round, feeds the gamma policy and starts the next round."""
         now = self.env.now
         if k < 0:                       # a first token (or a recompute after preemption)
             if st.in_flight or st.ready:
@@ -301,7 +303,8 @@ class SpecRuntime:
             pol.observe(tpot_ms, rtt_ms, max(1, st.drafted_now), not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
         elif hasattr(pol, "arms") and st.drafted_now:
             pol.observe(st.drafted_now, (a + 1) / max(round_s, 1e-9))
-        self._next_round(st, r, inst)
+        if not last:
+            self._next_round(st, r, inst)
 
     # ---- one round ---------------------------------------------------------------------------------
     def _rtt_ms(self, st) -> float:
