@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | bench | lut | cosim | fit``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | bench | lut | cosim | fit | acceptance``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -75,6 +75,19 @@ def _fit_parser(sub) -> None:
     f.add_argument("--scenario", default=None, help="scenario the traces were recorded with (model, hardware, engine)")
     f.add_argument("--max-evals", type=int, default=60, help="stage-2 simulator evaluations (default 60)")
     f.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")
+    a = sub.add_parser("acceptance", help="speculative-decoding acceptance bundles: train one from profiling "
+                       "logs, or evaluate one on held-out logs")
+    asub = a.add_subparsers(dest="acc_cmd", required=True)
+    at = asub.add_parser("train", help="fit a per-position acceptance classifier on profiling logs (JSONL)")
+    at.add_argument("logs", nargs="+")
+    at.add_argument("--out", required=True, help="bundle to write (.joblib)")
+    at.add_argument("--estimator", default="gbdt", choices=("gbdt", "rf"))
+    at.add_argument("--max-depth", type=int, default=3)
+    at.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="metadata kept in the bundle")
+    ae = asub.add_parser("evaluate", help="accuracy, Brier, ECE and accepted-count MAE on held-out logs")
+    ae.add_argument("bundle")
+    ae.add_argument("logs", nargs="+")
+    ae.add_argument("--json", default=None, help="also write the metrics to this JSON file")
 
 
 def _columns(text):
@@ -164,6 +177,36 @@ def _lut(args) -> int:
     return 0
 
 
+def _acceptance(args) -> int:
+    from .config.errors import ConfigError
+    from .specdec import bundle as B
+    iters = [it for f in args.logs for it in B.read_logs(f)]
+    if args.acc_cmd == "train":
+        if args.max_depth < 1:
+            raise ConfigError("--max-depth", args.max_depth, "an integer >= 1")
+        meta = {}
+        for kv in args.meta:
+            k, eq, v = kv.partition("=")
+            if not eq or not k:
+                raise ConfigError("--meta", kv, "KEY=VALUE")
+            meta[k] = v
+        try:
+            b = B.train(iters, args.estimator, args.max_depth, meta={"logs": [str(f) for f in args.logs], **meta})
+        except ValueError as e:
+            raise ConfigError(args.logs[0], None, str(e), show_value=False) from None
+        B.save_bundle(b, args.out)
+        m = b["meta"]
+        print(f"wrote {args.out}: {m['estimator']} on {m['iterations']} iterations / {m['positions']} positions "
+              f"(acceptance {m['train_acceptance_rate']:.3f})")
+        return 0
+    res = B.evaluate(B.load_bundle(args.bundle, "bundle"), iters)
+    print(json.dumps(res, indent=1))
+    if args.json:
+        from pathlib import Path
+        Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
+    return 0
+
+
 class _ArgError(Exception):
     pass
 
@@ -190,6 +233,8 @@ def main(argv=None) -> int:
             return _lut(args)
         if args.cmd == "cosim":
             return _cosim(args)
+        if args.cmd == "acceptance":
+            return _acceptance(args)
         if args.cmd == "fit":
             from .calibrate.fit import fit_cli
             return fit_cli(args)

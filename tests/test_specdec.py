@@ -215,7 +215,7 @@ def test_deterministic_outputs(tmp_path):
                        {"name": "lp", "profile": "laptop-rtx4060", "count": 3, "rtt_ms": 8, "bw_mbps": 300}]}
     scn = spec_scn(spec, n=60, out=64, rate=8)
     a = dsim.run(scn, tmp_path / "a")
-    b = dsim.run(scn, tmp_path / "b")
+    dsim.run(scn, tmp_path / "b")
     for f in ("requests.csv", "summary.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
     assert a.summary["speculation"]["rounds_by_mode"]["distributed"] > 0
