@@ -329,7 +329,7 @@ class SpecRuntime:
         if mode == FUSED:
             st.fused = True
             st.k = kv_k
-            wait = self._drafter_ready(tgt, inst)
+            wait = self._drafter_ready(tgt)
             if wait is None:
                 self._ready(st, inst)
             else:
@@ -382,8 +382,12 @@ class SpecRuntime:
         else:
             mode = DISTRIBUTED if (dev_ok and tel.rtt_ms <= cfg.switch["max_rtt_ms"]
                                    and tel.verify_queue <= cfg.switch["max_verify_queue"]) else FUSED
-        if mode == FUSED and dev_ok and not self._warm(tgt) and tgt.loading is None:
-            self.cold_avoided += 1       # a cold drafter load would stall this round: stay distributed
+        if mode == FUSED and dev_ok and not self._warm(tgt):
+            # the target's drafter is cold: start loading it (pre-warm) and keep drafting on the
+            # device until it is in memory, instead of stalling the round on the load
+            if tgt.loading is None:
+                self._drafter_ready(tgt)
+            self.cold_avoided += 1
             return DISTRIBUTED
         return mode
 
@@ -391,7 +395,7 @@ class SpecRuntime:
     def _warm(self, tgt: _TargetState) -> bool:
         return self.env.now <= tgt.warm_until
 
-    def _drafter_ready(self, tgt: _TargetState, inst):
+    def _drafter_ready(self, tgt: _TargetState):
         """None if the target's drafter is loaded (keeps it warm), else an event for when it is."""
         now = self.env.now
         ret = self.cfg.cold["warm_retention_s"]
