@@ -234,3 +234,13 @@ def test_config_errors_are_path_qualified(spec, where):
     with pytest.raises(ConfigError) as e:
         load_scenario(spec_scn(spec))
     assert where in str(e.value)
+
+
+def test_yaml_off_means_plain_decoding(tmp_path):
+    import yaml
+    s = spec_scn({"mode": "fused"})
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(s).replace("mode: fused", "mode: off"))
+    ses = simulate(load_scenario(p))
+    assert ses.scn.spec.mode == "off" and ses.reqs[0].spec is None
+    assert ses.spec.states[0].rounds == 0 and ses.reqs[0].n_out == 128

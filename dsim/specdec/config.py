@@ -175,6 +175,8 @@ def _groups(raw, path: str) -> list:
 def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) -> SpecConfig:
     """Parse and validate the ``speculation`` section (ConfigError names the bad key)."""
     s = Section(raw, path)
+    if isinstance(raw, dict) and raw.get("mode") is False:      # YAML 1.1 reads a bare `off` as false
+        raw = s.data = dict(raw, mode="off")
     mode = s.str("mode", "fused", choices=MODES)
     drafter = load_model(s.raw("drafter", "meta-llama/Llama-3.2-1B"), s.sub("drafter"), base_dir)
     fused = s.raw("fused_drafter", None)
