@@ -244,3 +244,31 @@ def test_yaml_off_means_plain_decoding(tmp_path):
     ses = simulate(load_scenario(p))
     assert ses.scn.spec.mode == "off" and ses.reqs[0].spec is None
     assert ses.spec.states[0].rounds == 0 and ses.reqs[0].n_out == 128
+
+
+def test_verify_rows_of_a_lut_cost_the_verification(tmp_path):
+    """A LUT with verify rows: a verify step of one request at fanout 4 costs the verify row; without
+    verify rows (the shipped LUTs) it is looked up as a prefill chunk."""
+    from dsim.config.hardware import load_device
+    from dsim.config.model import load_model
+    from dsim.latency.lut import LutModel, LutTable, export_rows, read_lut, rows_to_csv
+    from dsim.latency.roofline import RooflineModel
+    m, dev = load_model("meta-llama/Llama-3.1-8B"), load_device("H100-SXM")
+    roof = RooflineModel(m, dev, 1)
+    f = tmp_path / "l.csv"
+    f.write_text(rows_to_csv(export_rows(roof, m, dev, 1, contexts=(128, 512, 2048), microbatches=(1, 4),
+                                         verify_k=(2, 4))))
+    lut = LutModel(LutTable(read_lut(f), str(f)))
+    ctx, k = 512, 4
+    c = k + 1
+    b = BatchShape(prefill_tokens=c, num_prefill=1, prefill_attn_pairs=c * ctx + c * (c + 1) // 2,
+                   prefill_ctx_tokens=ctx, num_sampled=1, prefill_chunk_sq=c * c, running=1,
+                   num_verify=1, verify_tokens=c, verify_ctx_sum=ctx)
+    assert lut.step_time(b) == pytest.approx(roof.step_time(b), rel=1e-6)      # the row is the roofline's
+    plain = b._replace(num_verify=0, verify_tokens=0, verify_ctx_sum=0)
+    assert lut.step_time(plain) != pytest.approx(lut.step_time(b), rel=1e-3)   # a 5-token "prefill" row
+    # through the loop: a LUT-backed fused run uses the verify rows
+    s = spec_scn({"mode": "fused", "gamma": {"k": 4}}, out=16)
+    s["latency"] = {"model": "lut", "path": str(f)}
+    ses = run(s)
+    assert ses.reqs[0].n_out == 16

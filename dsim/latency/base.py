@@ -20,6 +20,11 @@ class BatchShape(NamedTuple):
     prefill_chunk_sq: int = 0      # sum of squared chunk lengths (physics: context x chunk work)
     running: int = 0               # requests holding KV after scheduling (running depth)
     num_preempted: int = 0         # requests preempted while scheduling this step
+    # speculative verification chunks (k + 1 tokens after a context) are counted in the prefill
+    # fields above; these say how much of them is verification (for verify-phase LUT rows)
+    num_verify: int = 0
+    verify_tokens: int = 0
+    verify_ctx_sum: int = 0        # sum of the contexts the verify chunks follow
 
     @property
     def total_tokens(self) -> int:

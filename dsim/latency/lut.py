@@ -185,7 +185,9 @@ def lognormal_params(mean: float, p95: float) -> tuple[float, float]:
 
 
 class LutModel:
-    """Step time from a LUT: prefill rows for the prefill chunks plus decode rows for the decoders.
+    """Step time from a LUT: prefill rows for the prefill chunks plus decode rows for the decoders
+    (and verify rows, at the nearest fanout_k, for speculative verification chunks when the table
+    has them; otherwise those are costed as prefill chunks).
 
     Each row is a whole forward pass, so each includes the fixed cost of one pass (reading the
     weights, launching the kernels).  A mixed step runs one pass, so it is charged the two
@@ -209,6 +211,7 @@ class LutModel:
         self._ln: dict = {}
         mbs, curves = table.curves[(decode_phase, fanout_k)]
         self.pass_ms = float(curves[0].vals[0][0])     # smallest microbatch, shortest context
+        self._vks = None
 
     def _time(self, v: np.ndarray) -> float:
         mean, p95 = float(v[0]), float(v[1])
@@ -220,11 +223,31 @@ class LutModel:
             return math.exp(mp[0] + mp[1] * float(self.rng.standard_normal()))
         return mean
 
+    def _verify_k(self, k: float):
+        """The table's verify fanout nearest to k (None: no verify rows)."""
+        if self._vks is None:
+            self._vks = sorted(kk for ph, kk in self.table.curves if ph == "verify")
+        if not self._vks:
+            return None
+        return min(self._vks, key=lambda x: (abs(x - k), x))
+
     def step_time(self, b: BatchShape) -> float:
         ms = 0.0
-        if b.num_prefill:
-            v = self.table.lookup("prefill", round(b.prefill_tokens / b.num_prefill), b.num_prefill)
-            ms += self._time(v)
+        n_pre, t_pre = b.num_prefill, b.prefill_tokens
+        if b.num_verify:
+            vk = self._verify_k(b.verify_tokens / b.num_verify - 1)
+            if vk is not None:         # verification chunks from the verify-phase rows
+                v = self.table.lookup("verify", round(b.verify_ctx_sum / b.num_verify), b.num_verify, vk)
+                ms += self._time(v)
+                self.energy_mj += float(v[2])
+                n_pre -= b.num_verify
+                t_pre -= b.verify_tokens
+        if n_pre:
+            v = self.table.lookup("prefill", round(t_pre / n_pre), n_pre)
+            d = self._time(v)
+            if ms:
+                d = max(d - self.pass_ms, 0.0)     # one forward pass, not two
+            ms += d
             self.energy_mj += float(v[2])
         if b.decode_tokens:
             v = self.table.lookup(self.decode_phase, round(b.decode_ctx_sum / b.decode_tokens), b.decode_tokens,

@@ -461,6 +461,7 @@ class Instance:
             spec = self._spec_sched
             p_tok0 = p_tok
             n_pf = len(prefills)
+            v_n = v_ctx = 0
             d_tok = n_dec
             extra = 0.0
             if spec:
@@ -475,6 +476,8 @@ class Instance:
                         p_pairs += c * p + c * (c + 1) // 2
                         p_ctx += p
                         n_pf += 1
+                        v_n += 1
+                        v_ctx += p
                     else:
                         d_tok += 1
                         dec_ctx += p + 1
@@ -484,7 +487,7 @@ class Instance:
                 if self.draft_model is not None:
                     extra += self._draft_time(spec)
             shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
-                               p_sq, len(self.running), self.num_preemptions - n_pre0)
+                               p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx)
             dur = step_time(shape) + extra
             if self.tracer is not None:
                 snap = self.tracer.before(self, prefills, skipped, shape)
