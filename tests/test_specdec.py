@@ -272,3 +272,21 @@ def test_verify_rows_of_a_lut_cost_the_verification(tmp_path):
     s["latency"] = {"model": "lut", "path": str(f)}
     ses = run(s)
     assert ses.reqs[0].n_out == 16
+
+
+def test_verify_queue_count_is_maintained(monkeypatch):
+    """The runtime's per-target count of conversations with drafts waiting equals a direct count."""
+    from dsim.specdec.runtime import SpecRuntime
+    orig = SpecRuntime._next_round
+    checked = []
+
+    def spy(self, st, r, inst):
+        direct = sum(1 for x in inst.spec_dec.values() if x.spec.ready) + sum(
+            1 for x in inst.waiting if x.spec is not None and x.spec.ready)
+        assert self.targets[inst.name].ready_n == direct
+        checked.append(direct)
+        orig(self, st, r, inst)
+    monkeypatch.setattr(SpecRuntime, "_next_round", spy)
+    run(spec_scn({"mode": "fused", "gamma": {"k": 3}}, n=40, out=64, rate=40,
+                 engine={"max_num_seqs": 8}))
+    assert max(checked) > 0

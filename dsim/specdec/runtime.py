@@ -66,7 +66,7 @@ class SpecState:
 
 
 class _TargetState:
-    __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s")
+    __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s", "ready_n")
 
     def __init__(self, policy, warm: bool, load_s: float):
         self.policy = policy
@@ -74,6 +74,7 @@ class _TargetState:
         self.loading = None
         self.cold_starts = 0
         self.load_s = load_s
+        self.ready_n = 0                 # conversations whose drafts wait at this target (verify queue)
 
 
 class SpecRuntime:
@@ -281,6 +282,7 @@ class SpecRuntime:
             self._next_round(st, r, inst)
             return
         st.ready = False
+        self.targets[inst.name].ready_n -= 1
         st.rounds += 1
         st.verified += k
         st.accepted += a
@@ -314,7 +316,7 @@ class SpecRuntime:
         cfg = self.cfg
         kv = inst.kv
         kv_use = 1.0 - kv.free_count / kv.total
-        queue = len(inst.waiting) + sum(1 for x in inst.spec_dec.values() if x.spec.ready)
+        queue = len(inst.waiting) + self.targets[inst.name].ready_n
         tel = Telemetry(r.num_computed, st.last_k, st.last_a, st.acc_est, queue, kv_use, self._rtt_ms(st),
                         st.tpot_est, self.slo_tpot_ms, cfg.temperature)
         tgt = self.targets[inst.name]
@@ -358,6 +360,7 @@ class SpecRuntime:
         ev.callbacks.append(at_device)
 
     def _ready(self, st: SpecState, inst) -> None:
+        self.targets[inst.name].ready_n += 1
         st.ready = True
         st.t_ready = self.env.now
         inst.wake()
