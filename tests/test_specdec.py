@@ -3,7 +3,7 @@ acceptance statistics through the busy loop, mode switching, cold starts, spills
 import math
 
 import pytest
-from helpers import scenario
+from helpers import scenario, trace_file
 
 import dsim
 from dsim.config.errors import ConfigError
@@ -151,7 +151,7 @@ def test_hybrid_switches_to_fused_when_rtt_rises():
     assert all(s.dist_rounds == 0 and s.fused_rounds > 0 for s in late)
 
 
-def test_cold_start_of_fused_drafter():
+def test_cold_start_of_fused_drafter(tmp_path):
     spec = {"mode": "fused", "gamma": {"k": 3}, "cold_start": {"initially_warm": False, "load_s": 0.5,
                                                                  "warm_retention_s": 2.0}}
     trace = {"type": "poisson", "rate": 1, "num_requests": 1, "prompt_tokens": 100, "output_tokens": 16}
@@ -161,12 +161,8 @@ def test_cold_start_of_fused_drafter():
     # the first round waited for the load: the second token is >= 0.5 s after the first
     assert r.t_completion - r.t_first_token > 0.5
     # two bursts further apart than the retention window: two cold starts
-    rows = [[0.0, 100, 16], [10.0, 100, 16]]
-    import json
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        f.write("".join(json.dumps({"arrival_s": a, "prompt_tokens": p, "output_tokens": o}) + "\n" for a, p, o in rows))
-    ses = run(scenario(latency=ROOF, workload={"type": "trace", "path": f.name}, speculation=spec))
+    f = trace_file(tmp_path, [(0.0, 100, 16), (10.0, 100, 16)])
+    ses = run(scenario(latency=ROOF, workload={"type": "trace", "path": str(f)}, speculation=spec))
     assert ses.spec.targets[ses.fleet.replicas()[0].name].cold_starts == 2
 
 
@@ -177,6 +173,48 @@ def test_kv_spill_to_fused():
     s = ses.spec
     rounds = sum(st.rounds for st in s.states.values())
     assert s.spills == rounds > 0 and all(st.dist_rounds == 0 for st in s.states.values())
+
+
+def test_partial_verification_sampled_share():
+    """sampled: a round is verified in full with probability sample_rate, else only its first draft."""
+    spec = {"mode": "fused", "gamma": {"k": 4}, "acceptance": {"geometric": 1.0},
+            "partial_verification": {"mode": "sampled", "sample_rate": 0.3}}
+    ses = run(spec_scn(spec, n=20, out=200, rate=2), check=False)
+    # every draft is accepted: a fully verified round checks k = 4 (fewer only in the capped last
+    # rounds), a short one 1, so verified = rounds + 3 x full rounds
+    rounds = sum(st.rounds for st in ses.spec.states.values())
+    verified = sum(st.verified for st in ses.spec.states.values())
+    full = (verified - rounds) / 3          # each full round verifies 3 more than a short one
+    assert full / rounds == pytest.approx(0.3, abs=0.04)
+
+
+def test_rollback_penalty_is_added_to_the_step():
+    base = {"mode": "fused", "gamma": {"k": 3}, "acceptance": {"geometric": 0.0}}
+    a = run(spec_scn(base, out=12)).fleet.replicas()[0].inst.log.dur
+    b = run(spec_scn(dict(base, partial_verification={"rollback_penalty_ms": 5}), out=12)).fleet.replicas()[0].inst.log.dur
+    # step 0 is the prefill; every later step verifies drafts that are all rejected (k > 0 until the cap)
+    assert b[0] == a[0]
+    diffs = [y - x for x, y in zip(a[1:], b[1:])]
+    assert len(diffs) == 11 and all(d == pytest.approx(0.005, abs=1e-12) for d in diffs[:-1])
+    assert diffs[-1] == pytest.approx(0.0, abs=1e-12)      # the last round is capped to k = 0: nothing to reject
+
+
+def test_hybrid_latency_head_picks_the_mode():
+    """gamma_policy switch: the latency head's output (bias 6 - 0.05 x RTT) drafts on the device at 20 ms
+    RTT (gamma 5) and goes fused at 150 ms (gamma clamps to 1)."""
+    w = [0, 0, 0, 0, -0.05, 0, 0, 0, 0]
+    spec = {"mode": "hybrid", "gamma": {"policy": "latency_head", "weights": w, "bias": 6.0, "k_max": 8},
+            "mode_switch": {"policy": "gamma_policy"},
+            "drafts": [{"name": "lp", "profile": "laptop-m3pro", "count": 60, "rtt_ms": 20, "bw_mbps": 100,
+                        "rtt_schedule": [[3.0, 150]]}]}
+    ses = run(spec_scn(spec, n=60, out=48, rate=10))
+    sts = [(r, ses.spec.states[r.rid]) for r in ses.reqs]
+    early = [s for r, s in sts if r.t_completion < 3.0]
+    late = [s for r, s in sts if r.arrival > 3.5]
+    assert early and late
+    assert sum(s.dist_rounds for s in early) > 10 * sum(s.fused_rounds for s in early)
+    assert sum(s.fused_rounds for s in late) > 10 * sum(s.dist_rounds for s in late)
+    assert all(s.drafted_now in (1, 5) or s.rounds == 0 for _, s in sts)
 
 
 def test_partial_verification_first_token():
@@ -290,3 +328,13 @@ def test_verify_queue_count_is_maintained(monkeypatch):
     run(spec_scn({"mode": "fused", "gamma": {"k": 3}}, n=40, out=64, rate=40,
                  engine={"max_num_seqs": 8}))
     assert max(checked) > 0
+
+
+def test_disaggregated_pools_refused_by_the_cli(tmp_path, capsys):
+    from pathlib import Path
+
+    from dsim.cli import main
+    scn = Path(__file__).resolve().parents[1] / "scenarios" / "pd_disagg.yaml"
+    out = tmp_path / "o"
+    assert main(["run", str(scn), "--set", "speculation.mode=fused", "--out", str(out), "--quiet"]) == 2
+    assert "pools[0].role" in capsys.readouterr().err and not out.exists()

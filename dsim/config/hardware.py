@@ -76,15 +76,21 @@ def _build(name: str, d: dict, path: str) -> DeviceProfile:
     return p
 
 
-def load_device(value, path: str = "hardware") -> DeviceProfile:
-    """A profile name from device_profiles/, or an inline mapping with the same keys."""
+def resolve_profile(value, path: str, profiles: dict, build, what: str):
+    """``build(name, mapping, path)`` of a named profile from ``profiles`` or of an inline mapping
+    (its optional ``name`` key names it)."""
     if isinstance(value, str):
-        prof = _profiles().get(value)
+        prof = profiles.get(value)
         if prof is None:
-            raise ConfigError(path, value, "a device profile (" + ", ".join(device_names()) + ") or a mapping")
-        return _build(value, prof, f"{path}[{value}]")
+            raise ConfigError(path, value, f"a {what} (" + ", ".join(sorted(profiles)) + ") or a mapping")
+        return build(value, prof, f"{path}[{value}]")
     if isinstance(value, dict):
         d = dict(value)
         name = str(d.pop("name", "custom"))
-        return _build(name, d, path)
-    raise ConfigError(path, value, "a device profile name or a mapping")
+        return build(name, d, path)
+    raise ConfigError(path, value, f"a {what} name or a mapping")
+
+
+def load_device(value, path: str = "hardware") -> DeviceProfile:
+    """A profile name from device_profiles/, or an inline mapping with the same keys."""
+    return resolve_profile(value, path, _profiles(), _build, "device profile")

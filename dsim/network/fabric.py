@@ -292,8 +292,7 @@ class Network:
     def set_latency(self, u, v, latency_s: float) -> None:
         """Change an edge's one-way latency from now on (both directions; transfers already past
         their last byte keep the delay they were given)."""
-        self.topo.g.edges[u, v]["latency_s"] = latency_s
-        self.topo._paths.clear()
+        self.topo.add_link(u, v, latency_s, self.topo.g.edges[u, v]["bw"])
         for key in ((u, v), (v, u)):
             lk = self.links.get(key)
             if lk is not None:

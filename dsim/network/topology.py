@@ -31,6 +31,11 @@ class Topology:
         """clos and complete attach unknown devices when first used; explicit links do not."""
         return self._auto is not None
 
+    def add_link(self, u: str, v: str, latency_s: float, bw_bytes_s: float) -> None:
+        """Attach a link at run time (draft devices' access links); cached paths are dropped."""
+        self.g.add_edge(u, v, latency_s=latency_s, bw=bw_bytes_s)
+        self._paths.clear()
+
     def ensure(self, device: str, where: str) -> None:
         """Make sure ``device`` is a node (auto-attaching where the preset allows)."""
         if device in self.g:

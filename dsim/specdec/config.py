@@ -60,21 +60,18 @@ class SpecConfig:
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
-        p = dict(self.policy_params)
-        name = self.policy
-        if name == "static":
-            return G.StaticGamma(p.get("k", 4), G.FUSED if self.mode == "fused" else G.DISTRIBUTED)
-        if name == "acceptance_backoff":
-            return G.AcceptanceBackoff(**p)
-        if name == "specpp":
-            return G.SpecPP(self.acceptance, **p)
-        if name == "latency_head":
-            return G.LatencyHead(**p)
-        if name == "backpressure":
-            return G.Backpressure(**p)
-        if name == "pid":
-            return G.PIDGamma(**p)
-        return G.BanditGamma(**p)
+        return build_policy(self.policy, self.policy_params, self.mode, self.acceptance)
+
+
+def build_policy(name: str, params: dict, mode: str, acceptance):
+    p = dict(params)
+    if name == "static":
+        return G.StaticGamma(p.get("k", 4), G.FUSED if mode == "fused" else G.DISTRIBUTED)
+    if name == "specpp":
+        return G.SpecPP(acceptance, **p)
+    cls = {"acceptance_backoff": G.AcceptanceBackoff, "latency_head": G.LatencyHead, "backpressure": G.Backpressure,
+           "pid": G.PIDGamma, "bandit": G.BanditGamma}[name]
+    return cls(**p)
 
 
 _POLICY_KEYS = {
@@ -191,8 +188,7 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
             params[k] = g.raw(k)
     g.done()
     try:
-        probe = SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, temp, policy, params, 8, {}, {}, None, {},
-                           4, 8, 64, "gateway").make_policy()
+        probe = build_policy(policy, params, mode, acc)
     except (TypeError, ValueError) as e:
         raise ConfigError(s.sub("gamma"), params, f"valid {policy} parameters ({e})") from None
     k_max = probe.k_max

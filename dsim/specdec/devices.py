@@ -17,9 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from ..config.errors import ConfigError
 from ..config.fields import Section
-from ..config.hardware import DeviceProfile
+from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
 
@@ -63,10 +62,6 @@ def _profiles() -> dict:
     return out
 
 
-def draft_profile_names() -> list:
-    return sorted(_profiles())
-
-
 def _build(name: str, d, path: str) -> DraftProfile:
     s = Section(d, path)
     p = DraftProfile(
@@ -86,22 +81,14 @@ def _build(name: str, d, path: str) -> DraftProfile:
 
 def load_draft_profile(value, path: str) -> DraftProfile:
     """A profile name from device_profiles/drafts/, or an inline mapping with the same keys."""
-    if isinstance(value, str):
-        d = _profiles().get(value)
-        if d is None:
-            raise ConfigError(path, value, "a draft device profile (" + ", ".join(draft_profile_names()) + ") or a mapping")
-        return _build(value, d, f"{path}[{value}]")
-    if isinstance(value, dict):
-        d = dict(value)
-        return _build(str(d.pop("name", "custom")), d, path)
-    raise ConfigError(path, value, "a draft device profile name or a mapping")
+    return resolve_profile(value, path, _profiles(), _build, "draft device profile")
 
 
 class DraftDevice:
     """One device's drafting loop.  ``submit(k, ctx, done)`` queues a job; ``done()`` runs when
     the k tokens are drafted."""
 
-    def __init__(self, env, name: str, group, drafter):
+    def __init__(self, env, name: str, group, drafter, think_rng=None):
         self.env = env
         self.name = name
         self.group = group
@@ -119,6 +106,7 @@ class DraftDevice:
         self.last_end = -float("inf")
         self.next_free = 0.0          # closed loop: the user's next request may start from here
         self.requests: list = []
+        self.think_rng = think_rng    # the group's think-time stream (closed loop)
         env.process(self._loop())
 
     def available_from(self, t: float) -> float:

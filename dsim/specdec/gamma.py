@@ -42,6 +42,11 @@ class _Clamp:
     def observe(self, *_a, **_k) -> None:
         return None
 
+    def on_round(self, k: int, accepted: int, round_s: float, rtt_ms: float, tpot_ms: float,
+                 slo_hit: bool) -> None:
+        """Feedback after a verified round (k drafts, ``accepted`` of them, ``round_s`` long)."""
+        return None
+
 
 class StaticGamma(_Clamp):
     def __init__(self, k: int = 4, mode: str = DISTRIBUTED):
@@ -124,6 +129,9 @@ class LatencyHead(_Clamp):
 
     def observe(self, tpot_ms: float, rtt_ms: float, gamma: int, slo_hit: bool = True) -> None:
         self.hist.append((float(tpot_ms), float(rtt_ms), int(gamma), bool(slo_hit)))
+
+    def on_round(self, k, accepted, round_s, rtt_ms, tpot_ms, slo_hit) -> None:
+        self.observe(tpot_ms, rtt_ms, max(1, k), slo_hit)
 
     def features(self, t: Telemetry) -> np.ndarray:
         tp = [h[0] for h in self.hist]
@@ -211,6 +219,10 @@ class BanditGamma(_Clamp):
         best = max(self.arms, key=lambda k: (self.mean[k] / scale
                                              + self.c * math.sqrt(2 * math.log(self.t) / self.n[k]), -k))
         return DISTRIBUTED, best
+
+    def on_round(self, k, accepted, round_s, rtt_ms, tpot_ms, slo_hit) -> None:
+        if k >= self.k_min:
+            self.observe(k, (accepted + 1) / max(round_s, 1e-9))
 
     def observe(self, k: int, reward: float) -> None:
         self.t += 1

@@ -90,27 +90,26 @@ class SpecRuntime:
         for c in fleet.clusters:
             for p in c.pools:
                 if p.role != "mixed":
-                    raise ConfigError("speculation", p.name, "mixed pools only (speculative decoding does not run "
-                                      "on prefill/decode-disaggregated pools)", show_value=True)
+                    raise ConfigError(f"{p.spec.path}.role" if p.spec.path else "cluster", p.role,
+                                      "mixed pools with speculation (speculative decoding does not run on "
+                                      "prefill/decode-disaggregated pools)")
         self.net = network if network is not None else self._star()
         self.gw = cfg.gateway
         if not self.net.topo.has(self.gw):
             raise ConfigError("speculation.gateway", self.gw, "a node of the network topology (the datacenter "
                               "side of the draft devices' links)")
         self.devices: list = []
-        g = self.net.topo.g
+        topo = self.net.topo
         for grp in cfg.groups:
+            think_rng = sim.rng.stream(f"specdec.think.{grp.name}")
             for i in range(grp.count):
                 name = f"{grp.name}-{i}"
-                if name in g:
+                if topo.has(name):
                     raise ConfigError("speculation.drafts", name, "device names not already in the network")
-                g.add_edge(name, self.gw, latency_s=grp.rtt_ms / 2e3, bw=grp.bw_mbps * MBPS)
-                dev = DraftDevice(self.env, name, grp, cfg.drafter)
-                dev.think_rng = sim.rng.stream(f"specdec.think.{grp.name}")
-                self.devices.append(dev)
+                topo.add_link(name, self.gw, grp.rtt_ms / 2e3, grp.bw_mbps * MBPS)
+                self.devices.append(DraftDevice(self.env, name, grp, cfg.drafter, think_rng))
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
-        self.net.topo._paths.clear()
         self.targets: dict = {}
         self.states: dict = {}           # rid -> SpecState
         self.spills = 0
@@ -300,11 +299,8 @@ class SpecRuntime:
         st.tpot_est = tpot_ms if st.tpot_est == 0 else 0.8 * st.tpot_est + 0.2 * tpot_ms
         st.last_k, st.last_a = st.drafted_now, a
         pol = st.policy or self.targets[inst.name].policy
-        rtt_ms = self._rtt_ms(st)
-        if hasattr(pol, "hist"):
-            pol.observe(tpot_ms, rtt_ms, max(1, st.drafted_now), not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
-        elif hasattr(pol, "arms") and st.drafted_now:
-            pol.observe(st.drafted_now, (a + 1) / max(round_s, 1e-9))
+        pol.on_round(st.drafted_now, a, round_s, self._rtt_ms(st), tpot_ms,
+                     not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
         if not last:
             self._next_round(st, r, inst)
 
