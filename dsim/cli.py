@@ -161,6 +161,8 @@ def _lut(args) -> int:
     engine = EngineConfig(tensor_parallel_size=args.tp, max_num_batched_tokens=max(8192, max(contexts)))
     doc = apply_overrides({"latency": {"model": args.latency}}, args.overrides)
     step, _, desc = build_latency(doc["latency"], LatencyContext(model, device, engine, 1 << 20))
+    # a LUT holds GPU time: the replica that reads it adds its engine's host costs itself
+    step = getattr(step, "gpu", step)
     rows = lut.export_rows(step, model, device, args.tp, contexts, mbs,
                            source=f"dsim lut build --latency {args.latency}")
     out = Path(args.out)

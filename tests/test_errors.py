@@ -36,7 +36,7 @@ CASES = [
      "workload.cv"),
     ({"workload": {"type": "staged", "stages": [{"rate": 1}], "prompt_tokens": 5, "output_tokens": 5}},
      "workload.stages[0].duration_s"),
-    ({"hardware": {"peak_tflops_bf16": 100, "hbm_gb_s": 1000}}, "hardware.memory_gb"),
+    ({"hardware": {"peak_tflops_bf16": 100, "hbm_gb_s": 1000}}, "hardware.memory_gib"),
     ({"engine": {"tensor_parallel_size": 3}}, "engine.tensor_parallel_size"),
 ]
 

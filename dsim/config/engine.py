@@ -25,6 +25,14 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0    # 0 = off (vLLM default)
     non_torch_memory_gb: float = 0.9         # CUDA context, NCCL/cuBLAS workspaces, CUDA graphs
     enable_expert_parallel: bool = False     # MoE experts split over the TP group (latency models)
+    vllm_version: str | None = None          # engine generation preset (host costs, defaults); None = newest
+    enforce_eager: bool = False              # no CUDA graphs: every step pays kernel launch gaps
+
+    @property
+    def generation(self):
+        """The engine-generation preset (dsim.latency.host) this replica simulates."""
+        from .generations import generation_for
+        return generation_for(self.vllm_version)
 
     def kv_blocks(self, model: ModelSpec, device: DeviceProfile, path: str = "engine") -> int:
         """Blocks of ``block_size`` tokens that fit per replica (vLLM's profile-then-fill rule).
@@ -52,20 +60,31 @@ class EngineConfig:
 
 def load_engine(data, path: str = "engine") -> EngineConfig:
     """Validate the ``engine`` mapping (seed 004, BC-2)."""
+    from .generations import generation_for
     s = Section(data, path)
+    version = s.raw("vllm_version", None)
+    if version is not None and not isinstance(version, (str, int, float)):
+        raise ConfigError(s.sub("vllm_version"), version, 'a vLLM version string such as "0.6.3"')
+    gen = generation_for(None if version is None else str(version), s.sub("vllm_version"))
+    v0 = gen.scheduler == "v0"
+    # V0 engines default to whole-prompt prefill steps and a token budget of max(max_model_len, 2048)
+    chunked = s.bool("enable_chunked_prefill", not v0)
+    max_len = s.int("max_model_len", 8192, lo=1)
     e = EngineConfig(
         tensor_parallel_size=s.int("tensor_parallel_size", 1, lo=1),
         max_num_seqs=s.int("max_num_seqs", 256, lo=1),
-        max_num_batched_tokens=s.int("max_num_batched_tokens", 2048, lo=1),
-        enable_chunked_prefill=s.bool("enable_chunked_prefill", True),
+        max_num_batched_tokens=s.int("max_num_batched_tokens", 2048 if chunked else max(max_len, 2048), lo=1),
+        enable_chunked_prefill=chunked,
         enable_prefix_caching=s.bool("enable_prefix_caching", True),
         block_size=s.int("block_size", 16, lo=1),
         gpu_memory_utilization=s.num("gpu_memory_utilization", 0.9, lo=0, hi=1, lo_open=True),
-        max_model_len=s.int("max_model_len", 8192, lo=1),
+        max_model_len=max_len,
         num_gpu_blocks=s.int("num_gpu_blocks", None, lo=1),
         long_prefill_token_threshold=s.int("long_prefill_token_threshold", 0, lo=0),
         non_torch_memory_gb=s.num("non_torch_memory_gb", 0.9, lo=0),
         enable_expert_parallel=s.bool("enable_expert_parallel", False),
+        vllm_version=None if version is None else str(version),
+        enforce_eager=s.bool("enforce_eager", not gen.cuda_graphs),
     )
     s.done()
     if not e.enable_chunked_prefill and e.max_num_batched_tokens < e.max_model_len:

@@ -10,6 +10,7 @@ import yaml
 from .errors import ConfigError
 from .fields import Section
 
+GIB = 1 << 30
 PROFILE_DIRS = [Path(__file__).resolve().parents[2] / "device_profiles"]
 
 
@@ -57,11 +58,16 @@ def device_names() -> list[str]:
 
 def _build(name: str, d: dict, path: str) -> DeviceProfile:
     s = Section({k: v for k, v in d.items() if k != "_file"}, path)
+    # memory in GiB (what CUDA reports) or in GB (1e9 B, datasheets); exactly one of them
+    gib, gb = s.num("memory_gib", None, lo=0, lo_open=True), s.num("memory_gb", None, lo=0, lo_open=True)
+    if (gib is None) == (gb is None):
+        raise ConfigError(s.sub("memory_gib"), None, "device memory: memory_gib (GiB, as CUDA reports it) "
+                          "or memory_gb (1e9 bytes), exactly one", show_value=False)
     p = DeviceProfile(
         name=name,
         peak_flops=s.num("peak_tflops_bf16", lo=0, lo_open=True) * 1e12,
         hbm_bytes_s=s.num("hbm_gb_s", lo=0, lo_open=True) * 1e9,
-        memory_bytes=s.num("memory_gb", lo=0, lo_open=True) * 1e9,
+        memory_bytes=gib * GIB if gib is not None else gb * 1e9,
         interconnect=s.str("interconnect", ""),
         interconnect_bytes_s=s.num("interconnect_gb_s", 32, lo=0, lo_open=True) * 1e9,
         interconnect_latency_s=s.num("interconnect_latency_us", 10, lo=0) * 1e-6,

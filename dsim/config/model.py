@@ -2,9 +2,11 @@
 
 Handles dense, GQA/MQA, MoE (Mixtral ``num_local_experts``, Qwen-MoE ``num_experts`` +
 ``moe_intermediate_size``, DeepSeek-style ``n_routed_experts`` + shared experts + leading dense
-layers) and DeepSeek's multi-head latent attention (MLA).  Derived quantities count matmul
-weights only (norms and biases are < 0.1 % of parameters and are ignored); FLOPs are
-2 x multiply-accumulates.
+layers) and DeepSeek's multi-head latent attention (MLA).  FLOPs and bytes streamed per step
+count matmul weights (FLOPs are 2 x multiply-accumulates); ``total_params`` also counts norms,
+biases and learned position embeddings (``extra_params``) so it matches published counts.
+Keys a config.json leaves out take HuggingFace's default for that model type (e.g. Llama-family
+configs untie the LM head, the base PretrainedConfig ties it).
 """
 from __future__ import annotations
 
@@ -39,6 +41,15 @@ ALIASES = {
     "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b-instruct-hf",
 }
 
+# model types whose HuggingFace config class defaults tie_word_embeddings to False (the base
+# PretrainedConfig, and so OPT, GPT-2, Falcon, Gemma, default to True)
+_UNTIED_BY_DEFAULT = {"llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+                      "qwen3_moe", "deepseek_v2", "deepseek_v3", "phi3", "gpt_neox", "glm4", "glm4_moe",
+                      "glm_moe_dsa"}
+# model types with LayerNorm (weight + bias) instead of RMSNorm (weight only)
+_LAYERNORM = {"opt", "gpt2", "falcon", "gpt_neox", "gpt_bigcode", "phi"}
+_LEARNED_POSITIONS = {"opt": 2, "gpt2": 0, "gpt_bigcode": 0}   # model type -> position offset
+
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1, "int8": 1}
 
 
@@ -72,6 +83,7 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    extra_params: int = 0              # norms, biases, learned position embeddings (not matmuls)
     source: str = field(default="", compare=False)
 
     # ---- validity (seed 004, BC-1) -------------------------------------------------------
@@ -163,7 +175,7 @@ class ModelSpec:
     @cached_property
     def total_params(self) -> int:
         emb = self.embedding_params * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * self.attn_params_per_layer + self.mlp_params_total + emb
+        return self.num_layers * self.attn_params_per_layer + self.mlp_params_total + emb + self.extra_params
 
     @cached_property
     def active_params(self) -> int:
@@ -256,7 +268,7 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
     if n_exp <= 1:
         n_exp = 0
     top_k = int(_get(cfg, "num_experts_per_tok", "num_experts_per_token", default=0) or 0) if n_exp else 0
-    inter = int(_get(cfg, "intermediate_size_mlp", "intermediate_size", default=4 * hidden))
+    inter = int(_get(cfg, "intermediate_size_mlp", "intermediate_size", "ffn_dim", default=4 * hidden))
     exp_inter = int(_get(cfg, "moe_intermediate_size", default=_get(cfg, "intermediate_size", default=inter))) if n_exp else 0
     n_shared = int(_get(cfg, "n_shared_experts", default=0) or 0)
     shared_inter = 0
@@ -272,11 +284,29 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
     if str(cfg.get("model_type", "")) in ("gpt2", "opt", "gpt_bigcode", "falcon"):
         gated = False
     mla = int(_get(cfg, "kv_lora_rank", default=0) or 0)
+    mtype = str(cfg.get("model_type", ""))
+    tie = cfg.get("tie_word_embeddings")
+    if tie is None:
+        tie = mtype not in _UNTIED_BY_DEFAULT
+    norm = (2 if mtype in _LAYERNORM else 1) * hidden * (2 * layers + 1)
+    extra = norm
+    if mtype in _LEARNED_POSITIONS:
+        extra += (int(_get(cfg, "max_position_embeddings", "n_positions", default=2048))
+                  + _LEARNED_POSITIONS[mtype]) * hidden
+    if mtype.startswith("qwen3"):                    # per-head RMSNorm on queries and keys
+        extra += layers * 2 * head_dim
+    if mla:                                          # RMSNorm on the compressed KV (and Q) latents
+        extra += layers * (mla + int(_get(cfg, "q_lora_rank", default=0) or 0))
+    q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
+    if bool(_get(cfg, "enable_bias", "bias", default=mtype in ("opt", "gpt2"))):    # every linear layer
+        extra += layers * (q_dim + 2 * kv_dim + hidden + (0 if gated else inter + hidden))
+    elif bool(_get(cfg, "attention_bias", default=mtype == "qwen2")):               # q, k, v only
+        extra += layers * (q_dim + 2 * kv_dim)
     spec = ModelSpec(
         name=name or str(cfg.get("_name_or_path", "custom")),
         num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
         intermediate_size=inter, vocab_size=int(_get(cfg, "vocab_size", default=32000)),
-        bytes_per_param=bpp, tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        bytes_per_param=bpp, tie_word_embeddings=bool(tie),
         gated_mlp=gated, num_experts=n_exp, experts_per_token=top_k, expert_intermediate_size=exp_inter,
         num_shared_experts=n_shared, shared_expert_intermediate_size=shared_inter,
         num_dense_layers=dense_layers, kv_lora_rank=mla,
@@ -284,7 +314,7 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
         qk_rope_head_dim=int(_get(cfg, "qk_rope_head_dim", default=0) or 0) if mla else 0,
         qk_nope_head_dim=int(_get(cfg, "qk_nope_head_dim", default=0) or 0) if mla else 0,
         v_head_dim=int(_get(cfg, "v_head_dim", default=0) or 0) if mla else 0,
-        source=source,
+        extra_params=extra, source=source,
     )
     return spec.validate(path)
 

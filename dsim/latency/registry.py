@@ -9,9 +9,11 @@ from pathlib import Path
 
 from ..config.errors import ConfigError
 from ..config.fields import Section, check_number
+from ..config.generations import HostCosts, by_name
 from .base import AlphaModel, LatencyContext
 from .blackbox import BlackboxModel
 from .calibrated_tps import CalibratedTPSModel
+from .host import FITTED_ON, HostStepModel, resolve_host
 from .roofline import RooflineModel
 
 
@@ -39,13 +41,17 @@ def _path(s: Section, key: str, ctx: LatencyContext, default=None) -> Path | Non
 
 
 def _efficiencies(s: Section, defaults: dict) -> dict:
-    return {k: s.num(k, d, lo=0, hi=1, lo_open=True) if k.endswith("efficiency") else s.num(k, d, lo=0)
-            for k, d in defaults.items()}
+    return {k: s.num(k, d, lo=0, hi=1, lo_open=k.endswith("efficiency")) for k, d in defaults.items()}
+
+
+def _gpu_alpha(s: Section, ctx) -> AlphaModel:
+    """GPU-only models: the API-server costs default to the engine generation's."""
+    return _alpha(s, ctx.engine.generation.alpha_us)
 
 
 def _roofline(s, ctx):
     kw = _efficiencies(s, RooflineModel.DEFAULTS)
-    return RooflineModel(ctx.model, ctx.device, ctx.engine.tensor_parallel_size, **kw), _alpha(s), kw
+    return RooflineModel(ctx.model, ctx.device, ctx.engine.tensor_parallel_size, **kw), _gpu_alpha(s, ctx), kw
 
 
 def _blackbox(s, ctx):
@@ -102,7 +108,7 @@ def _lut(s, ctx):
     phase = s.str("decode_phase", "fused_decode", choices=("fused_decode", "draft_decode", "verify"))
     k = s.int("fanout_k", 1, lo=1)
     step = LutModel(LutTable(rows, str(p)), phase, k, tail, ctx.rng)
-    return step, _alpha(s), {"path": str(p), "select": sel, "tail": tail, "decode_phase": phase, "fanout_k": k}
+    return step, _gpu_alpha(s, ctx), {"path": str(p), "select": sel, "tail": tail, "decode_phase": phase, "fanout_k": k}
 
 
 def _vidur(s, ctx):
@@ -112,7 +118,7 @@ def _vidur(s, ctx):
     e = ctx.engine
     step = VidurModel(ctx.model, ctx.device, e.tensor_parallel_size, max_tokens=e.max_num_batched_tokens,
                       tp_comm=comm, **kw)
-    return step, _alpha(s), dict(kw, profile=step.profile, tp_comm=step.comm)
+    return step, _gpu_alpha(s, ctx), dict(kw, profile=step.profile, tp_comm=step.comm)
 
 
 def _calibrated_tps(s, ctx):
@@ -126,13 +132,58 @@ MODELS = {"roofline": _roofline, "blackbox": _blackbox, "unified5": _unified5, "
           "lut": _lut, "vidur": _vidur, "calibrated_tps": _calibrated_tps}
 
 
+def _host_overrides(s: Section) -> dict:
+    h = s.section("host", {})
+    out = {}
+    for k in HostCosts.__dataclass_fields__:
+        if k == "cudagraph_decode_only":
+            v = h.raw(k, None)
+            if v is not None:
+                out[k] = h.bool(k)
+        elif k == "cudagraph_max_tokens":
+            v = h.int(k, None, lo=0)
+            if v is not None:
+                out[k] = v
+        else:
+            v = h.num(k, None, lo=0)
+            if v is not None:
+                out[k] = float(v)
+    h.done()
+    return out
+
+
+def _with_host(kind, step, queueing, ctx, overrides, desc):
+    """Add the engine generation's host costs (dsim.latency.host) to a built model."""
+    e = ctx.engine
+    gen = e.generation
+    costs = resolve_host(gen, overrides, kind, e.enforce_eager)
+    ref = FITTED_ON.get(kind)
+    if ref is not None and isinstance(queueing, AlphaModel):
+        d = [a - b for a, b in zip(gen.alpha_us, by_name(ref).alpha_us)]
+        if any(d):
+            a0, a1, a2, post = queueing.us
+            queueing = AlphaModel(max(0.0, a0 + d[0]), max(0.0, a1 + d[1]), max(0.0, a2 + d[2]), post)
+    desc["engine_generation"] = gen.name
+    desc["host_us"] = {k: getattr(costs, k) for k in HostCosts.__dataclass_fields__}
+    if ref is not None:
+        desc["host_us"]["relative_to"] = ref
+    if not costs.is_zero:
+        step = HostStepModel(step, costs, ctx.model.num_layers, e.tensor_parallel_size)
+    return step, queueing
+
+
 def build_latency(data, ctx: LatencyContext, path: str = "latency"):
-    """Return (step-time model, queueing model, description dict for the manifest)."""
+    """Return (step-time model, queueing model, description dict for the manifest).
+
+    The model gives GPU time; the engine generation's host costs are added on top (one layer for
+    every model, dsim.latency.host), with ``latency.host`` overriding single values."""
     s = Section(data, path)
     kind = s.str("model", "roofline", choices=MODELS)
+    overrides = _host_overrides(s)
     step, queueing, desc = MODELS[kind](s, ctx)
     s.done()
     desc = dict(model=kind, **desc)
+    step, queueing = _with_host(kind, step, queueing, ctx, overrides, desc)
     if isinstance(queueing, AlphaModel):
         desc["alpha_us"] = list(queueing.us[:3])
         if queueing.post:

@@ -1,4 +1,9 @@
-"""Roofline step time: max(compute time, memory time) per iteration plus fixed overheads.
+"""Roofline step time: compute and memory time per iteration, partly overlapped.
+
+GPU time = max(compute, memory) + (1 - overlap) x min(compute, memory): with overlap 1 the
+slower of the two hides the other entirely (the textbook roofline); real kernels overlap weight
+streaming and math only in part, which gives prefill a floor of weight reading under its compute.
+Host costs (scheduling, sampling, launch gaps) are not here: dsim.latency.host adds them.
 
 Compute counts linear-layer FLOPs for every scheduled token, the LM head only for tokens that
 are sampled (vLLM computes logits for the last position of each request), and exact causal
@@ -16,18 +21,19 @@ from .base import BatchShape
 
 class RooflineModel:
     name = "roofline"
-    # Fitted on the H100 inference-perf runs by experiments/fit_roofline.py (docs/accuracy.md).
-    DEFAULTS = {"compute_efficiency": 0.8, "memory_efficiency": 0.8, "step_overhead_us": 500.0,
-                "per_layer_overhead_us": 0.0, "per_request_overhead_us": 0.0}
+    # Fitted on the H100 inference-perf runs by experiments/fit_roofline.py (docs/engine-overheads.md).
+    DEFAULTS = {"compute_efficiency": 0.8, "memory_efficiency": 0.8, "overlap": 1.0}
 
-    def __init__(self, model: ModelSpec, device: DeviceProfile, tp: int = 1, **params: float):
+    def __init__(self, model: ModelSpec, device: DeviceProfile, tp: int = 1, step_overhead_us: float = 0.0,
+                 **params: float):
+        """``step_overhead_us`` is a fixed cost per step for devices without a vLLM host layer
+        (draft devices); replicas get theirs from dsim.latency.host."""
         unknown = set(params) - set(self.DEFAULTS)
         if unknown:
             raise TypeError(f"unknown roofline parameters: {sorted(unknown)}")
         p = {**self.DEFAULTS, **params}
         compute_efficiency, memory_efficiency = p["compute_efficiency"], p["memory_efficiency"]
-        step_overhead_us, per_layer_overhead_us = p["step_overhead_us"], p["per_layer_overhead_us"]
-        per_request_overhead_us = p["per_request_overhead_us"]
+        self._serial = 1.0 - p["overlap"]
         self.model, self.device, self.tp = model, device, tp
         m = model
         self._flops_lin = m.flops_per_token_linear / tp
@@ -47,8 +53,7 @@ class RooflineModel:
             emb = m.embedding_params * bpp * (0 if m.tie_word_embeddings else 1)
             self._fixed_bytes = (m.weight_bytes - emb) / tp   # embedding is a gather, not a stream
             self._expert_bytes = 0.0
-        self._overhead = step_overhead_us * 1e-6 + per_layer_overhead_us * 1e-6 * m.num_layers
-        self._per_req = per_request_overhead_us * 1e-6
+        self._overhead = step_overhead_us * 1e-6
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
             self._ar_per_token = 2 * m.num_layers * ring * m.hidden_size * bpp / device.interconnect_bytes_s
@@ -80,8 +85,7 @@ class RooflineModel:
         byts = self._weight_bytes(tokens) + kv
         tc = flops * self._inv_flops
         tm = byts * self._inv_bw
-        t = tc if tc > tm else tm
-        t += self._overhead + self._per_req * (b.num_prefill + b.decode_tokens)
+        t = (tc + self._serial * tm if tc > tm else tm + self._serial * tc) + self._overhead
         if self._ar_fixed:
             t += self._ar_fixed + self._ar_per_token * tokens
         return t

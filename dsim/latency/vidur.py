@@ -159,7 +159,7 @@ def trained(mlp_csv: str, ar_csv: str | None, tp: int) -> dict:
 
 class VidurModel:
     name = "vidur"
-    DEFAULTS = {"attn_compute_efficiency": 0.8, "attn_memory_efficiency": 0.8, "step_overhead_us": 500.0}
+    DEFAULTS = {"attn_compute_efficiency": 0.8, "attn_memory_efficiency": 0.8}
 
     def __init__(self, model, device, tp: int = 1, max_tokens: int = 8192, profiles: Path | None = None,
                  tp_comm: str = "profile", **params):
@@ -198,7 +198,6 @@ class VidurModel:
         self._kv_tok = model.kv_bytes_per_token / model.kv_shards(tp) / (device.hbm_bytes_s * p["attn_memory_efficiency"])
         self._head_c = model.flops_lm_head / tp / (device.peak_flops * p["attn_compute_efficiency"])
         self._head_m = model.lm_head_params * bpp / tp / (device.hbm_bytes_s * p["attn_memory_efficiency"])
-        self._overhead = p["step_overhead_us"] * 1e-6
         self.params = p
 
     def linear_time(self, tokens: int) -> float:
@@ -217,4 +216,4 @@ class VidurModel:
         attn_m = self._kv_tok * (b.decode_ctx_sum + b.prefill_ctx_tokens + tokens)
         head_c = self._head_c * b.num_sampled
         head = head_c if head_c > self._head_m else self._head_m
-        return self.linear_time(tokens) + (attn_c if attn_c > attn_m else attn_m) + head + self._overhead
+        return self.linear_time(tokens) + (attn_c if attn_c > attn_m else attn_m) + head

@@ -1,0 +1,74 @@
+"""Engine host overheads: the CPU side of a vLLM step, shared by every latency model.
+
+A latency model says how long the GPU works on a batch; a real engine also spends host time on
+every step (scheduling, input preparation, sampling, detokenising and streaming the outputs,
+the driver-to-worker round trip) and, without CUDA graphs, leaves the GPU idle between kernel
+launches.  These costs depend on the engine generation, not on the GPU, so they live here once:
+``engine.vllm_version`` selects a generation preset (dsim.config.generations) and
+``latency.host`` overrides single values.
+
+Models whose coefficients were fitted end to end on a real engine (unified5, physics, blackbox,
+calibrated_tps) already contain the host costs of the generation they were fitted on; for them
+the layer adds only the difference between the simulated generation and that one.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config.generations import Generation, HostCosts, by_name
+from .base import BatchShape
+
+# generation each end-to-end fitted model's coefficients were measured on (their host costs are inside)
+FITTED_ON = {"unified5": "v1", "physics": "v1", "blackbox": "v1", "calibrated_tps": "v1"}
+
+
+def resolve_host(gen: Generation, overrides: dict, model_kind: str, enforce_eager: bool) -> HostCosts:
+    """Host costs a replica pays on top of its latency model: the generation's (with overrides),
+    minus the reference generation's for models fitted end to end."""
+    costs = replace(gen.host, **overrides)
+    if enforce_eager:
+        costs = replace(costs, cudagraph_max_tokens=0)
+    ref = FITTED_ON.get(model_kind)
+    if ref is not None:
+        costs = costs.minus(by_name(ref).host)
+    return costs
+
+
+class HostStepModel:
+    """A latency model's GPU time plus the engine's host time per step.
+
+    host = step + per_seq x requests + per_prefill x prefilling requests + per_worker x (TP - 1)
+    (+ eager_layer x layers when the step is not replayed from a CUDA graph).  Steps are serial in
+    the engines modelled (no overlap of one step's host work with the previous step's kernels).
+    """
+
+    def __init__(self, gpu, costs: HostCosts, num_layers: int, tp: int):
+        self.gpu = gpu
+        self.name = getattr(gpu, "name", "model")
+        self.costs = costs
+        self._fixed = (costs.step_us + costs.per_worker_us * (tp - 1)) * 1e-6
+        self._seq = costs.per_seq_us * 1e-6
+        self._pre = costs.per_prefill_us * 1e-6
+        self._eager = costs.eager_layer_us * num_layers * 1e-6
+        self._graph_max = costs.cudagraph_max_tokens
+        self._decode_only = costs.cudagraph_decode_only
+
+    def __getattr__(self, item):          # energy_mj, basis, ... of the wrapped model
+        if item == "gpu":
+            raise AttributeError(item)
+        return getattr(self.gpu, item)
+
+    def host_time(self, b: BatchShape) -> float:
+        t = self._fixed + self._seq * (b.num_prefill + b.decode_tokens) + self._pre * b.num_prefill
+        if self._eager:
+            tokens = b.prefill_tokens + b.decode_tokens
+            if tokens > self._graph_max or (self._decode_only and b.prefill_tokens):
+                t += self._eager
+        return t
+
+    def step_time(self, b: BatchShape) -> float:
+        t = self.gpu.step_time(b)
+        if b.prefill_tokens + b.decode_tokens == 0:
+            return t
+        t += self.host_time(b)
+        return t if t > 1e-9 else 1e-9
