@@ -63,7 +63,33 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--time-unit", type=float, default=1.0, help="seconds per time unit of a generic file (1e-3 for ms)")
     c.add_argument("--no-plots", action="store_true")
     _fit_parser(sub)
+    _calibrate_parser(sub)
     return p
+
+
+def _calibrate_parser(sub) -> None:
+    k = sub.add_parser("calibrate", help="fit a deployment's latency model from its real runs and write a "
+                       "calibrated scenario + report")
+    k.add_argument("real", nargs="+", help="real runs: inference-perf folders, meta.json+requests.jsonl folders, "
+                   "vllm bench JSON, or CSV/JSONL with --columns")
+    k.add_argument("--out", required=True, help="folder for calibrated.yaml, report.md, report.json")
+    k.add_argument("--scenario", default=None, help="base scenario: what the runs do not record (GPU, engine "
+                   "settings, vllm_version); the runs' own settings take precedence")
+    k.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a replay scenario key, e.g. --set hardware=A100-80GB (repeatable)")
+    k.add_argument("--columns", default=None, metavar="FIELD=COL,...",
+                   help="generic CSV/JSONL mapping, as for dsim cosim")
+    k.add_argument("--time-unit", type=float, default=1.0, help="seconds per time unit of a generic file")
+    k.add_argument("--hardware", default=None, help="device profile when the runs do not name their GPU")
+    k.add_argument("--model", default=None, help="model when the runs do not name it")
+    k.add_argument("--latency-model", default="roofline", choices=("roofline", "unified5"),
+                   help="latency model to fit (default roofline)")
+    k.add_argument("--max-evals", type=int, default=40, help="stage-2 simulations (default 40)")
+    k.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")
+    k.add_argument("--seed", type=int, default=42, help="seed of the replays (default 42)")
+    k.add_argument("--allow-nonphysical", action="store_true",
+                   help="write a fit even when it is faster than the hardware allows (flagged in the report)")
+    k.add_argument("--no-loro", action="store_true", help="skip the leave-one-run-out refits")
 
 
 def _fit_parser(sub) -> None:
@@ -240,6 +266,9 @@ def main(argv=None) -> int:
         if args.cmd == "fit":
             from .calibrate.fit import fit_cli
             return fit_cli(args)
+        if args.cmd == "calibrate":
+            from .calibrate.command import calibrate_cli
+            return calibrate_cli(args, _columns(args.columns) if args.columns else None)
         from .config.scenario import load_scenario
         if args.cmd == "validate":
             from .runner import prepare

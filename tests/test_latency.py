@@ -9,7 +9,7 @@ from dsim.latency.roofline import RooflineModel
 
 L8 = load_model("meta-llama/Llama-3.1-8B")
 H100 = load_device("H100-SXM")
-PLAIN = dict(compute_efficiency=1.0, memory_efficiency=1.0)
+PLAIN = dict(compute_efficiency=1.0, memory_efficiency=1.0, overlap=1.0)
 
 
 def test_decode_step_is_memory_bound_weights_plus_kv():
@@ -27,6 +27,20 @@ def test_prefill_step_is_compute_bound_with_causal_attention():
     b = BatchShape(prefill_tokens=c, num_prefill=1, prefill_attn_pairs=pairs, num_sampled=1)
     flops = c * 13_958_643_712 + 1_050_673_152 + pairs * 4 * 32 * 4096
     assert m.step_time(b) == pytest.approx(flops / 989.4e12, rel=1e-12)
+
+
+def test_partial_overlap_adds_the_shorter_of_compute_and_memory():
+    full = RooflineModel(L8, H100, 1, **PLAIN)
+    none = RooflineModel(L8, H100, 1, **dict(PLAIN, overlap=0.0))
+    half = RooflineModel(L8, H100, 1, **dict(PLAIN, overlap=0.5))
+    c = 512
+    b = BatchShape(prefill_tokens=c, num_prefill=1, prefill_attn_pairs=c * (c + 1) // 2, num_sampled=1)
+    flops = c * 13_958_643_712 + 1_050_673_152 + c * (c + 1) // 2 * 4 * 32 * 4096
+    tc = flops / 989.4e12
+    tm = ((L8.total_params - 128256 * 4096) * 2 + 131072 * c) / 3.35e12
+    assert full.step_time(b) == pytest.approx(max(tc, tm), rel=1e-12)
+    assert none.step_time(b) == pytest.approx(tc + tm, rel=1e-12)      # a prefill floor of weight reading
+    assert half.step_time(b) == pytest.approx(max(tc, tm) + 0.5 * min(tc, tm), rel=1e-12)
 
 
 def test_tensor_parallel_splits_work_and_adds_allreduce():

@@ -20,7 +20,8 @@ def test_llama31_8b_constants_independent():
     assert head == 1_050_673_152                          # seed 000 writes 1,050,574,848: wrong
     assert m.flops_per_token == L * (attn + mlp) + head == 15_009_316_864   # seed: 15,025,995,776
     assert m.kv_bytes_per_token == 2 * L * kv * 2 == 131_072                # seed: 262,144 (x2 twice)
-    assert m.total_params == L * (attn + mlp) // 2 + 2 * V * h == 8_029_995_008   # 8.03B published
+    # matmul weights + RMSNorms (2 per layer + final) = the published 8,030,261,248
+    assert m.total_params == L * (attn + mlp) // 2 + 2 * V * h + (2 * L + 1) * h == 8_030_261_248
     assert m.num_kv_heads == 8 and not m.is_moe
 
 

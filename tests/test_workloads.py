@@ -104,7 +104,7 @@ def test_prefix_cache_hits_after_first_request(tmp_path):
                     '{"arrival_s": 1, "prompt_tokens": 4000, "output_tokens": 2, "prefix_group": 0}\n')
 
     def ttft1(cache):
-        res = dsim.run(scenario(workload={"type": "trace", "path": str(long)}, latency={"model": "roofline"},
+        res = dsim.run(scenario(workload={"type": "trace", "path": str(long)}, latency={"model": "roofline", "alpha": [0, 0, 0]},
                                 engine={"enable_prefix_caching": cache, "max_num_batched_tokens": 8192}))
         x = max(res.requests, key=lambda q: q.rid)
         return x.cached_tokens, x.t_first_token - x.arrival

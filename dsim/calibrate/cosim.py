@@ -70,6 +70,12 @@ def replay_scenario(run: RealRun, base: dict | None, overrides=(), seed: int | N
         if trace_path is None:
             raise ValueError("a per-request run needs trace_path")
         scn["workload"] = {"type": "trace", "path": str(trace_path)}
+    if run.meta.get("clock") == "engine" and isinstance(scn.get("latency"), dict) \
+            and scn["latency"].get("model", "roofline") != "physics":
+        # timestamps taken inside the engine (queue entry to token out): no API server, tokenizer
+        # or streaming time is in them, so the replay leaves those costs out
+        a = list(scn["latency"].get("alpha") or [0.0, 0.0, 0.0])
+        scn["latency"] = dict(scn["latency"], alpha=[0.0, a[1] if scn["latency"].get("model") == "unified5" else 0.0, 0.0])
     scn = apply_overrides(scn, list(overrides))
     for key in ("model", "hardware"):
         if not scn.get(key):

@@ -161,9 +161,7 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
     if kw.get("max_model_len") is None:
         kw["max_model_len"] = 32768
     dev = hardware or device_for((meta.get("hardware") or {}).get("device_name")) or device_for(folder.name)
-    if dev is None:
-        raise ConfigError(f"{folder}/meta.json.hardware.device_name", None,
-                          "a known GPU (or pass hardware=...)", show_value=False)
+    # no GPU named: the base scenario or --set hardware=... must say it (replay_scenario checks)
     p = folder / "requests.jsonl"
     if not p.is_file():
         raise ConfigError(str(folder), "requests.jsonl", "a folder with requests.jsonl")
@@ -209,8 +207,14 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
         notes.append(f"data_parallel_size={dp} modelled as {dp} replicas behind a least-outstanding router"
                      + (" (expert parallelism across DP ranks is not modelled: each replica holds all experts)"
                         if ep else ""))
+    times = {"first_s": [_num(r, "first_token_ts", w) for w, r in raw],
+             "last_s": [_num(r, "last_token_ts", w) for w, r in raw],
+             "prompt": [x["prompt_tokens"] for x in rows], "output": [x["output_tokens"] for x in rows]}
+    if meta.get("vllm_version"):
+        scn["engine"]["vllm_version"] = str(meta["vllm_version"])
     return RealRun(folder.name, "llmservingsim", str(folder), scn, [st], rows, notes,
-                   {"vllm_version": meta.get("vllm_version"), "device_name": (meta.get("hardware") or {}).get("device_name")})
+                   {"vllm_version": meta.get("vllm_version"), "device_name": (meta.get("hardware") or {}).get("device_name"),
+                    "token_times": times, "clock": "engine"})
 
 
 # ---- inference-perf output folder --------------------------------------------------------------------
@@ -389,6 +393,7 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
         vals.append((w, g))
     t0 = min(g["arrival_s"] for _, g in vals)
     rows, ttft, tpot, e2e = [], [], [], []
+    times = {"first_s": [], "last_s": [], "prompt": [], "output": []}
     for w, g in vals:
         a = (g["arrival_s"] - t0) * time_unit
         if durations:
@@ -404,10 +409,12 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
         e2e.append(te * 1e3)
         if n_out > 1:
             tpot.append((te - tf) * 1e3 / (n_out - 1))
+        for k, v in (("first_s", a + tf), ("last_s", a + te), ("prompt", int(g["prompt_tokens"])), ("output", n_out)):
+            times[k].append(v)
     scn = {"name": p.stem, "model": model, "hardware": hardware, "engine": dict(engine or {}),
            "workload": {"type": "trace"}}
     return RealRun(p.stem, "generic", str(p), scn, [_trace_stage(rows, ttft, tpot, e2e, None)], rows,
-                   ["arrivals replayed exactly from the file"])
+                   ["arrivals replayed exactly from the file"], {"token_times": times})
 
 
 def load_real(path, **opts) -> RealRun:

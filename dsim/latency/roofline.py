@@ -22,7 +22,7 @@ from .base import BatchShape
 class RooflineModel:
     name = "roofline"
     # Fitted on the H100 inference-perf runs by experiments/fit_roofline.py (docs/engine-overheads.md).
-    DEFAULTS = {"compute_efficiency": 0.8, "memory_efficiency": 0.8, "overlap": 1.0}
+    DEFAULTS = {"compute_efficiency": 0.8, "memory_efficiency": 0.84, "overlap": 0.98}
 
     def __init__(self, model: ModelSpec, device: DeviceProfile, tp: int = 1, step_overhead_us: float = 0.0,
                  **params: float):

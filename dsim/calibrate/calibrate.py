@@ -1,0 +1,227 @@
+"""`dsim calibrate`: fit a deployment's latency model from the real runs a user has.
+
+Stage 1 (per-request runs): each request's decode window gives its mean step time and, from the
+other requests' windows, the batch it ran in (dsim.calibrate.windows).  A robust regression of
+step time on those physical features separates the host cost per step, the host cost per
+running sequence, the HBM efficiency (weights and KV read once per step share it) and the
+compute efficiency of interleaved prefills.  Stage 2: Nelder-Mead with the simulator in the
+loop on E2E mean, TTFT p50/p90 and TPOT p50 of every run, started from stage 1 (or from the
+engine generation's defaults when the runs carry aggregates only).  A result faster than the
+hardware allows (a decode step below one read of the weights, prefill above peak FLOP/s) is
+refused.  Output: a complete scenario (``calibrated.yaml``) and a report of the errors before
+and after, with leave-one-run-out errors when two or more runs are given.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config.errors import ConfigError
+from .realrun import RealRun
+
+TARGETS = (("e2e", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("tpot", "p50"))
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted scalar: where it lives in the ``latency`` mapping and its physical range."""
+    name: str
+    lo: float
+    hi: float
+
+
+ROOFLINE = (Param("compute_efficiency", 0.05, 1.0), Param("memory_efficiency", 0.05, 1.0),
+            Param("host.step_us", 0.0, 50000.0), Param("host.per_seq_us", 0.0, 5000.0),
+            Param("alpha.0", 0.0, 200000.0))
+UNIFIED5 = tuple(Param(f"beta.{i}", lo, hi) for i, (lo, hi) in
+                 enumerate(((1.0, 20.0), (1.0, 20.0), (1.0, 20.0), (0.0, 2000.0), (0.0, 2000.0)))) \
+    + (Param("alpha.0", 0.0, 200000.0),)
+SPACES = {"roofline": ROOFLINE, "unified5": UNIFIED5}
+
+
+def get_value(lat: dict, name: str) -> float:
+    head, _, rest = name.partition(".")
+    if head in ("alpha", "beta"):
+        return float(lat[head][int(rest)])
+    if head == "host":
+        return float(lat.get("host", {}).get(rest, 0.0))
+    return float(lat[name])
+
+
+def set_value(lat: dict, name: str, v: float) -> None:
+    head, _, rest = name.partition(".")
+    if head in ("alpha", "beta"):
+        lat[head][int(rest)] = float(v)
+    elif head == "host":
+        lat.setdefault("host", {})[rest] = float(v)
+    else:
+        lat[name] = float(v)
+
+
+def start_latency(kind: str, ctx) -> dict:
+    """The complete latency mapping a replica of ``ctx`` uses by default (every fitted key explicit)."""
+    gen = ctx.engine.generation
+    if kind == "roofline":
+        from ..latency.roofline import RooflineModel
+        lat = {"model": "roofline", **RooflineModel.DEFAULTS, "alpha": list(gen.alpha_us),
+               "host": {"step_us": gen.host.step_us, "per_seq_us": gen.host.per_seq_us}}
+    elif kind == "unified5":
+        from ..latency.unified5 import Unified5Model
+        lat = {"model": "unified5", "beta": [max(b, p.lo) for b, p in zip(Unified5Model.BETA, UNIFIED5)],
+               "alpha": list(Unified5Model.ALPHA_US)}
+    else:
+        raise ConfigError("--latency-model", kind, "roofline or unified5")
+    return lat
+
+
+# ---- stage 1: step time from per-request decode windows --------------------------------------------
+def stage1(run: RealRun, ctx, lat: dict) -> dict | None:
+    """Robust regression of each request's mean decode step time on its window's batch (roofline);
+    None when the run has no per-request first/last token times."""
+    from scipy.optimize import least_squares
+
+    from .windows import decode_windows
+    t = run.meta.get("token_times")
+    if not t or lat["model"] != "roofline":
+        return None
+    w = decode_windows(t["first_s"], t["last_s"], t["prompt"], t["output"])
+    if len(w.tpot_s) < 8:
+        return None
+    m, d, e = ctx.model, ctx.device, ctx.engine
+    tp = e.tensor_parallel_size
+    kv_tok = m.kv_bytes_per_token / m.kv_shards(tp)
+    weights = (m.layer_weight_bytes(m.experts_per_token if m.is_moe else None)
+               + m.lm_head_params * m.bytes_per_param) / tp     # read once per decode step
+    mem = (weights + kv_tok * (w.ctx_sum + w.batch)) / d.hbm_bytes_s             # s at peak bandwidth
+    pf = (m.flops_per_token_linear * w.prefill_tokens + m.attn_flops_per_pair * w.prefill_pairs) \
+        / tp / w.steps / d.peak_flops                                             # s per step at peak
+    known = np.zeros_like(w.tpot_s)
+    if tp > 1:          # the ring all-reduce the roofline adds, per step
+        ring = 2.0 * (tp - 1) / tp
+        known += 2 * m.num_layers * (d.interconnect_latency_s + ring * w.batch * m.hidden_size
+                                     * m.bytes_per_param / d.interconnect_bytes_s)
+    X = np.column_stack([np.ones_like(mem), w.batch, mem, pf])
+    y = w.tpot_s - known
+
+    def resid(c):
+        return (X @ c - y) / y
+    c0 = np.array([2e-4, 1e-5, 1.25, 1.25])
+    lo, hi = [0.0, 0.0, 1.0, 1.0], [np.inf, np.inf, 20.0, 20.0]
+    sol = least_squares(resid, c0, loss="huber", f_scale=0.1, bounds=(lo, hi))
+    r = resid(sol.x)
+    dof = max(1, len(y) - 4)
+    try:
+        cov = np.linalg.pinv(sol.jac.T @ sol.jac) * float(r @ r) / dof
+        se = np.sqrt(np.clip(np.diag(cov), 0, None))
+    except np.linalg.LinAlgError:
+        se = np.full(4, np.nan)
+    c = sol.x
+    return {"requests": int(len(y)), "mape": float(np.mean(np.abs(r))),
+            "values": {"host.step_us": c[0] * 1e6, "host.per_seq_us": c[1] * 1e6,
+                       "memory_efficiency": 1.0 / c[2], "compute_efficiency": 1.0 / c[3]},
+            "stderr": {"host.step_us": se[0] * 1e6, "host.per_seq_us": se[1] * 1e6,
+                       "memory_efficiency": se[2] / c[2] ** 2, "compute_efficiency": se[3] / c[3] ** 2},
+            "batch_range": [float(w.batch.min()), float(w.batch.max())]}
+
+
+# ---- stage 2: simulator in the loop ----------------------------------------------------------------
+def _stats(run, base, overrides, seed, lat):
+    from .cosim import cosim_report, simulate_run
+    res, scn = simulate_run(run, base, overrides, seed, lat)
+    return cosim_report(run, res, scn)
+
+
+def run_errors(rep: dict) -> list:
+    """(stage, 'metric quantile', error) over the report's non-overloaded stages."""
+    out = []
+    for st in rep["stages"]:
+        if st["overloaded"]:
+            continue
+        for m, q in TARGETS:
+            e = st["metrics"].get(m, {}).get("error", {}).get(q)
+            if e is not None and e > -1:
+                out.append((st["stage"], f"{m} {q}", float(e)))
+    return out
+
+
+def loss_of(reports) -> float:
+    errs = [abs(math.log1p(e)) for rep in reports for *_, e in run_errors(rep)]
+    return float(np.mean(errs)) if errs else math.inf
+
+
+def evaluate(runs, base, overrides, seed, lat, jobs: int = 1) -> list:
+    from joblib import Parallel, delayed
+    return Parallel(n_jobs=jobs)(delayed(_stats)(r, base, overrides, seed, lat) for r in runs)
+
+
+def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: int = 1, log=None) -> dict:
+    """Nelder-Mead over the parameters in ``space`` (each mapped from R into its physical range)."""
+    from scipy.optimize import minimize
+    usable = [r for r in runs if not r.overloaded]
+    if not usable:
+        raise ConfigError("runs", None, "at least one run that is not overloaded", show_value=False)
+
+    def value(p, x):
+        return p.lo + (p.hi - p.lo) / (1.0 + math.exp(-x))
+
+    def position(p, v):
+        u = min(max((v - p.lo) / (p.hi - p.lo), 1e-4), 1 - 1e-4)
+        return math.log(u / (1 - u))
+
+    def latency(x):
+        out = copy.deepcopy(lat)
+        for p, xi in zip(space, x):
+            set_value(out, p.name, value(p, xi))
+        return out
+    hist = []
+
+    def f(x):
+        lo = loss_of(evaluate(usable, base, overrides, seed, latency(x), jobs))
+        hist.append(lo)
+        if log:
+            log(f"stage 2 eval {len(hist)}: loss {lo:.4f}")
+        return lo
+    x0 = np.array([position(p, get_value(lat, p.name)) for p in space])
+    n = len(x0)
+    simplex = np.vstack([x0] + [x0 + 0.4 * np.eye(n)[i] for i in range(n)])
+    opt = minimize(f, x0, method="Nelder-Mead",
+                   options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3, "fatol": 2e-4})
+    sim = opt.final_simplex
+    spread = float(np.max(sim[1]) - np.min(sim[1]))
+    values = [[value(p, xi) for p, xi in zip(space, row)] for row in sim[0]]
+    unc = {p.name: float(np.ptp([v[i] for v in values])) / 2 for i, p in enumerate(space)}
+    converged = bool(opt.success) or spread < 2e-3
+    return {"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
+            "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
+            "reason": "simplex converged" if opt.success else
+            (f"stopped at {max_evals} evaluations; final simplex loss spread {spread:.4f}")}
+
+
+# ---- physical checks -------------------------------------------------------------------------------
+def physical_issues(lat: dict, ctx) -> list:
+    """What in a fitted latency mapping is faster than the hardware: a decode step of one request
+    below one read of the weights at peak bandwidth, a prefill above peak FLOP/s."""
+    from ..latency.base import BatchShape
+    from ..latency.registry import build_latency
+    step, _, _ = build_latency(copy.deepcopy(lat), ctx)
+    gpu = getattr(step, "gpu", step)
+    m, d = ctx.model, ctx.device
+    tp = ctx.engine.tensor_parallel_size
+    issues = []
+    t1 = gpu.step_time(BatchShape(decode_tokens=1, decode_ctx_sum=1, num_sampled=1, running=1))
+    active = m.layer_weight_bytes(m.experts_per_token if m.is_moe else None) / tp
+    floor = active / d.hbm_bytes_s
+    if t1 < floor * 0.999:
+        issues.append(f"a one-request decode step takes {t1 * 1e3:.3f} ms, less than reading the weights once "
+                      f"({floor * 1e3:.3f} ms at {d.hbm_bytes_s / 1e9:.0f} GB/s)")
+    n = 2048
+    tpf = gpu.step_time(BatchShape(prefill_tokens=n, num_prefill=1, prefill_attn_pairs=n * (n + 1) // 2,
+                                   num_sampled=1, running=1))
+    flops = (m.flops_per_token_linear * n + m.attn_flops_per_pair * n * (n + 1) // 2) / tp
+    if tpf > 0 and flops / tpf > d.peak_flops * 1.001:
+        issues.append(f"a {n}-token prefill runs at {flops / tpf / 1e12:.0f} TFLOP/s, above the "
+                      f"{d.peak_flops / 1e12:.0f} TFLOP/s peak")
+    return issues

@@ -1,0 +1,206 @@
+"""The `dsim calibrate` command: read runs, fill in what they do not say, fit, check, write.
+
+Writes ``DIR/calibrated.yaml`` (a complete scenario: the base scenario, the first run's model,
+hardware, engine and workload, and the fitted ``latency`` section), ``DIR/report.json`` and
+``DIR/report.md`` (errors per run, stage, metric and quantile before and after, fitted values with
+their uncertainty, leave-one-run-out errors), atomically: nothing is written when a step fails.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import yaml
+
+from ..config.errors import ConfigError
+from ..config.scenario import apply_overrides
+from .calibrate import (SPACES, evaluate, loss_of, physical_issues, run_errors, stage1, stage2,
+                        start_latency)
+from .cosim import _merge, replay_rows, trace_text
+
+
+def assumed_settings(run, base: dict | None, overrides) -> list:
+    """What the replay takes from somewhere other than the run itself, as printable lines."""
+    said = run.scenario
+    set_keys = {o.split("=", 1)[0] for o in overrides}
+    out = []
+    for key in ("model", "hardware"):
+        if not said.get(key):
+            src = "--set" if key in set_keys else ("the base scenario" if (base or {}).get(key) else None)
+            if src:
+                out.append(f"{key} from {src}")
+    eng = said.get("engine") or {}
+    base_eng = (base or {}).get("engine") or {}
+    for key in ("vllm_version", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                "enable_prefix_caching", "gpu_memory_utilization", "tensor_parallel_size"):
+        if key in eng:
+            continue
+        if f"engine.{key}" in set_keys:
+            out.append(f"engine.{key} from --set")
+        elif key in base_eng:
+            out.append(f"engine.{key}={base_eng[key]} from the base scenario")
+        else:
+            out.append(f"engine.{key} is dsim's default (the run does not record it)")
+    return out
+
+
+def _context(run, base, overrides):
+    """LatencyContext of the replica that replays ``run``."""
+    from ..config.scenario import load_scenario
+    from ..latency.base import LatencyContext
+    from .cosim import replay_scenario
+    scn = replay_scenario(run, base, overrides, None, Path("unused.jsonl") if run.trace_rows is not None else None)
+    scn["workload"] = {"type": "poisson", "rate": 1.0, "num_requests": 1}
+    scn.pop("cluster", None)
+    s = load_scenario(scn)
+    return LatencyContext(s.model, s.device, s.engine, s.engine.kv_blocks(s.model, s.device))
+
+
+def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals=40, jobs=1, seed=42,
+              allow_nonphysical=False, loro=True, log=print, warn=None) -> dict:
+    """Fit ``kind`` on ``runs`` (RealRun list) and write the calibrated scenario and report."""
+    from ..metrics.writers import AtomicOutput, to_json
+    warn = warn or (lambda m: print(f"dsim: warning: {m}", file=sys.stderr))
+    if kind not in SPACES:
+        raise ConfigError("--latency-model", kind, "one of " + ", ".join(SPACES))
+    overrides = list(overrides)
+    assumed = {r.name: assumed_settings(r, base, overrides) for r in runs}
+    for name, lines in assumed.items():
+        for line in lines:
+            warn(f"{name}: {line}")
+    ctx = _context(runs[0], base, overrides)
+    lat0 = start_latency(kind, ctx)
+    if base and isinstance(base.get("latency"), dict) and base["latency"].get("model") == kind:
+        lat0 = _merge(lat0, base["latency"])
+    before = evaluate(runs, base, overrides, seed, lat0, jobs)
+    s1 = None
+    lat1 = copy.deepcopy(lat0)
+    for r in runs:
+        s1 = stage1(r, _context(r, base, overrides), lat0)
+        if s1 is not None:
+            from .calibrate import set_value
+            for k, v in s1["values"].items():
+                set_value(lat1, k, min(max(v, 0.0), 1.0) if k.endswith("efficiency") else v)
+            log(f"stage 1 ({r.name}): {s1['requests']} decode windows, relative MAPE {s1['mape']:.1%}: "
+                + ", ".join(f"{k} {v:.4g}" for k, v in s1["values"].items()))
+            break
+    space = SPACES[kind]
+    if all(r.meta.get("clock") == "engine" for r in runs):
+        # engine-side timestamps carry no API-server time: a0 is not observable, keep the default
+        space = tuple(p for p in space if p.name != "alpha.0")
+    s2 = stage2(runs, base, overrides, seed, lat1, space, max_evals, jobs, log)
+    lat = s2["latency"]
+    issues = physical_issues(lat, ctx)
+    if issues and not allow_nonphysical:
+        raise ConfigError("calibrate", None, "a physical result; the fit is faster than the hardware: "
+                          + "; ".join(issues) + " (rerun with --allow-nonphysical to write it anyway)",
+                          show_value=False)
+    after = evaluate(runs, base, overrides, seed, lat, jobs)
+    loro_rows = []
+    if loro and len(runs) > 1:
+        for i, held in enumerate(runs):
+            rest = [r for j, r in enumerate(runs) if j != i]
+            if all(r.overloaded for r in rest):
+                continue
+            fit = stage2(rest, base, overrides, seed, lat1, space, max(8, max_evals // 2), jobs)
+            rep = evaluate([held], base, overrides, seed, fit["latency"], jobs)[0]
+            loro_rows.append({"held_out": held.name, "errors": run_errors(rep)})
+    report = {"latency_model": kind, "runs": [r.name for r in runs], "assumed": assumed,
+              "start": lat0, "stage1": s1, "stage2": {k: v for k, v in s2.items() if k != "latency"},
+              "fitted": lat, "physical_issues": issues,
+              "loss": {"before": loss_of(before), "after": loss_of(after)},
+              "errors": [{"run": r.name, "before": run_errors(b), "after": run_errors(a)}
+                         for r, b, a in zip(runs, before, after)],
+              "leave_one_run_out": loro_rows}
+    scn = _scenario(runs[0], base, overrides, lat, seed)
+    ao = AtomicOutput(Path(out_dir))
+    try:
+        if runs[0].trace_rows is not None:
+            ao.write_text("replay.jsonl", trace_text(replay_rows(runs[0], seed)))
+        ao.write_text("calibrated.yaml", "# written by dsim calibrate; dsim run / dsim cosim --scenario accept it\n"
+                      + yaml.safe_dump(scn, sort_keys=False))
+        ao.write_text("report.json", to_json(report))
+        ao.write_text("report.md", markdown(report))
+    except BaseException:
+        ao.abort()
+        raise
+    report["out_dir"] = str(ao.commit())
+    return report
+
+
+def _scenario(run, base, overrides, lat, seed) -> dict:
+    from .cosim import replay_scenario
+    scn = replay_scenario(run, base, overrides, seed, Path("replay.jsonl") if run.trace_rows is not None else None)
+    scn["latency"] = copy.deepcopy(lat)
+    scn["name"] = f"calibrated-{run.name}"
+    scn.get("output", {}).pop("plots", None)
+    if not scn.get("output"):
+        scn.pop("output", None)
+    return apply_overrides(scn, [])
+
+
+def _pct(x):
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def markdown(rep: dict) -> str:
+    lines = [f"# dsim calibrate: {', '.join(rep['runs'])}", "",
+             f"Latency model `{rep['latency_model']}`; loss (mean |log(sim/real)| over E2E mean, TTFT p50/p90, "
+             f"TPOT p50 of the non-overloaded stages): {rep['loss']['before']:.4f} before, "
+             f"{rep['loss']['after']:.4f} after.", ""]
+    s2 = rep["stage2"]
+    lines += [f"Stage 2: {s2['evaluations']} simulations, {'converged' if s2['converged'] else 'NOT converged'} "
+              f"({s2['reason']}).", ""]
+    if rep["stage1"]:
+        s1 = rep["stage1"]
+        lines += [f"Stage 1: {s1['requests']} decode windows (batch {s1['batch_range'][0]:.1f}-"
+                  f"{s1['batch_range'][1]:.1f}), relative MAPE {s1['mape']:.1%}.", "",
+                  "| parameter | stage 1 | std. error |", "|---|---|---|"]
+        lines += [f"| {k} | {v:.4g} | {s1['stderr'][k]:.2g} |" for k, v in s1["values"].items()]
+        lines.append("")
+    lines += ["| fitted parameter | value | +- (half the final simplex's range) |", "|---|---|---|"]
+    from .calibrate import get_value
+    for k, u in s2["uncertainty"].items():
+        lines.append(f"| {k} | {get_value(rep['fitted'], k):.4g} | {u:.2g} |")
+    lines += ["", "## Errors (sim - real) / real", "", "| run | stage | metric | before | after |",
+              "|---|---|---|---|---|"]
+    for e in rep["errors"]:
+        after = {(s, m): v for s, m, v in e["after"]}
+        for s, m, v in e["before"]:
+            lines.append(f"| {e['run']} | {s} | {m} | {_pct(v)} | {_pct(after.get((s, m)))} |")
+    if rep["leave_one_run_out"]:
+        lines += ["", "## Leave one run out (fitted on the others)", "", "| held out | stage | metric | error |",
+                  "|---|---|---|---|"]
+        for row in rep["leave_one_run_out"]:
+            lines += [f"| {row['held_out']} | {s} | {m} | {_pct(v)} |" for s, m, v in row["errors"]]
+    if any(rep["assumed"].values()):
+        lines += ["", "## Assumed settings", ""]
+        for name, items in rep["assumed"].items():
+            lines += [f"* {name}: {x}" for x in items]
+    return "\n".join(lines) + "\n"
+
+
+def calibrate_cli(args, columns) -> int:
+    from ..config.scenario import read_scenario_file
+    from .realrun import load_real
+    if args.max_evals < 1 or args.jobs < 1:
+        raise ConfigError("--max-evals/--jobs", (args.max_evals, args.jobs), "integers >= 1")
+    base = read_scenario_file(args.scenario) if args.scenario else None
+    runs = []
+    for p in args.real:
+        run = load_real(p, hardware=args.hardware, model=args.model, columns=columns, time_unit=args.time_unit)
+        if args.model:
+            run.scenario["model"] = args.model
+        if args.hardware:
+            run.scenario["hardware"] = args.hardware
+        runs.append(run)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", args.out, "a folder (this is a file)")
+    rep = calibrate(runs, out, base, args.overrides, args.latency_model, args.max_evals, args.jobs, args.seed,
+                    args.allow_nonphysical, not args.no_loro, log=lambda m: print(m, flush=True))
+    print(f"loss {rep['loss']['before']:.4f} -> {rep['loss']['after']:.4f}; "
+          f"{'converged' if rep['stage2']['converged'] else 'NOT converged: ' + rep['stage2']['reason']}")
+    print(f"wrote {rep['out_dir']}/calibrated.yaml, report.md, report.json")
+    return 0
