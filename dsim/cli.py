@@ -9,9 +9,16 @@ import time
 _T0 = time.perf_counter()
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors of every (sub)command become one line and exit 2, like other input errors."""
+
+    def error(self, message):
+        raise _ArgError(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dsim", description="Discrete-event simulator of LLM inference serving")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = _Parser(prog="dsim", description="Discrete-event simulator of LLM inference serving")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one scenario and write its report")
     r.add_argument("scenario")
     r.add_argument("--out", default=None, help="output folder (default: results/<scenario name>)")

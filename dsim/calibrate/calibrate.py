@@ -96,21 +96,26 @@ def stage1(run: RealRun, ctx, lat: dict) -> dict | None:
     weights = (m.layer_weight_bytes(m.experts_per_token if m.is_moe else None)
                + m.lm_head_params * m.bytes_per_param) / tp     # read once per decode step
     mem = (weights + kv_tok * (w.ctx_sum + w.batch)) / d.hbm_bytes_s             # s at peak bandwidth
-    pf = (m.flops_per_token_linear * w.prefill_tokens + m.attn_flops_per_pair * w.prefill_pairs) \
-        / tp / w.steps / d.peak_flops                                             # s per step at peak
+    flops = ((m.flops_per_token_linear + m.flops_lm_head) * w.batch + m.attn_flops_per_pair * w.ctx_sum
+             + (m.flops_per_token_linear * w.prefill_tokens + m.attn_flops_per_pair * w.prefill_pairs) / w.steps)
+    comp = flops / tp / d.peak_flops                                                 # s at peak FLOP/s
     known = np.zeros_like(w.tpot_s)
     if tp > 1:          # the ring all-reduce the roofline adds, per step
         ring = 2.0 * (tp - 1) / tp
         known += 2 * m.num_layers * (d.interconnect_latency_s + ring * w.batch * m.hidden_size
                                      * m.bytes_per_param / d.interconnect_bytes_s)
-    X = np.column_stack([np.ones_like(mem), w.batch, mem, pf])
     y = w.tpot_s - known
+    serial = 1.0 - float(lat.get("overlap", 1.0))
+
+    def model(c):
+        tm, tc = c[2] * mem, c[3] * comp
+        return c[0] + c[1] * w.batch + np.maximum(tm, tc) + serial * np.minimum(tm, tc)
 
     def resid(c):
-        return (X @ c - y) / y
+        return (model(c) - y) / y
     c0 = np.array([2e-4, 1e-5, 1.25, 1.25])
     lo, hi = [0.0, 0.0, 1.0, 1.0], [np.inf, np.inf, 20.0, 20.0]
-    sol = least_squares(resid, c0, loss="huber", f_scale=0.1, bounds=(lo, hi))
+    sol = least_squares(resid, c0, loss="huber", f_scale=0.05, bounds=(lo, hi), x_scale=[1e-3, 1e-5, 1.0, 1.0])
     r = resid(sol.x)
     dof = max(1, len(y) - 4)
     try:

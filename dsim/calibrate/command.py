@@ -65,19 +65,20 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     if kind not in SPACES:
         raise ConfigError("--latency-model", kind, "one of " + ", ".join(SPACES))
     overrides = list(overrides)
+    ctxs = [_context(r, base, overrides) for r in runs]       # every run replayable, or an error first
+    ctx = ctxs[0]
     assumed = {r.name: assumed_settings(r, base, overrides) for r in runs}
     for name, lines in assumed.items():
         for line in lines:
             warn(f"{name}: {line}")
-    ctx = _context(runs[0], base, overrides)
     lat0 = start_latency(kind, ctx)
     if base and isinstance(base.get("latency"), dict) and base["latency"].get("model") == kind:
         lat0 = _merge(lat0, base["latency"])
     before = evaluate(runs, base, overrides, seed, lat0, jobs)
     s1 = None
     lat1 = copy.deepcopy(lat0)
-    for r in runs:
-        s1 = stage1(r, _context(r, base, overrides), lat0)
+    for r, c in zip(runs, ctxs):
+        s1 = stage1(r, c, lat0)
         if s1 is not None:
             from .calibrate import set_value
             for k, v in s1["values"].items():
