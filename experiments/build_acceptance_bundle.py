@@ -4,7 +4,7 @@
                                                         # and docs/acceptance-bundle.md
 
 No real per-iteration profiler logs (seed 002 section 5.4) are available to this project, so the
-logs here are *sampled* from published per-position curves (acceptance/published_curves.yaml): two
+logs here are *sampled* from published per-position curves (dsim/data/acceptance/published_curves.yaml): two
 drafters for Llama-3.1-8B (EAGLE-3 at T=0 and T=1 on MT-bench, and a Llama-3.2-1B-class draft
 model), k in 1..8, context lengths log-uniform in 64..4096.  The bundle therefore learns those
 curves back; the point is the pipeline (`dsim acceptance train / evaluate`, run-time lookups), which
@@ -31,7 +31,7 @@ VERIFIER = "meta-llama/Llama-3.1-8B"
 
 
 def synth_logs(path: Path, n: int, seed: int) -> None:
-    curves = load_curves(ROOT / "acceptance" / "published_curves.yaml")
+    curves = load_curves(ROOT / "dsim" / "data" / "acceptance" / "published_curves.yaml")
     rng = np.random.default_rng(seed)
     with path.open("w") as f:
         for _ in range(n):

@@ -1,4 +1,4 @@
-"""Build acceptance/published_curves.yaml from ../shared/data/acceptance/published_acceptance.csv and
+"""Build dsim/data/acceptance/published_curves.yaml from ../shared/data/acceptance/published_acceptance.csv and
 check that sampled verify steps reproduce each curve's tokens per verify step.
 
     python experiments/build_acceptance_curves.py      # a few seconds
@@ -17,7 +17,7 @@ from dsim.specdec.acceptance import (SPEC_VERSION, curves_from_published, load_c
                                      sample_accepted)
 
 CSV = ROOT.parent / "shared" / "data" / "acceptance" / "published_acceptance.csv"
-OUT = ROOT / "acceptance" / "published_curves.yaml"
+OUT = ROOT / "dsim" / "data" / "acceptance" / "published_curves.yaml"
 
 
 def main():

@@ -10,6 +10,7 @@ Error = weighted absolute percentage error (sum |pred - real| / sum real) per op
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +18,10 @@ import numpy as np
 from sklearn.ensemble import RandomForestRegressor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dsim.latency.vidur import OPS, OperatorModel, _read_csv, data_dir  # noqa: E402
+from dsim.latency.vidur import OPS, OperatorModel, _read_csv  # noqa: E402
+
+# every profile (the package ships only the H100 Llama-2 subset)
+FULL = Path(os.environ.get("DSIM_VIDUR_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "profiling" / "vidur"))
 
 
 def wape(p, y):
@@ -26,7 +30,7 @@ def wape(p, y):
 
 def main():
     held, ext, forest = [], [], []
-    for f in sorted((data_dir() / "compute").glob("*/*/*/mlp.csv")):
+    for f in sorted((FULL / "compute").glob("*/*/*/mlp.csv")):
         rows = _read_csv(f)
         for tp in sorted({int(r["num_tensor_parallel_workers"]) for r in rows}):
             rr = [r for r in rows if int(r["num_tensor_parallel_workers"]) == tp]

@@ -11,7 +11,7 @@ from dsim.specdec.acceptance import (CurveAcceptance, GeometricAcceptance, condi
                                      sample_accepted, tokens_per_step)
 
 ROOT = Path(__file__).resolve().parents[1]
-CURVES = ROOT / "acceptance" / "published_curves.yaml"
+CURVES = ROOT / "dsim" / "data" / "acceptance" / "published_curves.yaml"
 CSV = ROOT.parent / "shared" / "data" / "acceptance" / "published_acceptance.csv"
 
 

@@ -1,6 +1,7 @@
 """Device profiles: datasheet compute, bandwidth, memory and interconnect of one GPU."""
 from __future__ import annotations
 
+from importlib import resources
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -11,7 +12,7 @@ from .errors import ConfigError
 from .fields import Section
 
 GIB = 1 << 30
-PROFILE_DIRS = [Path(__file__).resolve().parents[2] / "device_profiles"]
+PROFILE_DIRS = [Path(str(resources.files("dsim").joinpath("data/device_profiles")))]   # package data
 
 
 @dataclass(frozen=True)
@@ -98,5 +99,5 @@ def resolve_profile(value, path: str, profiles: dict, build, what: str):
 
 
 def load_device(value, path: str = "hardware") -> DeviceProfile:
-    """A profile name from device_profiles/, or an inline mapping with the same keys."""
+    """A profile name from dsim/data/device_profiles/, or an inline mapping with the same keys."""
     return resolve_profile(value, path, _profiles(), _build, "device profile")

@@ -1,6 +1,6 @@
 """Latency lookup tables (seed 002 sections 5.2-5.3): load, validate, interpolate, check, export.
 
-A LUT is a CSV whose rows follow luts/lut_schema.json: the latency of one iteration of a phase
+A LUT is a CSV whose rows follow dsim/data/lut_schema.json: the latency of one iteration of a phase
 (prefill, draft_decode, verify, fused_decode) for ``microbatch`` requests of ``context_len``
 tokens.  Lookups interpolate linearly in log(context_len) (bins are log-spaced) and linearly in
 microbatch; above the largest bin they extend the last segment linearly (latency keeps growing
@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import math
+from importlib import resources
 from bisect import bisect_right
 from collections import defaultdict
 from pathlib import Path
@@ -26,7 +27,7 @@ import numpy as np
 from ..config.errors import ConfigError
 from .base import BatchShape
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "luts" / "lut_schema.json"
+SCHEMA_PATH = Path(str(resources.files("dsim").joinpath("data/lut_schema.json")))   # package data
 PHASES = ("prefill", "draft_decode", "verify", "fused_decode")
 KEY_FIELDS = ("model", "hardware", "tensor_parallel", "pipeline_parallel", "dtype")
 Z95 = 1.6448536269514722

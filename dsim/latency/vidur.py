@@ -23,6 +23,7 @@ import csv
 import hashlib
 import io
 import os
+from importlib import resources
 from functools import lru_cache
 from pathlib import Path
 
@@ -40,7 +41,8 @@ OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
 LAYER_OPS = {op: (2 if op == "add" else 1) for op in OPS if op != "emb"}   # calls per layer
 DEVICE_DIRS = {"H100-SXM": ("h100", "h100_dgx"), "A100-80GB": ("a100", "a100_dgx"),
                "A100-40GB": ("a100", "a100_dgx"), "A40": ("a40", None)}
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "profiling" / "vidur"
+# package data: the H100 Llama-2 subset (data/vidur/PROVENANCE.md); DSIM_VIDUR_DATA names a full copy
+DEFAULT_DATA = Path(str(resources.files("dsim").joinpath("data/vidur")))
 TREE_DEPTH = 6
 
 

@@ -6,6 +6,7 @@ documented in docs/specdec.md.
 """
 from __future__ import annotations
 
+from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from .acceptance import GeometricAcceptance, load_curves
 from .devices import load_draft_profile
 
 MODES = ("off", "fused", "distributed", "hybrid")
-SHIPPED_CURVES = Path(__file__).resolve().parents[2] / "acceptance" / "published_curves.yaml"
+SHIPPED_CURVES = Path(str(resources.files("dsim").joinpath("data/acceptance/published_curves.yaml")))   # package data
 DEFAULT_CURVE = "draft-model-llama-3.1-8b-instruct-cnn-dm-gsm8k-humaneval-held-out"
 POLICIES = ("static", "acceptance_backoff", "specpp", "latency_head", "backpressure", "pid", "bandit")
 PER_TARGET = ("latency_head", "backpressure", "pid", "bandit")   # one controller per target replica
@@ -111,7 +112,7 @@ def _acceptance(raw, path: str, base_dir):
     curves = load_curves(p)
     if name not in curves:
         raise ConfigError(s.sub("curve"), name, f"a curve of {p.name} ({', '.join(sorted(curves)[:6])}, ...)")
-    return curves[name], {"model": "curve", "curve": name, "file": str(f or "acceptance/published_curves.yaml")}
+    return curves[name], {"model": "curve", "curve": name, "file": str(f or "dsim/data/acceptance/published_curves.yaml")}
 
 
 def _think(raw, path: str) -> tuple:
