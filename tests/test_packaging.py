@@ -1,5 +1,6 @@
 """A regular (non-editable) install finds its package data: build a wheel, install it into a fresh
 venv, run the quickstart from another folder."""
+import shutil
 import subprocess
 import sys
 import venv
@@ -9,9 +10,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
+    src = tmp_path / "src"          # a clean copy: no stale build/ or egg-info can hide a missing file
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "tests",
+                                                             "experiments", "docs", "__pycache__", ".*"))
     whl = tmp_path / "whl"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "-w", str(whl), str(ROOT)], check=True, cwd=tmp_path)
+                    "-w", str(whl), str(src)], check=True, cwd=tmp_path)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
