@@ -25,10 +25,9 @@ def _step(latency: dict, engine: dict, b: BatchShape) -> float:
     return step.step_time(b)
 
 
-def _gpu(b, tp=1):
-    e = load_engine({"tensor_parallel_size": tp})
-    return _step({"model": "roofline", "host": {"step_us": 0, "per_seq_us": 0, "eager_layer_us": 0}},
-                 {"tensor_parallel_size": tp}, b) if e else None
+def _gpu(b):
+    """The roofline's GPU time alone (every host cost overridden to 0)."""
+    return _step({"model": "roofline", "host": {"step_us": 0, "per_seq_us": 0, "eager_layer_us": 0}}, {}, b)
 
 
 DEC = BatchShape(decode_tokens=32, decode_ctx_sum=32 * 500, num_sampled=32, running=32)
@@ -41,12 +40,12 @@ def test_each_preset_adds_its_host_costs_by_hand(version):
     h = g.host
     eng = {"vllm_version": version, "enable_chunked_prefill": True, "max_num_batched_tokens": 8192} \
         if version else {}
-    # decode step of 32: step + 32 x per-sequence (+ launch gaps when not graph-captured)
-    gaps = h.eager_layer_us * 32 if (not g.cuda_graphs or 32 > h.cudagraph_max_tokens) else 0.0
+    # decode step of 32: step + 32 x per-sequence (+ launch gaps x 32 layers without CUDA graphs)
+    gaps = 0.0 if g.cuda_graphs else h.eager_layer_us * 32
     want = _gpu(DEC) + (h.step_us + 32 * h.per_seq_us + gaps) * 1e-6
     assert _step({"model": "roofline"}, eng, DEC) == pytest.approx(want, rel=1e-12)
-    # a 1024-token prefill is above every generation's CUDA-graph limit: it pays the launch gaps
-    want = _gpu(BIG) + (h.step_us + h.per_seq_us + h.per_prefill_us + h.eager_layer_us * 32) * 1e-6
+    # a 1024-token prefill is captured by no generation, but its kernels outlast their launches: no gaps
+    want = _gpu(BIG) + (h.step_us + h.per_seq_us + h.per_prefill_us) * 1e-6
     assert _step({"model": "roofline"}, eng, BIG) == pytest.approx(want, rel=1e-12)
 
 
@@ -63,9 +62,17 @@ def test_generations_cover_versions_in_order_and_v0_defaults():
 
 
 def test_enforce_eager_and_overrides():
-    base = _step({"model": "roofline", "host": {"eager_layer_us": 40}}, {}, DEC)
-    eager = _step({"model": "roofline", "host": {"eager_layer_us": 40}}, {"enforce_eager": True}, DEC)
-    assert eager - base == pytest.approx(40 * 32 * 1e-6, rel=1e-9)
+    base = _step({"model": "roofline"}, {}, DEC)
+    eager = _step({"model": "roofline"}, {"enforce_eager": True}, DEC)
+    assert generation_for(None).host.eager_layer_us > 0
+    assert eager - base == pytest.approx(generation_for(None).host.eager_layer_us * 32 * 1e-6, rel=1e-9)
+    # V0 captures decode-only steps: a 300-token mixed step runs eagerly and pays the gaps
+    mixed = BatchShape(prefill_tokens=268, num_prefill=1, prefill_attn_pairs=268 * 269 // 2, decode_tokens=32,
+                       decode_ctx_sum=32 * 500, num_sampled=33)
+    v0 = {"vllm_version": "0.4.0", "enable_chunked_prefill": True}
+    h = generation_for("0.4.0").host
+    assert _step({"model": "roofline"}, v0, mixed) == pytest.approx(
+        _gpu(mixed) + (h.step_us + 33 * h.per_seq_us + h.eager_layer_us * 32) * 1e-6, rel=1e-12)
     over = _step({"model": "roofline", "host": {"step_us": 3000, "per_seq_us": 100}}, {}, DEC)
     assert over == pytest.approx(_gpu(DEC) + (3000 + 3200) * 1e-6, rel=1e-12)
     with pytest.raises(ConfigError, match="latency.host.step_us"):
@@ -85,6 +92,10 @@ def test_fitted_models_pay_only_the_generation_difference():
     want = now + (old.step_us - cur.step_us + 32 * (old.per_seq_us - cur.per_seq_us)) * 1e-6
     assert step.step_time(DEC) == pytest.approx(want, rel=1e-12)
     assert step.gpu.step_time(DEC) == pytest.approx(now, rel=1e-12)
+    # launch gaps are not in the fitted coefficients (their engine captured small steps): paid in full
+    eager = load_engine({"enforce_eager": True})
+    step, _, _ = build_latency(u5, LatencyContext(L8, H100, eager, 10000))
+    assert step.step_time(DEC) - now == pytest.approx(cur.eager_layer_us * 32 * 1e-6, rel=1e-9)
 
 
 def test_v0_preset_reproduces_measured_cpu_overheads():

@@ -124,7 +124,7 @@ def stage1(run: RealRun, ctx, lat: dict) -> dict | None:
     except np.linalg.LinAlgError:
         se = np.full(4, np.nan)
     c = sol.x
-    return {"requests": int(len(y)), "mape": float(np.mean(np.abs(r))),
+    return {"requests": int(len(y)), "mape": float(np.mean(np.abs(r))), "used": True,
             "values": {"host.step_us": c[0] * 1e6, "host.per_seq_us": c[1] * 1e6,
                        "memory_efficiency": 1.0 / c[2], "compute_efficiency": 1.0 / c[3]},
             "stderr": {"host.step_us": se[0] * 1e6, "host.per_seq_us": se[1] * 1e6,

@@ -15,8 +15,9 @@ import yaml
 
 from ..config.errors import ConfigError
 from ..config.scenario import apply_overrides
-from .calibrate import (SPACES, evaluate, loss_of, physical_issues, run_errors, stage1, stage2,
-                        start_latency)
+from .calibrate import (SPACES, evaluate, get_value, loss_of, physical_issues, run_errors, set_value, stage1,
+                        stage2, start_latency)
+from ..metrics.writers import AtomicOutput, to_json
 from .cosim import _merge, replay_rows, trace_text
 
 
@@ -60,12 +61,35 @@ def _context(run, base, overrides):
 def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals=40, jobs=1, seed=42,
               allow_nonphysical=False, loro=True, log=print, warn=None) -> dict:
     """Fit ``kind`` on ``runs`` (RealRun list) and write the calibrated scenario and report."""
-    from ..metrics.writers import AtomicOutput, to_json
     warn = warn or (lambda m: print(f"dsim: warning: {m}", file=sys.stderr))
     if kind not in SPACES:
         raise ConfigError("--latency-model", kind, "one of " + ", ".join(SPACES))
     overrides = list(overrides)
+    # --set latency.* shapes the starting point (the fit replaces the replay's latency section)
+    lat_sets = [o for o in overrides if o.strip().startswith("latency.")]
+    overrides = [o for o in overrides if o not in lat_sets]
     ctxs = [_context(r, base, overrides) for r in runs]       # every run replayable, or an error first
+    ao = AtomicOutput(Path(out_dir))                          # an unwritable --out fails before any simulation
+    try:
+        report = _fit(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical,
+                      loro, log, warn)
+        scn = _scenario(runs[0], base, overrides, report["fitted"], seed)
+        if runs[0].trace_rows is not None:
+            ao.write_text("replay.jsonl", trace_text(replay_rows(runs[0], seed)))
+        ao.write_text("calibrated.yaml", "# written by dsim calibrate; dsim run / dsim cosim --scenario accept it\n"
+                      + yaml.safe_dump(scn, sort_keys=False))
+        ao.write_text("report.json", to_json(report))
+        ao.write_text("report.md", markdown(report))
+    except BaseException:
+        ao.abort()
+        raise
+    report["out_dir"] = str(ao.commit())
+    return report
+
+
+def _fit(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical, loro, log,
+         warn) -> dict:
+    """Stages 1 and 2, the physical check and the errors before/after (no files)."""
     ctx = ctxs[0]
     assumed = {r.name: assumed_settings(r, base, overrides) for r in runs}
     for name, lines in assumed.items():
@@ -74,13 +98,17 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     lat0 = start_latency(kind, ctx)
     if base and isinstance(base.get("latency"), dict) and base["latency"].get("model") == kind:
         lat0 = _merge(lat0, base["latency"])
+    if lat_sets:
+        lat0 = apply_overrides({"latency": lat0}, lat_sets)["latency"]
+        if lat0.get("model") != kind:
+            raise ConfigError("--set latency.model", lat0.get("model"), f"the --latency-model being fitted ({kind})")
+        physical_issues(lat0, ctx)          # builds the model: a bad key or value is an error here
     before = evaluate(runs, base, overrides, seed, lat0, jobs)
     s1 = None
     lat1 = copy.deepcopy(lat0)
     for r, c in zip(runs, ctxs):
         s1 = stage1(r, c, lat0)
         if s1 is not None:
-            from .calibrate import set_value
             for k, v in s1["values"].items():
                 set_value(lat1, k, min(max(v, 0.0), 1.0) if k.endswith("efficiency") else v)
             log(f"stage 1 ({r.name}): {s1['requests']} decode windows, relative MAPE {s1['mape']:.1%}: "
@@ -90,6 +118,10 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     if all(r.meta.get("clock") == "engine" for r in runs):
         # engine-side timestamps carry no API-server time: a0 is not observable, keep the default
         space = tuple(p for p in space if p.name != "alpha.0")
+    if s1 is not None and loss_of(evaluate(runs, base, overrides, seed, lat1, jobs)) > loss_of(before):
+        log("stage 1's values fit the metrics worse than the defaults: stage 2 starts from the defaults")
+        s1["used"] = False
+        lat1 = copy.deepcopy(lat0)
     s2 = stage2(runs, base, overrides, seed, lat1, space, max_evals, jobs, log)
     lat = s2["latency"]
     issues = physical_issues(lat, ctx)
@@ -114,19 +146,6 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
               "errors": [{"run": r.name, "before": run_errors(b), "after": run_errors(a)}
                          for r, b, a in zip(runs, before, after)],
               "leave_one_run_out": loro_rows}
-    scn = _scenario(runs[0], base, overrides, lat, seed)
-    ao = AtomicOutput(Path(out_dir))
-    try:
-        if runs[0].trace_rows is not None:
-            ao.write_text("replay.jsonl", trace_text(replay_rows(runs[0], seed)))
-        ao.write_text("calibrated.yaml", "# written by dsim calibrate; dsim run / dsim cosim --scenario accept it\n"
-                      + yaml.safe_dump(scn, sort_keys=False))
-        ao.write_text("report.json", to_json(report))
-        ao.write_text("report.md", markdown(report))
-    except BaseException:
-        ao.abort()
-        raise
-    report["out_dir"] = str(ao.commit())
     return report
 
 
@@ -138,7 +157,7 @@ def _scenario(run, base, overrides, lat, seed) -> dict:
     scn.get("output", {}).pop("plots", None)
     if not scn.get("output"):
         scn.pop("output", None)
-    return apply_overrides(scn, [])
+    return scn
 
 
 def _pct(x):
@@ -161,7 +180,6 @@ def markdown(rep: dict) -> str:
         lines += [f"| {k} | {v:.4g} | {s1['stderr'][k]:.2g} |" for k, v in s1["values"].items()]
         lines.append("")
     lines += ["| fitted parameter | value | +- (half the final simplex's range) |", "|---|---|---|"]
-    from .calibrate import get_value
     for k, u in s2["uncertainty"].items():
         lines.append(f"| {k} | {get_value(rep['fitted'], k):.4g} | {u:.2g} |")
     lines += ["", "## Errors (sim - real) / real", "", "| run | stage | metric | before | after |",
@@ -196,10 +214,7 @@ def calibrate_cli(args, columns) -> int:
         if args.hardware:
             run.scenario["hardware"] = args.hardware
         runs.append(run)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError("--out", args.out, "a folder (this is a file)")
-    rep = calibrate(runs, out, base, args.overrides, args.latency_model, args.max_evals, args.jobs, args.seed,
+    rep = calibrate(runs, Path(args.out), base, args.overrides, args.latency_model, args.max_evals, args.jobs, args.seed,
                     args.allow_nonphysical, not args.no_loro, log=lambda m: print(m, flush=True))
     print(f"loss {rep['loss']['before']:.4f} -> {rep['loss']['after']:.4f}; "
           f"{'converged' if rep['stage2']['converged'] else 'NOT converged: ' + rep['stage2']['reason']}")

@@ -15,10 +15,6 @@ import yaml
 
 from .errors import ConfigError
 
-HOST_KEYS = ("step_us", "per_seq_us", "per_prefill_us", "per_worker_us", "eager_layer_us",
-             "cudagraph_max_tokens", "cudagraph_decode_only")
-
-
 @dataclass(frozen=True)
 class HostCosts:
     """Host costs of one engine generation, microseconds (see the YAML's header)."""
@@ -31,9 +27,10 @@ class HostCosts:
     cudagraph_decode_only: bool = False
 
     def minus(self, ref: "HostCosts") -> "HostCosts":
-        """The additive costs of self beyond ref (graph settings stay self's)."""
+        """The per-step costs of self beyond ref's.  Launch gaps are not subtracted: they are paid
+        only on steps a graph does not capture, and the reference captured them."""
         return replace(self, **{k: getattr(self, k) - getattr(ref, k) for k in
-                                ("step_us", "per_seq_us", "per_prefill_us", "per_worker_us", "eager_layer_us")})
+                                ("step_us", "per_seq_us", "per_prefill_us", "per_worker_us")})
 
     @property
     def is_zero(self) -> bool:
@@ -91,7 +88,6 @@ def generation_for(version, path: str = "engine.vllm_version") -> Generation:
         if g.since <= v and (g.before is None or v < g.before):
             return g
     raise ConfigError(path, version, f"a vLLM version >= {'.'.join(map(str, gens[0].since))}")
-
 
 
 def by_name(name: str) -> Generation:

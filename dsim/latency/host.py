@@ -18,6 +18,10 @@ from dataclasses import replace
 from ..config.generations import Generation, HostCosts, by_name
 from .base import BatchShape
 
+# kernels of a step with more tokens than this outlast their launch, so the CPU issuing the next
+# one hides the gap even without a CUDA graph (vLLM captures up to 512 tokens for the same reason)
+LAUNCH_BOUND_TOKENS = 512
+
 # generation each end-to-end fitted model's coefficients were measured on (their host costs are inside)
 FITTED_ON = {"unified5": "v1", "physics": "v1", "blackbox": "v1", "calibrated_tps": "v1"}
 
@@ -31,6 +35,8 @@ def resolve_host(gen: Generation, overrides: dict, model_kind: str, enforce_eage
     ref = FITTED_ON.get(model_kind)
     if ref is not None:
         costs = costs.minus(by_name(ref).host)
+    if costs.cudagraph_max_tokens >= LAUNCH_BOUND_TOKENS and not costs.cudagraph_decode_only:
+        costs = replace(costs, eager_layer_us=0.0)      # every step that could show gaps is captured
     return costs
 
 
@@ -38,8 +44,9 @@ class HostStepModel:
     """A latency model's GPU time plus the engine's host time per step.
 
     host = step + per_seq x requests + per_prefill x prefilling requests + per_worker x (TP - 1)
-    (+ eager_layer x layers when the step is not replayed from a CUDA graph).  Steps are serial in
-    the engines modelled (no overlap of one step's host work with the previous step's kernels).
+    (+ eager_layer x layers when a step of at most LAUNCH_BOUND_TOKENS tokens is not replayed
+    from a CUDA graph).  Steps are serial in the engines modelled (no overlap of one step's host
+    work with the previous step's kernels).
     """
 
     def __init__(self, gpu, costs: HostCosts, num_layers: int, tp: int):
@@ -62,7 +69,7 @@ class HostStepModel:
         t = self._fixed + self._seq * (b.num_prefill + b.decode_tokens) + self._pre * b.num_prefill
         if self._eager:
             tokens = b.prefill_tokens + b.decode_tokens
-            if tokens > self._graph_max or (self._decode_only and b.prefill_tokens):
+            if tokens <= LAUNCH_BOUND_TOKENS and (tokens > self._graph_max or (self._decode_only and b.prefill_tokens)):
                 t += self._eager
         return t
 

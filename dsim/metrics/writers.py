@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..config.errors import ConfigError
 from ..core.request import STATE_NAMES
 
 COLUMNS = ("request_id", "label", "state", "arrival_s", "queued_s", "scheduled_s", "first_token_s",
@@ -48,8 +49,14 @@ class AtomicOutput:
 
     def __init__(self, out: Path):
         self.out = Path(out)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        if self.out.exists() and not self.out.is_dir():
+            raise ConfigError(str(out), None, "an output folder (this is a file)", show_value=False)
+        try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        except OSError as e:
+            raise ConfigError(str(out), None, f"an output folder that can be written ({e.strerror})",
+                              show_value=False) from None
 
     def path(self, rel: str) -> Path:
         p = self.tmp / rel
