@@ -51,6 +51,7 @@ class HostStepModel:
 
     def __init__(self, gpu, costs: HostCosts, num_layers: int, tp: int):
         self.gpu = gpu
+        self._gpu_step = gpu.step_time
         self.name = getattr(gpu, "name", "model")
         self.costs = costs
         self._fixed = (costs.step_us + costs.per_worker_us * (tp - 1)) * 1e-6
@@ -61,7 +62,7 @@ class HostStepModel:
         self._decode_only = costs.cudagraph_decode_only
 
     def __getattr__(self, item):          # energy_mj, basis, ... of the wrapped model
-        if item == "gpu":
+        if item in ("gpu", "_gpu_step"):
             raise AttributeError(item)
         return getattr(self.gpu, item)
 
@@ -74,8 +75,11 @@ class HostStepModel:
         return t
 
     def step_time(self, b: BatchShape) -> float:
-        t = self.gpu.step_time(b)
-        if b.prefill_tokens + b.decode_tokens == 0:
-            return t
-        t += self.host_time(b)
+        if not (b.prefill_tokens or b.decode_tokens):
+            return self._gpu_step(b)
+        if self._eager:
+            t = self._gpu_step(b) + self.host_time(b)
+        else:       # the common case, inlined: this runs once per simulated step
+            t = (self._gpu_step(b) + self._fixed + self._seq * (b.num_prefill + b.decode_tokens)
+                 + self._pre * b.num_prefill)
         return t if t > 1e-9 else 1e-9
