@@ -11,7 +11,7 @@ from dsim.workload.arrivals import generate_arrivals
 from dsim.workload.generator import build_requests
 from dsim.workload.lengths import sample_lengths
 
-AZURE = Path(__file__).resolve().parents[2] / "shared/data/traces/azure-llm-2023/AzureLLMInferenceTrace_code.csv"
+AZURE = Path(__file__).resolve().parents[1] / "scenarios/data/azure-llm-2023/AzureLLMInferenceTrace_code.csv"
 
 
 def arrivals(**kw):
