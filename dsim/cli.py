@@ -21,13 +21,16 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one scenario and write its report")
     r.add_argument("scenario")
-    r.add_argument("--out", default=None, help="output folder (default: results/<scenario name>)")
-    r.add_argument("--seed", type=int, default=None)
+    r.add_argument("--out", default=None, help="output folder (default: results/<scenario name>-<8 hex digits "
+                   "of the resolved scenario's hash>, so runs with different --set never overwrite each other)")
+    r.add_argument("--seed", type=int, default=None, help="master seed (replaces the scenario's seed:)")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. --set engine.max_num_seqs=128 (repeatable)")
     r.add_argument("--check-invariants", action="store_true", help="check invariants after every step")
     r.add_argument("--quiet", action="store_true", help="no progress bar, no summary on stdout")
-    r.add_argument("--no-plots", action="store_true")
+    r.add_argument("--no-plots", action="store_true", help="do not write plots/*.png (faster)")
+    r.add_argument("--resolve", action="store_true",
+                   help="print the scenario after --set/--seed as YAML and the output folder; do not run")
     r.add_argument("--emit-vllm-traces", action="store_true",
                    help="also write vllm_traces.otlp.jsonl: vLLM's journey, step and request-snapshot streams")
     r.add_argument("--trace-step-rate", type=float, default=1.0, help="share of steps traced (default 1)")
@@ -35,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="share of traced steps with per-request snapshots (default 1)")
     v = sub.add_parser("validate", help="check a scenario without running it")
     v.add_argument("scenario")
-    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key before checking it (repeatable)")
     b = sub.add_parser("bench", help="simulated requests per wall-second on the fixed benchmark")
     b.add_argument("--requests", type=int, default=None)
     b.add_argument("--replicas", type=int, default=1, help="replicas behind a router (load 20 req/s each)")
@@ -287,11 +291,18 @@ def main(argv=None) -> int:
                                  f" ({p.role}, {p.kv_blocks} KV blocks)" for p in pools)
             else:
                 what = f"{scn.model.name} on {scn.device.name}, {pools[0].kv_blocks} KV blocks"
+            from .metrics.console import workload_line
             print(f"ok: {scn.name} ({what}, {len(ses.reqs)} requests)")
+            print(workload_line(ses.reqs))
             return 0
-        from .runner import run
+        from .runner import default_out_dir, run
         scn = load_scenario(args.scenario, args.overrides, args.seed)
-        out = args.out or f"results/{scn.name}"
+        out = args.out or default_out_dir(scn)
+        if args.resolve:
+            import yaml
+            print(yaml.safe_dump(scn.raw, sort_keys=False, default_flow_style=None).rstrip())
+            print(f"# report would be written to {out}")
+            return 0
         traces = None
         if args.emit_vllm_traces:
             for flag, v in (("--trace-step-rate", args.trace_step_rate), ("--trace-rich-rate", args.trace_rich_rate)):
@@ -301,14 +312,8 @@ def main(argv=None) -> int:
         res = run(scn, out, check_invariants=args.check_invariants, progress=not args.quiet,
                   plots=False if args.no_plots else None, vllm_traces=traces)
         if not args.quiet:
-            s = res.summary
-            lat = s["latency_ms"]
-            print(f"{scn.name}: {s['requests']['completed']}/{s['requests']['submitted']} requests completed, "
-                  f"{s['throughput']['requests_per_s']:.2f} req/s, {s['throughput']['output_tokens_per_s']:.0f} tok/s")
-            for k in ("ttft", "tpot", "e2e"):
-                if lat[k].get("count"):
-                    print(f"  {k.upper():5s} ms  mean {lat[k]['mean']:9.2f}  p50 {lat[k]['p50']:9.2f}  "
-                          f"p99 {lat[k]['p99']:9.2f}")
+            from .metrics.console import summary_lines
+            print("\n".join(summary_lines(scn.name, res.summary)))
             print(f"report: {res.out_dir}")
         return 0
     except (ConfigError, _ArgError) as e:

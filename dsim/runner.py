@@ -13,9 +13,10 @@ from .config.scenario import Scenario, load_scenario
 from .cluster.control import build_controllers, run_controller
 from .cluster.fleet import Fleet
 from .core.simulation import Simulation
+from .metrics.provenance import software_versions
 from .metrics import plots as plots_mod
 from .metrics.summary import request_latencies, summarize
-from .metrics.writers import AtomicOutput, requests_csv, to_json
+from .metrics.writers import COLUMNS, AtomicOutput, request_rows, requests_csv, to_json
 from .serving.instance import Instance
 from .workload.generator import build_requests
 
@@ -47,6 +48,20 @@ class Result:
 
     def latencies(self) -> dict:
         return request_latencies(self.requests)
+
+    @property
+    def metrics(self) -> dict:
+        """Headline numbers under `vllm bench serve`'s names (``mean_ttft_ms``, ``p99_e2el_ms``, ...)."""
+        return self.summary["metrics"]
+
+    def to_pandas(self):
+        """One row per request with requests.csv's columns (missing values are NaN); needs pandas."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Result.to_pandas needs pandas: pip install 'dsim[pandas]'") from None
+        return pd.DataFrame([dict(zip(COLUMNS, row)) for row in request_rows(self.requests, raw=True)],
+                            columns=list(COLUMNS))
 
 
 class _Progress:
@@ -197,14 +212,28 @@ def _final_invariants(fleet: Fleet, horizon, drain) -> None:
 
 def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: bool = False,
         progress: bool = False, plots: bool | None = None, controllers=(), vllm_traces=None) -> Result:
-    """Run a scenario (path, mapping or Scenario) and optionally write its report to ``out_dir``.
-    ``controllers``: extra ``dsim.Controller`` objects run alongside the scenario's own.
-    ``vllm_traces``: True or {step_rate, rich_rate} to record vLLM's tracing streams
-    (written as ``vllm_traces.otlp.jsonl`` in the report; ``Result.write_vllm_traces(path)``)."""
+    """Run a scenario and return its Result; write the report to ``out_dir`` when given.
+
+    scenario: a YAML/JSON path, a mapping with the same keys, or a loaded ``dsim.load_scenario(...)``.
+    overrides: ``["workload.rate=40", "engine.max_num_seqs=64"]``, as ``dsim run --set``.
+    seed: replaces the scenario's seed.
+    check_invariants: check scheduler/KV invariants after every step (slow; for debugging).
+    progress: a progress meter on stderr (only when it is a terminal).
+    plots: write plots/*.png (default: the scenario's ``output.plots``).
+    controllers: extra ``dsim.Controller`` objects run alongside the scenario's own.
+    vllm_traces: True or {step_rate, rich_rate} to record vLLM's tracing streams
+    (written as ``vllm_traces.otlp.jsonl`` in the report; ``Result.write_vllm_traces(path)``).
+    """
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
     traces = {} if vllm_traces is True else (vllm_traces or None)
     ses = simulate(scn, check_invariants, progress, controllers, traces)
     return finish(ses, out_dir, plots)
+
+
+def default_out_dir(scn: Scenario) -> str:
+    """results/<name>-<hash>: one folder per resolved scenario, so different overrides never collide
+    and re-running the same scenario replaces its own report."""
+    return f"results/{scn.name}-{scn.digest[:8]}"
 
 
 def finish(ses: Session, out_dir=None, plots: bool | None = None) -> Result:
@@ -230,6 +259,9 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None) -> Result:
         "latency": desc["latency"],
         "workload": desc["workload"],
         "python": platform.python_version(),
+        "versions": software_versions(),
+        "overrides": list(scn.overrides),
+        "resolved_scenario": scn.raw,
     }
     if scn.spec is not None:
         manifest["speculation"] = {"mode": scn.spec.mode, "drafter": scn.spec.drafter.name,

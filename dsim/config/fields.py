@@ -1,6 +1,7 @@
 """Small typed readers for scenario mappings; every failure is a path-qualified ConfigError."""
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any, Iterable
 
@@ -70,8 +71,15 @@ class Section:
         extra = sorted(set(self.data) - self._seen, key=str)
         if extra:
             k = extra[0]
-            known = ", ".join(sorted(self._seen)) or "(none)"
-            raise ConfigError(self.sub(str(k)), self.data[k], f"no such key (known keys here: {known})")
+            raise ConfigError(self.sub(str(k)), None, unknown_key_hint(str(k), self._seen), show_value=False)
+
+
+def unknown_key_hint(key: str, known) -> str:
+    """"unknown key; did you mean 'workload'? (known keys here: ...)" for a key nobody reads."""
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key{hint} (known keys here: {', '.join(known) or '(none)'})"
 
 
 def check_number(v: Any, path: str, *, lo=None, hi=None, lo_open=False, integer=False):

@@ -53,6 +53,21 @@ _LEARNED_POSITIONS = {"opt": 2, "gpt2": 0, "gpt_bigcode": 0}   # model type -> p
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1, "int8": 1}
 
 
+def catalog_stem(name: str) -> str | None:
+    """The catalogue file for a HuggingFace name, case-insensitively; a base model resolves to its
+    instruct variant's config (same architecture: only the weights differ)."""
+    aliases = {k.lower(): v for k, v in ALIASES.items()}
+    stems = {s.lower(): s for s in catalog_names()}
+    key = name.strip().lower()
+    for cand in (key, key.split("/")[-1]):
+        for c in (cand, cand + "-instruct"):
+            if c in aliases:
+                return aliases[c]
+            if c in stems:
+                return stems[c]
+    return None
+
+
 def catalog_names() -> list[str]:
     return sorted(p.stem for p in CATALOG_DIR.glob("*.json"))
 
@@ -322,13 +337,15 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
 def load_model(value, path: str = "model", base_dir: Path | None = None) -> ModelSpec:
     """Resolve the scenario's ``model`` key: a catalogue name or ``{config: path/to/config.json}``."""
     if isinstance(value, str):
-        stem = ALIASES.get(value, value)
+        stem = catalog_stem(value)
+        if stem is None:
+            import difflib
+            names = sorted(ALIASES)
+            close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(path, value, "a catalogue model (" + ", ".join(names)
+                              + ") or {config: path/to/config.json}" + hint)
         f = CATALOG_DIR / f"{stem}.json"
-        if not f.is_file():
-            f = CATALOG_DIR / f"{stem.split('/')[-1].lower()}.json"
-        if not f.is_file():
-            raise ConfigError(path, value, "a catalogue model (" + ", ".join(catalog_names())
-                              + ") or {config: path/to/config.json}")
         return model_from_hf(json.loads(f.read_text()), name=value, path=path, source=f"catalog:{f.stem}")
     if isinstance(value, dict):
         unknown = set(value) - {"config", "name"}

@@ -13,7 +13,7 @@ import yaml
 from .cluster import FleetSpec, check_tp, load_fleet, single_pool
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
-from .fields import Section
+from .fields import Section, check_number, unknown_key_hint
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
 
@@ -41,6 +41,8 @@ class Scenario:
     fleet: FleetSpec | None = None
     slo_tvt_ms: float | None = None
     spec: object = None              # dsim.specdec.config.SpecConfig when speculation is configured
+    percentiles: tuple = (50, 90, 95, 99)   # output.percentiles: reported in summary.json
+    overrides: tuple = ()            # the --set strings applied to the file (recorded in manifest.json)
 
     @property
     def digest(self) -> str:
@@ -115,6 +117,9 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     data = apply_overrides(data, overrides)
     if seed is not None:
         data["seed"] = seed
+    for key in data:                       # a typo at the top is named before anything it hides
+        if key not in TOP_KEYS:
+            raise ConfigError(str(key), None, unknown_key_hint(str(key), TOP_KEYS), show_value=False)
     s = Section(data, "")
     sd = s.int("seed", 0, lo=0)
     name = s.str("name", Path(shown).stem if shown != "<dict>" else "scenario")
@@ -141,6 +146,7 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     out = s.section("output", {})
     plots = out.bool("plots", True)
     timeline = out.bool("timeline", False)
+    pcts = _percentiles(out.raw("percentiles", [50, 90, 95, 99]), out.sub("percentiles"))
     out.done()
     s.raw("network", None)                # validated when the run is built (dsim.network)
     spec = None
@@ -153,4 +159,12 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     s.done()
     return Scenario(raw=data, base_dir=base_dir, seed=sd, name=name, model=model, device=device,
                     engine=engine, slo_ttft_ms=ttft, slo_tpot_ms=tpot, horizon_s=horizon, drain=drain,
-                    plots=plots, timeline=timeline, source=shown, fleet=fleet, slo_tvt_ms=tvt, spec=spec)
+                    plots=plots, timeline=timeline, source=shown, fleet=fleet, slo_tvt_ms=tvt, spec=spec,
+                    percentiles=pcts, overrides=tuple(overrides or ()))
+
+
+def _percentiles(v, path: str) -> tuple:
+    if not isinstance(v, list) or not v:
+        raise ConfigError(path, v, "a non-empty list of percentiles in (0, 100], e.g. [50, 99, 99.9]")
+    out = [check_number(x, f"{path}[{i}]", lo=0, hi=100, lo_open=True) for i, x in enumerate(v)]
+    return tuple(sorted(set(out)))

@@ -8,19 +8,24 @@ from ..core.request import PENDING
 PCTS = (50, 90, 95, 99)
 
 
-def stats(values) -> dict:
+def _pkey(p) -> str:
+    """'p99', 'p99.9': the percentile's name as vLLM's benchmark writes it."""
+    return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+
+
+def stats(values, pcts=PCTS) -> dict:
     a = np.asarray(values, dtype=float)
     if a.size == 0:
         return {"count": 0}
-    out = {"count": int(a.size), "mean": float(a.mean())}
-    for p, v in zip(PCTS, np.percentile(a, PCTS)):
-        out[f"p{p}"] = float(v)
+    out = {"count": int(a.size), "mean": float(a.mean()), "std": float(a.std()), "min": float(a.min())}
+    for p, v in zip(pcts, np.percentile(a, pcts)):
+        out[_pkey(p)] = float(v)
     out["max"] = float(a.max())
     return out
 
 
-def weighted_stats(values, weights) -> dict:
-    """Percentiles of a distribution given as (value, multiplicity) pairs (inverted CDF)."""
+def weighted_stats(values, weights, pcts=PCTS) -> dict:
+    """Statistics of a distribution given as (value, multiplicity) pairs (percentiles: inverted CDF)."""
     v = np.asarray(values, dtype=float)
     w = np.asarray(weights, dtype=float)
     keep = w > 0
@@ -31,11 +36,40 @@ def weighted_stats(values, weights) -> dict:
     v, w = v[order], w[order]
     cw = np.cumsum(w)
     total = cw[-1]
-    out = {"count": int(total), "mean": float((v * w).sum() / total)}
-    for p in PCTS:
+    mean = float((v * w).sum() / total)
+    out = {"count": int(total), "mean": mean, "std": float(np.sqrt(max(0.0, ((v - mean) ** 2 * w).sum() / total))),
+           "min": float(v[0])}
+    for p in pcts:
         i = int(np.searchsorted(cw, p / 100.0 * total, side="left"))
-        out[f"p{p}"] = float(v[min(i, v.size - 1)])
+        out[_pkey(p)] = float(v[min(i, v.size - 1)])
     out["max"] = float(v[-1])
+    return out
+
+
+# vLLM's `vllm bench serve` result names for our nested latency sections
+VLLM_NAMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
+
+
+def flat_metrics(summary: dict, pcts) -> dict:
+    """The summary's headline numbers under the names `vllm bench serve` writes in its result JSON
+    (``mean_ttft_ms``, ``median_ttft_ms``, ``std_ttft_ms``, ``p99_ttft_ms``, ... ``e2el``), so a
+    simulated run and a benchmarked one can be compared key by key."""
+    thr, req = summary["throughput"], summary["requests"]
+    out = {"completed": req["completed"], "duration": thr["duration_s"],
+           "total_input_tokens": thr["input_tokens"], "total_output_tokens": thr["output_tokens"],
+           "request_throughput": thr["requests_per_s"], "output_throughput": thr["output_tokens_per_s"],
+           "total_token_throughput": thr["input_tokens_per_s"] + thr["output_tokens_per_s"]}
+    if "goodput" in summary:
+        out["request_goodput"] = summary["goodput"]["requests_per_s"]
+    for ours, theirs in VLLM_NAMES.items():
+        st = summary["latency_ms"][ours]
+        if not st.get("count"):
+            continue
+        out[f"mean_{theirs}_ms"] = st["mean"]
+        out[f"median_{theirs}_ms"] = st["p50"]
+        out[f"std_{theirs}_ms"] = st["std"]
+        for p in pcts:
+            out[f"{_pkey(p)}_{theirs}_ms"] = st[_pkey(p)]
     return out
 
 
@@ -68,7 +102,8 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     for inst in insts:
         itl_v += list(inst.log.dur) + [v for v, _ in inst.itl_extra]
         itl_w += list(inst.log.itl_count) + [w for _, w in inst.itl_extra]
-    itl = weighted_stats(np.asarray(itl_v) * 1e3, itl_w)
+    pcts = sorted(set(PCTS) | set(getattr(scn, "percentiles", PCTS)))
+    itl = weighted_stats(np.asarray(itl_v) * 1e3, itl_w, pcts)
     first = min((r.arrival for r in reqs), default=0.0)
     last = max((r.t_completion for r in done), default=first)
     span = max(last - first, 1e-12)
@@ -86,11 +121,11 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
             "not_arrived": len(reqs) - fleet.arrived,
         },
         "latency_ms": {
-            "ttft": stats(lat["ttft_ms"]),
-            "tpot": stats(lat["tpot_ms"]),
+            "ttft": stats(lat["ttft_ms"], pcts),
+            "tpot": stats(lat["tpot_ms"], pcts),
             "itl": itl,
-            "e2e": stats(lat["e2e_ms"]),
-            "queue": stats(lat["queue_ms"]),
+            "e2e": stats(lat["e2e_ms"], pcts),
+            "queue": stats(lat["queue_ms"], pcts),
         },
         "throughput": {
             "duration_s": span,
@@ -159,4 +194,5 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     fair = fairness(reqs, done, ttft_slo, tpot_slo)
     if fair is not None:
         summary["fairness"] = fair
+    summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
     return summary

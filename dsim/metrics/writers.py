@@ -22,26 +22,51 @@ def _f(x, scale=1.0):
     return "" if x is None else f"{x * scale:.6f}"
 
 
+def _opt(i: int):
+    """Ids where -1 means 'none': written empty, like every other missing value."""
+    return "" if i < 0 else i
+
+
+def request_rows(reqs, raw: bool = False):
+    """One tuple per request (by id) in COLUMNS order: formatted strings for the CSV, or with
+    ``raw`` plain numbers and None for missing values (for DataFrames)."""
+    f = (lambda x, scale=1.0: None if x is None else x * scale) if raw else _f
+    opt = (lambda i: None if i < 0 else i) if raw else _opt
+    empty = None if raw else ""
+    for r in sorted(reqs, key=lambda r: r.rid):
+        done = r.t_completion is not None
+        tpot = (r.t_last_token - r.t_first_token) / (r.n_out - 1) if done and r.n_out > 1 else None
+        yield (r.rid, r.label, STATE_NAMES[r.state], f(r.arrival), f(r.t_queued), f(r.t_scheduled),
+               f(r.t_first_token), f(r.t_completion), r.prompt_len, r.max_tokens, r.n_out,
+               f(None if r.t_first_token is None else r.t_first_token - r.arrival, 1e3),
+               f(tpot, 1e3), f(r.t_completion - r.arrival if done else None, 1e3),
+               f(None if r.t_scheduled is None else r.t_scheduled - r.arrival, 1e3),
+               len(r.preempt_times), ";".join(f"{t:.6f}" for t in r.preempt_times) or empty,
+               r.cached_tokens, opt(r.prefix_group), r.tenant or empty, opt(r.session), r.replica or empty,
+               r.prefill_replica or empty, f(r.t_kv_ready), r.reject_reason or empty)
+
+
 def requests_csv(reqs) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
-    for r in sorted(reqs, key=lambda r: r.rid):
-        done = r.t_completion is not None
-        tpot = (r.t_last_token - r.t_first_token) / (r.n_out - 1) if done and r.n_out > 1 else None
-        w.writerow((r.rid, r.label, STATE_NAMES[r.state], _f(r.arrival), _f(r.t_queued), _f(r.t_scheduled),
-                    _f(r.t_first_token), _f(r.t_completion), r.prompt_len, r.max_tokens, r.n_out,
-                    _f(None if r.t_first_token is None else r.t_first_token - r.arrival, 1e3),
-                    _f(tpot, 1e3), _f(r.t_completion - r.arrival if done else None, 1e3),
-                    _f(None if r.t_scheduled is None else r.t_scheduled - r.arrival, 1e3),
-                    len(r.preempt_times), ";".join(f"{t:.6f}" for t in r.preempt_times),
-                    r.cached_tokens, r.prefix_group, r.tenant, r.session, r.replica or "",
-                    r.prefill_replica or "", _f(r.t_kv_ready), r.reject_reason))
+    w.writerows(request_rows(reqs))
     return buf.getvalue()
 
 
+def _rounded(obj):
+    """Floats to 12 significant digits: 0.9999999999999999 is written 1.0 (files only)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.12g}")
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
 def to_json(obj) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    return json.dumps(_rounded(obj), indent=2, sort_keys=True, default=str) + "\n"
 
 
 class AtomicOutput:

@@ -1,0 +1,129 @@
+"""Report contents a user reads first: manifest provenance, vLLM-named metrics, requests.csv,
+console lines, output folders, error hints and the Python Result API."""
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dsim
+from dsim.cli import main
+from dsim.metrics.writers import COLUMNS, to_json
+
+ROOT = Path(__file__).resolve().parents[1]
+QS = str(ROOT / "scenarios" / "quickstart.yaml")
+FIXTURE = ROOT / "tests" / "fixtures" / "vllm_bench_detailed.json"
+SMALL = ["workload.num_requests=200"]
+
+
+def _run_cli(tmp_path, *extra):
+    out = tmp_path / "r"
+    assert main(["run", QS, "--out", str(out), "--quiet", "--no-plots", *extra]) == 0
+    return out
+
+
+def test_manifest_records_overrides_resolved_scenario_and_versions(tmp_path):
+    out = _run_cli(tmp_path, "--set", "workload.rate=40", "--set", "workload.num_requests=150")
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["overrides"] == ["workload.rate=40", "workload.num_requests=150"]
+    assert m["resolved_scenario"]["workload"]["rate"] == 40
+    assert m["resolved_scenario"]["workload"]["prompt_tokens"]["dist"] == "normal"   # the file's own keys too
+    v = m["versions"]
+    assert set(v) >= {"dsim", "python", "numpy", "simpy", "git_commit"}
+    assert v["git_commit"] is None or len(v["git_commit"].split("-")[0]) == 40
+
+
+def test_default_output_folder_is_unique_per_resolved_scenario(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for rate in (10, 20, 10):
+        assert main(["run", QS, "--quiet", "--no-plots", "--set", f"workload.rate={rate}", *sum(
+            (["--set", s] for s in SMALL), [])]) == 0
+    folders = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert len(folders) == 2 and all(f.startswith("quickstart-") for f in folders)
+
+
+def test_resolve_prints_the_scenario_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", QS, "--resolve", "--set", "engine.max_num_seqs=7"]) == 0
+    text = capsys.readouterr().out
+    assert "max_num_seqs: 7" in text and "results/quickstart-" in text
+    assert not (tmp_path / "results").exists()
+
+
+def test_flat_metrics_use_vllm_bench_names_and_match_requests(tmp_path):
+    out = _run_cli(tmp_path, "--set", "output.percentiles=[50,99,99.9]", *sum((["--set", s] for s in SMALL), []))
+    s = json.loads((out / "summary.json").read_text())
+    m = s["metrics"]
+    # every scalar metric a `vllm bench serve` result file carries that dsim can know has the same name
+    bench = json.loads(FIXTURE.read_text())
+    for k in ("completed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
+              "output_throughput", "mean_ttft_ms"):
+        assert k in bench and k in m
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        for stat in ("mean", "median", "std", "p50", "p99", "p99.9"):
+            assert f"{stat}_{name}_ms" in m
+    assert "p90_ttft_ms" not in m                                 # only the configured percentiles
+    with open(out / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    ttft = np.array([float(r["ttft_ms"]) for r in rows])
+    e2e = np.array([float(r["e2e_ms"]) for r in rows])
+    assert m["median_ttft_ms"] == pytest.approx(np.median(ttft), rel=1e-6)
+    assert m["std_e2el_ms"] == pytest.approx(np.std(e2e), rel=1e-5)
+    assert m["p99.9_e2el_ms"] == pytest.approx(np.percentile(e2e, 99.9), rel=1e-6)
+    assert m["total_token_throughput"] == pytest.approx(
+        (m["total_input_tokens"] + m["total_output_tokens"]) / m["duration"], rel=1e-9)
+    assert s["latency_ms"]["ttft"]["min"] == pytest.approx(ttft.min(), rel=1e-6)
+
+
+def test_requests_csv_marks_missing_values_empty(tmp_path):
+    out = _run_cli(tmp_path, *sum((["--set", s] for s in SMALL), []))
+    text = (out / "requests.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    assert rows[0]["prefix_group"] == "" and rows[0]["session"] == "" and rows[0]["kv_ready_s"] == ""
+    assert ",-1," not in text and not text.split("\n")[1].endswith("-1")
+
+
+def test_json_floats_are_rounded():
+    assert json.loads(to_json({"a": 0.1 + 0.2, "b": [1 - 1e-16]})) == {"a": 0.3, "b": [1.0]}
+
+
+def test_console_shows_goodput_cost_and_output_tokens(capsys):
+    assert main(["run", QS, "--out", "/dev/null/x"]) == 2                 # path-qualified, nothing run
+    capsys.readouterr()
+    from dsim.metrics.console import summary_lines
+    res = dsim.run(QS, overrides=SMALL)
+    text = "\n".join(summary_lines("q", res.summary))
+    assert "output tok/s" in text and "goodput" in text and "meet ttft <= 500 ms" in text and "cost $" in text
+
+
+def test_result_api_to_pandas_and_metrics():
+    pd = pytest.importorskip("pandas")
+    res = dsim.run(QS, overrides=SMALL)
+    df = res.to_pandas()
+    assert isinstance(df, pd.DataFrame) and list(df.columns) == list(COLUMNS) and len(df) == 200
+    assert df["ttft_ms"].median() == pytest.approx(res.metrics["median_ttft_ms"], rel=1e-9)
+    assert df["prefix_group"].isna().all()
+    assert res.metrics["completed"] == 200
+
+
+@pytest.mark.parametrize("doc, where, hint", [
+    ({"workloadd": {"type": "poisson"}}, "workloadd", "did you mean 'workload'"),
+    ({"engine": {"max_num_seq": 3}}, "engine.max_num_seq", "did you mean 'max_num_seqs'"),
+])
+def test_unknown_keys_are_named_with_a_suggestion(doc, where, hint):
+    base = {"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
+            "workload": {"type": "poisson", "rate": 1, "num_requests": 2, "prompt_tokens": 8, "output_tokens": 2}}
+    base.update(doc)
+    with pytest.raises(dsim.ConfigError) as e:
+        dsim.load_scenario(base)
+    assert str(e.value).startswith(f"{where}: unknown key") and hint in str(e.value)
+
+
+def test_model_names_resolve_case_insensitively_and_base_to_instruct():
+    from dsim.config.model import load_model
+    assert load_model("meta-llama/Llama-3.1-70B").total_params == load_model(
+        "meta-llama/Llama-3.1-70B-Instruct").total_params
+    assert load_model("META-LLAMA/llama-3.1-8b").num_layers == 32
+    with pytest.raises(dsim.ConfigError, match=r"did you mean 'meta-llama/Llama-3.1-8B'\?"):
+        load_model("meta-llama/Llama-3.1-7B")
