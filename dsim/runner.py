@@ -124,6 +124,16 @@ class Session:
         self.progress = _Progress(len(self.reqs), progress)
         first = next(iter(self.fleet.pools.values()))
         self.desc = dict(workload=wdesc, latency=first.latency_desc, kv_blocks=first.kv_blocks)
+        self.max_concurrency = wdesc.get("max_concurrency")
+        if self.max_concurrency is not None:
+            if self.spec is not None:
+                raise ConfigError("workload.max_concurrency", self.max_concurrency,
+                                  "no concurrency cap with speculation (its clients are open-loop)",
+                                  show_value=False)
+            self.in_flight = 0
+            self.peak_in_flight = 0
+            self._slot = None
+            self.fleet.done_hooks.append(self._release)
         if self.spec is None:
             sim.process(self._arrivals())
 
@@ -139,11 +149,18 @@ class Session:
             return rec
         return make
 
+    def _release(self, r) -> None:
+        """A request finished: a closed-loop client slot is free again."""
+        self.in_flight -= 1
+        if self._slot is not None and not self._slot.triggered:
+            self._slot.succeed()
+
     def _arrivals(self):
         env = self.sim.env
         fleet = self.fleet
         horizon = self.scn.horizon_s
         prog = self.progress
+        cap = self.max_concurrency
         last = None
         for i, r in enumerate(self.reqs):
             if horizon is not None and r.arrival >= horizon:
@@ -153,6 +170,14 @@ class Session:
             if dt > 0 and t != last:       # simultaneous arrivals stay simultaneous
                 yield env.timeout(dt)
             last = t
+            if cap is not None:
+                # like `vllm bench serve --max-concurrency`: a request waits for a free client,
+                # and its latency clock starts when it is sent
+                while self.in_flight >= cap:
+                    self._slot = env.event()
+                    yield self._slot
+                self.in_flight += 1
+                self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             r.arrival = env.now            # the clock's sum may differ from t by 1 ulp
             fleet.arrive(r)
             if prog.enabled and not i % 256:

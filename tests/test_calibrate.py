@@ -9,7 +9,7 @@ import yaml
 from helpers import scenario
 
 import dsim
-from dsim.calibrate.cosim import cosimulate, replay_rows
+from dsim.calibrate.cosim import cosimulate, replay_rows, replay_scenario
 from dsim.calibrate.fit import fit_traces, refine, system_loss
 from dsim.calibrate.realrun import load_real, read_generic, read_vllm_bench
 from dsim.calibrate.vllm_traces import alpha_table, beta_table, read_otlp
@@ -81,12 +81,18 @@ def test_vllm_bench_reader_fixture():
     assert a[0]["arrival_s"] == 0.0 and all(x["arrival_s"] <= y["arrival_s"] for x, y in zip(a, a[1:]))
 
 
-def test_vllm_bench_closed_loop_is_refused(tmp_path):
+def test_vllm_bench_closed_loop_is_replayed_with_its_cap(tmp_path):
     d = json.loads(BENCH.read_text())
-    d["max_concurrency"] = 8
+    d["max_concurrency"] = 2
     p = tmp_path / "b.json"
     p.write_text(json.dumps(d))
-    with pytest.raises(ConfigError, match="max_concurrency"):
+    run = read_vllm_bench(p)
+    assert run.scenario["workload"]["max_concurrency"] == 2
+    scn = replay_scenario(run, {"hardware": "H100-SXM"}, (), 1, tmp_path / "t.jsonl")
+    assert scn["workload"]["max_concurrency"] == 2
+    d["max_concurrency"] = 0
+    p.write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="max_concurrency: got 0"):
         read_vllm_bench(p)
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import dsim
+from dsim.config.errors import ConfigError
 from dsim.config.fields import Section
 from dsim.core.rng import PartitionedRNG
 from dsim.workload.arrivals import generate_arrivals
@@ -111,3 +112,59 @@ def test_prefix_cache_hits_after_first_request(tmp_path):
     (hit_on, ttft_on), (hit_off, ttft_off) = ttft1(True), ttft1(False)
     assert (hit_on, hit_off) == (3984, 0)
     assert ttft_on < 0.2 * ttft_off
+
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "traces"
+
+
+def test_trace_rate_rescales_to_the_exact_mean_rate():
+    rq, desc = build_requests({"type": "trace", "path": str(AZURE), "num_requests": 500, "rate": 12.5},
+                              PartitionedRNG(0), None)
+    span = rq[-1].arrival - rq[0].arrival
+    assert rq[0].arrival == 0.0 and (len(rq) - 1) / span == pytest.approx(12.5, rel=1e-12)
+    raw, _ = build_requests({"type": "trace", "path": str(AZURE), "num_requests": 500}, PartitionedRNG(0), None)
+    ratio = [a.arrival / b.arrival for a, b in zip(rq[1:], raw[1:])]
+    assert max(ratio) == pytest.approx(min(ratio), rel=1e-9)          # one time scale, order kept
+    assert desc["rate"] == 12.5
+    with pytest.raises(ConfigError, match="either rate or time_scale"):
+        build_requests({"type": "trace", "path": str(AZURE), "rate": 2, "time_scale": 2}, PartitionedRNG(0), None)
+
+
+def test_burstgpt_reader_drops_failed_requests():
+    rq, _ = build_requests({"type": "trace", "path": str(FIX / "burstgpt_sample.csv")}, PartitionedRNG(0), None)
+    assert [(r.arrival, r.prompt_len, r.max_tokens) for r in rq] == [
+        (5.0, 472, 18), (118.0, 417, 276), (131.0, 1360, 281), (169.0, 1141, 125)]
+
+
+def test_mooncake_hash_ids_become_prefix_cache_identity():
+    rq, _ = build_requests({"type": "trace", "path": str(FIX / "mooncake_sample.jsonl")}, PartitionedRNG(0), None)
+    assert [r.arrival for r in rq] == [0.0, 0.25, 0.5, 1.5]              # milliseconds -> seconds
+    a, b, c, d = (r.segments for r in rq)
+    assert [ln for _, ln in a] == [512, 512, 176] and sum(ln for _, ln in b) == 1100
+    assert a[:2] == b[:2] and a[2][0] != b[2][0]                          # ids 0,1 shared, 2 vs 3 differ
+    assert not set(x for x, _ in c) & set(x for x, _ in a)
+    assert d[:2] == a[:2] and d[2][1] == 2000 - 1024                       # beyond the ids: a unique tail
+    # served: the second request hits the first's two shared blocks (1024 tokens) in the prefix cache
+    res = dsim.run({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
+                    "workload": {"type": "trace", "path": str(FIX / "mooncake_sample.jsonl")}})
+    assert [r.cached_tokens for r in res.requests] == [0, 1024, 0, 1024]
+
+
+def test_closed_loop_concurrency_is_never_exceeded_and_clocks_start_when_sent():
+    from dsim.runner import simulate
+    scn = dsim.load_scenario({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
+                              "workload": {"type": "poisson", "rate": "inf", "num_requests": 60, "max_concurrency": 4,
+                                           "prompt_tokens": 300, "output_tokens": 40}})
+    ses = simulate(scn)
+    assert ses.peak_in_flight == 4
+    events = sorted([(r.arrival, 1) for r in ses.reqs] + [(r.t_completion, -1) for r in ses.reqs],
+                    key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert peak == 4                                                       # from the timestamps alone
+    assert sum(1 for r in ses.reqs if r.arrival == 0.0) == 4               # the rest wait for a slot
+    open_loop = simulate(dsim.load_scenario({**scn.raw, "workload": {**scn.raw["workload"], "max_concurrency": 60}}))
+    assert max(r.t_first_token - r.arrival for r in ses.reqs) < max(
+        r.t_first_token - r.arrival for r in open_loop.reqs)

@@ -69,7 +69,8 @@ def replay_scenario(run: RealRun, base: dict | None, overrides=(), seed: int | N
     if run.trace_rows is not None:
         if trace_path is None:
             raise ValueError("a per-request run needs trace_path")
-        scn["workload"] = {"type": "trace", "path": str(trace_path)}
+        cap = run.scenario["workload"].get("max_concurrency")
+        scn["workload"] = {"type": "trace", "path": str(trace_path), **({"max_concurrency": cap} if cap else {})}
     if run.meta.get("clock") == "engine" and isinstance(scn.get("latency"), dict) \
             and scn["latency"].get("model", "roofline") != "physics":
         # timestamps taken inside the engine (queue entry to token out): no API server, tokenizer

@@ -329,15 +329,18 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
             tpot.append(sum(g) / (d["output_lens"][i] - 1))
     lens = [{"arrival_s": 0.0, "prompt_tokens": int(d["input_lens"][i]), "output_tokens": int(d["output_lens"][i]),
              "request_id": str(i)} for i in ok]
-    if d.get("max_concurrency"):
-        raise ConfigError(f"{p}.max_concurrency", d["max_concurrency"],
-                          "null: closed-loop concurrency caps are not replayed (dsim workloads are open-loop)")
+    cap = d.get("max_concurrency")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ConfigError(f"{p}.max_concurrency", cap, "null or an integer >= 1")
     notes = ["arrivals regenerated from request_rate" + (f" (gamma, burstiness {burst})" if burst != 1 else " (Poisson)")
              + " with the scenario's seed: vllm bench saves lengths, not send times"]
+    if cap:
+        notes.append(f"closed loop: at most {cap} requests in flight (--max-concurrency), each timed from when "
+                     "it is sent")
     name = p.stem
     m = model or d.get("model_id")
     scn = {"name": name, "model": m, "hardware": hardware, "engine": dict(engine or {}),
-           "workload": {"type": "trace"}}
+           "workload": {"type": "trace", **({"max_concurrency": cap} if cap else {})}}
     st = _trace_stage(lens, ttft, tpot, e2e, itl)
     st.rate = None if math.isinf(rate) else rate
     if d.get("duration"):

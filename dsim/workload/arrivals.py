@@ -56,6 +56,13 @@ def generate_arrivals(s: Section, kind: str, rng: np.random.Generator) -> np.nda
     if kind == "staged":
         return _staged(s, rng)
     n, dur = _stop_rules(s, kind)
+    if kind in ("poisson", "gamma", "constant") and str(s.data.get("rate")).lower() in ("inf", ".inf"):
+        # `vllm bench serve --request-rate inf`: every request is ready at t=0 (use with max_concurrency)
+        s.raw("rate")
+        s.num("cv", None, lo=0, lo_open=True)
+        if n is None:
+            raise ConfigError(s.sub("num_requests"), None, "num_requests with rate: inf", show_value=False)
+        return np.zeros(n)
     rate = s.num("rate", lo=0, lo_open=True)
     hint = int(min(max(1024, rate * (dur or 0) * 1.2 + 16), 5_000_000)) if dur else 1024
     if kind == "poisson":

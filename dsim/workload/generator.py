@@ -23,8 +23,10 @@ from .traces import read_trace
 
 TYPES = ARRIVALS + ("trace", "mix")
 
-# Segment ids: groups' system prompts are 1..G; questions get ids from here up.
+# Segment ids: groups' system prompts are 1..G; questions get ids from here up; a trace's content
+# block ids (Mooncake hash_ids) from _HASH_BASE up.
 _QUESTION_BASE = 1 << 32
+_HASH_BASE = 1 << 40
 
 
 def build_requests(data, rng, base_dir: Path | None, path: str = "workload") -> tuple[list, dict]:
@@ -32,6 +34,9 @@ def build_requests(data, rng, base_dir: Path | None, path: str = "workload") -> 
     s = Section(data, path)
     kind = s.str("type", choices=TYPES)
     desc: dict = {"type": kind}
+    cap = s.int("max_concurrency", None, lo=1)
+    if cap is not None:
+        desc["max_concurrency"] = cap
     if kind == "mix":
         reqs = _mix(s, rng, base_dir, desc)
         s.done()
@@ -63,7 +68,10 @@ def _from_trace(s: Section, base_dir, desc) -> list:
     if base_dir is not None and not p.is_absolute():
         p = base_dir / p
     rows = read_trace(p, s.sub("path"))
-    scale = s.num("time_scale", 1.0, lo=0, lo_open=True)
+    scale = s.num("time_scale", None, lo=0, lo_open=True)
+    rate = s.num("rate", None, lo=0, lo_open=True)
+    if scale is not None and rate is not None:
+        raise ConfigError(s.sub("rate"), rate, "either rate or time_scale, not both", show_value=False)
     limit = s.int("num_requests", None, lo=1)
     start = s.num("start_s", 0.0, lo=0)
     if start:
@@ -73,9 +81,21 @@ def _from_trace(s: Section, base_dir, desc) -> list:
     if not rows:
         raise ConfigError(s.sub("start_s"), start, "a start before the trace's last arrival")
     t0 = rows[0][0] if start else 0.0
+    if rate is not None:
+        # rescale time so the selected requests' mean rate, (n - 1) / span, is exactly ``rate``
+        span = rows[-1][0] - rows[0][0]
+        if len(rows) < 2 or span <= 0:
+            raise ConfigError(s.sub("rate"), rate, "a trace slice with arrivals at two different times")
+        scale = rate * span / (len(rows) - 1)
+        t0 = rows[0][0]
+    scale = scale or 1.0
+    block = s.int("hash_block_tokens", 512, lo=1)
     out = []
-    for i, (t, pr, o, g, rid) in enumerate(rows):
-        out.append(Request(i, (t - t0) / scale, pr, o, None, g, rid))
+    for i, (t, pr, o, g, rid, ids) in enumerate(rows):
+        r = Request(i, (t - t0) / scale, pr, o, None, g, rid)
+        if ids:
+            r.segments = _hash_segments(ids, pr, block, i)
+        out.append(r)
     # a trace says which requests share a prefix but not how long it is: requests of one group
     # share their first ``prefix_tokens`` tokens (default: the shortest prompt of the group)
     pref = s.int("prefix_tokens", None, lo=1)
@@ -90,7 +110,26 @@ def _from_trace(s: Section, base_dir, desc) -> list:
             tail = r.prompt_len - k
             r.segments = ((g + 1, k),) + (((_QUESTION_BASE + r.rid, tail),) if tail else ())
     desc.update(path=str(p), time_scale=scale, num_requests=len(out))
+    if rate is not None:
+        desc["rate"] = rate
     return out
+
+
+def _hash_segments(ids, prompt_len: int, block: int, rid: int) -> tuple:
+    """A prompt given as content block ids (Mooncake's hash_ids, ``block`` tokens each; the last
+    may be partial) as segments: two requests share KV exactly as far as their id lists agree.
+    Tokens beyond what the ids cover are unique to the request."""
+    segs = []
+    left = prompt_len
+    for h in ids:
+        if left <= 0:
+            break
+        k = min(block, left)
+        segs.append((_HASH_BASE + h, k))
+        left -= k
+    if left > 0:
+        segs.append((_QUESTION_BASE + rid, left))
+    return tuple(segs)
 
 
 def _shared_prefix(sp: Section, arrivals: np.ndarray, rng, s: Section, base_dir, desc) -> list:
@@ -184,6 +223,8 @@ def _mix(s: Section, rng, base_dir, desc) -> list:
 
 
 def _remap(sid: int, k: int, new_id: dict) -> int:
+    if sid >= _HASH_BASE:                     # a trace's content block: shared within the tenant only
+        return sid + k * _GROUP_SHIFT
     if sid < 0:                               # an earlier answer of request -sid - 1
         return -(new_id[(k, -sid - 1)] + 1)
     if sid >= _QUESTION_BASE:                 # the question of request sid - base

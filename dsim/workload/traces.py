@@ -1,5 +1,15 @@
-"""Trace readers: JSONL/CSV (arrival_s, prompt_tokens, output_tokens[, prefix_group, request_id])
-and the Azure LLM inference trace 2023 CSV (TIMESTAMP, ContextTokens, GeneratedTokens)."""
+"""Trace readers, told apart by their columns:
+
+- dsim JSONL/CSV: arrival_s, prompt_tokens, output_tokens[, prefix_group, request_id];
+- Azure LLM inference trace 2023 CSV: TIMESTAMP, ContextTokens, GeneratedTokens;
+- BurstGPT CSV: Timestamp (s), Model, Request tokens, Response tokens, ... (rows with 0 response
+  tokens are failed requests in that trace and are dropped);
+- Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (one id per block of the
+  prompt, equal ids = equal content: they become prefix-cache identity).
+
+Every reader returns rows (arrival_s, prompt, output, prefix_group or -1, request_id, hash_ids or
+None) sorted by arrival, the first arrival at its own time (Azure: shifted to 0).
+"""
 from __future__ import annotations
 
 import csv
@@ -36,7 +46,18 @@ def _row(rec: dict, where: str):
     g = rec.get("prefix_group")
     g = -1 if g in (None, "") else _int(g, where, "prefix_group", lo=0)
     return (t, _int(rec["prompt_tokens"], where, "prompt_tokens"),
-            _int(rec["output_tokens"], where, "output_tokens"), g, str(rec.get("request_id") or ""))
+            _int(rec["output_tokens"], where, "output_tokens"), g, str(rec.get("request_id") or ""), None)
+
+
+def _mooncake(rec: dict, where: str):
+    t = rec["timestamp"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+        raise ConfigError(f"{where}.timestamp", t, "a time in milliseconds >= 0")
+    ids = rec.get("hash_ids") or []
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in ids):
+        raise ConfigError(f"{where}.hash_ids", ids, "a list of integer block ids >= 0")
+    return (t / 1e3, _int(rec.get("input_length"), where, "input_length"),
+            _int(rec.get("output_length"), where, "output_length"), -1, "", tuple(ids))
 
 
 def read_trace(path: Path, shown: str) -> list:
@@ -56,13 +77,15 @@ def read_trace(path: Path, shown: str) -> list:
                     raise ConfigError(f"{path}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
                 if not isinstance(rec, dict):
                     raise ConfigError(f"{path}:{i}", rec, "a JSON object")
-                rows.append(_row(rec, f"{path}:{i}"))
+                rows.append((_mooncake if "timestamp" in rec and "input_length" in rec else _row)(rec, f"{path}:{i}"))
     else:
         with path.open(newline="") as f:
             reader = csv.DictReader(f)
             cols = reader.fieldnames or []
             if "TIMESTAMP" in cols:
                 return _azure(reader, path)
+            if "Request tokens" in cols and "Response tokens" in cols:
+                return _burstgpt(reader, path)
             for i, rec in enumerate(reader, 2):
                 rows.append(_row(rec, f"{path}:{i}"))
     if not rows:
@@ -87,8 +110,29 @@ def _azure(reader, path: Path) -> list:
         if t0 is None:
             t0 = t
         rows.append((t - t0, _int(rec.get("ContextTokens"), where, "ContextTokens"),
-                     _int(rec.get("GeneratedTokens"), where, "GeneratedTokens"), -1, ""))
+                     _int(rec.get("GeneratedTokens"), where, "GeneratedTokens"), -1, "", None))
     if not rows:
         raise ConfigError(str(path), None, "an Azure trace with at least one row", show_value=False)
+    rows.sort(key=lambda r: r[0])
+    return rows
+
+
+def _burstgpt(reader, path: Path) -> list:
+    rows = []
+    for i, rec in enumerate(reader, 2):
+        where = f"{path}:{i}"
+        try:
+            t = float(rec.get("Timestamp"))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}.Timestamp", rec.get("Timestamp"), "a number of seconds") from None
+        if not t >= 0:
+            raise ConfigError(f"{where}.Timestamp", rec.get("Timestamp"), "a time >= 0")
+        prompt = _int(rec.get("Request tokens"), where, "Request tokens", lo=0)
+        out = _int(rec.get("Response tokens"), where, "Response tokens", lo=0)
+        if prompt == 0 or out == 0:          # failed or empty requests: nothing was served
+            continue
+        rows.append((t, prompt, out, -1, "", None))
+    if not rows:
+        raise ConfigError(str(path), None, "a BurstGPT trace with at least one served request", show_value=False)
     rows.sort(key=lambda r: r[0])
     return rows
