@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | bench | lut | cosim | fit | acceptance``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | bench | sweep | capacity | lut | cosim | fit | calibrate | acceptance``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--no-plots", action="store_true")
     _fit_parser(sub)
     _calibrate_parser(sub)
+    from .explore.cli import add_parsers
+    add_parsers(sub)
     return p
 
 
@@ -277,6 +279,9 @@ def main(argv=None) -> int:
         if args.cmd == "fit":
             from .calibrate.fit import fit_cli
             return fit_cli(args)
+        if args.cmd in ("sweep", "capacity"):
+            from .explore import cli as ecli
+            return ecli.run_sweep(args) if args.cmd == "sweep" else ecli.run_capacity(args)
         if args.cmd == "calibrate":
             from .calibrate.command import calibrate_cli
             return calibrate_cli(args, _columns(args.columns) if args.columns else None)

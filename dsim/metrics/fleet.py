@@ -63,6 +63,22 @@ def energy_cost(replicas, t_end: float, out_tok: int, all_tok: int) -> tuple[dic
     return energy, cost
 
 
+def efficiency(replicas, t_end: float, span: float, out_tok: int, good: int | None, tpot_mean_ms) -> dict:
+    """What a planner ranks configurations by: work per GPU and per user, GPUs and $/hour.
+    GPUs are time-averaged over the accounting window (autoscaled fleets change size)."""
+    pw = [replica_power(r, t_end) for r in replicas]
+    gpu_s = sum(p["alive_s"] * p["gpus"] for p in pw)
+    window = max(t_end, 1e-12)
+    costs = [p["cost_usd"] for p in pw]
+    out = {"gpus": gpu_s / window, "gpu_seconds": gpu_s,
+           "output_tokens_per_s_per_gpu": out_tok / gpu_s if gpu_s else 0.0,
+           "output_tokens_per_s_per_user": 1e3 / tpot_mean_ms if tpot_mean_ms else None,
+           "usd_per_hour": sum(costs) / window * 3600 if all(c is not None for c in costs) else None}
+    if good is not None:
+        out["goodput_per_gpu_s"] = good / gpu_s if gpu_s else 0.0
+    return out
+
+
 def fleet_sections(fleet, done: list, t_end: float) -> dict:
     """``replicas``, ``pools`` and ``clusters`` sections of the summary."""
     by_rep: dict = {}

@@ -93,7 +93,7 @@ def meets_slo(r, ttft_ms, tpot_ms) -> bool:
 
 
 def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
-    from .fleet import energy_cost, fairness, fleet_sections
+    from .fleet import efficiency, energy_cost, fairness, fleet_sections
     lat = request_latencies(reqs)
     done = [r for r in reqs if r.t_completion is not None]
     insts = [rep.inst for rep in fleet.replicas()]
@@ -180,6 +180,9 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     else:
         t_acct = t_end
     energy, cost = energy_cost(fleet.replicas(), t_acct, out_tok, out_tok + in_tok)
+    good_n = summary["goodput"]["requests_meeting_slo"] if "goodput" in summary else None
+    summary["efficiency"] = efficiency(fleet.replicas(), t_acct, span, out_tok, good_n,
+                                      summary["latency_ms"]["tpot"].get("mean"))
     summary["energy"] = energy
     if cost is not None:
         summary["cost"] = cost

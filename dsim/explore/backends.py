@@ -1,0 +1,83 @@
+"""Where the points of an exploration run: joblib on this machine, or an existing cluster engine
+(Dask, Ray) behind joblib's backend interface.  No scheduling of our own: each engine's own
+joblib backend distributes the calls, and results come back in submission order, so the table
+is the same whatever the backend."""
+from __future__ import annotations
+
+import contextlib
+
+from ..config.errors import ConfigError
+
+BACKENDS = ("joblib", "dask", "ray")
+
+
+@contextlib.contextmanager
+def backend_context(backend: str, jobs: int, address: str | None):
+    """Yield the joblib backend name to use inside; set up and tear down the engine around it."""
+    import joblib
+    if backend == "joblib":
+        if address:
+            raise ConfigError("--address", address, "only with --backend dask or ray", show_value=False)
+        yield "loky"
+        return
+    if backend == "dask":
+        try:
+            from dask.distributed import Client, LocalCluster
+        except ImportError:
+            raise ConfigError("--backend", "dask", "dask installed: pip install 'dsim[dask]'", show_value=False) \
+                from None
+        cluster = None
+        if address:
+            client = Client(address)
+        else:
+            cluster = LocalCluster(n_workers=max(1, jobs), threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        try:
+            with joblib.parallel_backend("dask"):
+                yield "dask"
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+        return
+    if backend == "ray":
+        try:
+            import ray
+            from ray.util.joblib import register_ray
+        except ImportError:
+            raise ConfigError("--backend", "ray", "ray installed: pip install 'dsim[ray]'", show_value=False) from None
+        started = False
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=max(1, jobs), include_dashboard=False, log_to_driver=False)
+            started = True
+        register_ray()
+        try:
+            with joblib.parallel_backend("ray"):
+                yield "ray"
+        finally:
+            if started:
+                ray.shutdown()
+        return
+    raise ConfigError("--backend", backend, "one of " + ", ".join(BACKENDS))
+
+
+def run_calls(fn, calls, jobs: int = 1, backend: str = "joblib", address: str | None = None):
+    """Yield ``fn(*args)`` for each args tuple of ``calls``, in order, as they finish in order."""
+    calls = list(calls)
+    if not calls:
+        return
+    if jobs < 1:
+        raise ConfigError("--jobs", jobs, "an integer >= 1")
+    if backend == "joblib" and (jobs == 1 or len(calls) == 1):
+        for args in calls:                      # in process: no worker start-up for small runs
+            yield fn(*args)
+        return
+    from joblib import Parallel, delayed
+    with backend_context(backend, jobs, address) as name:
+        par = Parallel(n_jobs=jobs if name == "loky" else -1, return_as="generator", backend=name if name == "loky"
+                       else None)
+        yield from par(delayed(fn)(*args) for args in calls)

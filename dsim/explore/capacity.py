@@ -1,0 +1,333 @@
+"""``dsim capacity``: the largest load a deployment sustains within its SLOs, or the fewest
+replicas (any integer resource key) that carry a target load.
+
+A probe is one normal run.  It passes when, over the measurement window (arrivals after the
+warm-up share), every SLO percentile is met, the backlog (arrived but unfinished requests) does
+not grow, and -- when asked -- the share of requests meeting the SLO stays above a floor.  The
+search brackets the answer by doubling/halving from the scenario's own value, then narrows the
+bracket (``jobs`` probes per round, in parallel) to a relative tolerance.  It assumes what
+capacity planning assumes: more load never makes a deployment pass, more replicas never make it
+fail.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..config.errors import ConfigError
+from .backends import run_calls
+from .evaluate import resolve, summary_row
+from .points import as_overrides
+from .store import write_atomic
+
+_SLO = re.compile(r"^(?:(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e)_ms|(ttft|tpot|itl|e2el|e2e)_"
+                  r"(mean|median|p\d+(?:\.\d+)?)_ms)$")
+GROWTH_LIMIT = 0.05      # backlog growth tolerated, as a share of the offered rate
+
+
+def parse_slos(specs) -> dict:
+    """``["ttft_p99_ms=500", "p99_tpot_ms=50"]`` (either order) -> {"p99_ttft_ms": 500.0, ...}."""
+    out = {}
+    for spec in specs or ():
+        key, eq, val = str(spec).partition("=")
+        m = _SLO.match(key.strip())
+        try:
+            bound = float(val)
+        except ValueError:
+            bound = float("nan")
+        if not eq or not m or not bound > 0:
+            raise ConfigError(f"--slo {spec}", None, "METRIC=MS with METRIC like ttft_p99_ms, p99_tpot_ms, "
+                              "e2el_p90_ms or mean_itl_ms and a bound > 0", show_value=False)
+        stat, metric = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+        out[f"{stat}_{'e2el' if metric == 'e2e' else metric}_ms"] = bound
+    if not out:
+        raise ConfigError("--slo", None, "at least one SLO, e.g. --slo ttft_p99_ms=500", show_value=False)
+    return out
+
+
+def _stat(values, stat: str):
+    if not len(values):
+        return None
+    if stat == "mean":
+        return float(np.mean(values))
+    q = 50.0 if stat == "median" else float(stat[1:])
+    return float(np.percentile(values, q))
+
+
+def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | None) -> dict:
+    """Run one load point and judge it (plain data in and out: runs in worker processes)."""
+    from ..runner import run
+    try:
+        scn = resolve(source, overrides)
+        res = run(scn, None, plots=False)
+    except ConfigError as e:
+        return {"status": "error", "error": str(e), "pass": False, "reasons": [str(e)]}
+    reqs = res.requests
+    arr = sorted(r.arrival for r in reqs)
+    row = {"status": "ok", "error": "", **summary_row(res.summary)}
+    if len(arr) < 2:
+        return {**row, "pass": False, "reasons": ["fewer than 2 requests"]}
+    t0, t1 = arr[0], arr[-1]
+    tw = t0 + warmup * (t1 - t0)
+    win = [r for r in reqs if tw <= r.arrival <= t1]
+    done = [r for r in win if r.t_completion is not None]
+    vals = {"ttft": [(r.t_first_token - r.arrival) * 1e3 for r in done],
+            "tpot": [(r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in done if r.n_out > 1],
+            "e2el": [(r.t_completion - r.arrival) * 1e3 for r in done]}
+    reasons = []
+    for key, bound in slos.items():
+        stat, metric = key[:-3].split("_", 1)
+        v = row.get(key) if metric == "itl" else _stat(vals[metric], stat)
+        row[f"window_{key}"] = v
+        if v is None or v > bound:
+            reasons.append(f"{key} {'n/a' if v is None else f'{v:.1f}'} > {bound:g}")
+    offered = (len(arr) - 1) / (t1 - t0) if t1 > t0 else math.inf
+    growth = (_backlog(reqs, t1) - _backlog(reqs, tw)) / max(t1 - tw, 1e-12)
+    row.update(offered_rate=offered, backlog_growth_per_s=growth)
+    if growth > GROWTH_LIMIT * offered:
+        reasons.append(f"backlog grows {growth:.2f} req/s (> {GROWTH_LIMIT:.0%} of the offered {offered:.2f})")
+    rejected = row.get("requests_rejected", 0)
+    if rejected:
+        reasons.append(f"{rejected} requests rejected")
+    if min_goodput is not None:
+        share = row.get("goodput_fraction")
+        if share is None or share < min_goodput:
+            reasons.append(f"goodput share {share if share is None else f'{share:.3f}'} < {min_goodput}")
+    row["pass"] = not reasons
+    row["reasons"] = reasons
+    return row
+
+
+def _backlog(reqs, t: float) -> int:
+    """Requests arrived by t and not finished by t."""
+    return sum(1 for r in reqs if r.arrival <= t and (r.t_completion is None or r.t_completion > t))
+
+
+def _get(doc, key: str):
+    node = doc
+    for part in key.split("."):
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$", part)
+        if not m or not isinstance(node, dict) or m.group(1) not in node:
+            return None
+        node = node[m.group(1)]
+        for ix in re.findall(r"\[(\d+)\]", m.group(2)):
+            if not isinstance(node, list) or int(ix) >= len(node):
+                return None
+            node = node[int(ix)]
+    return node
+
+
+class _Search:
+    def __init__(self, source, overrides, vary, slos, warmup, min_goodput, jobs, backend, address, integer):
+        self.args = (source, list(overrides), vary, slos, warmup, min_goodput)
+        self.jobs, self.backend, self.address, self.integer = jobs, backend, address, integer
+        self.probes: dict = {}
+
+    def run(self, values) -> None:
+        source, ovs, vary, slos, warmup, ming = self.args
+        new = [v for v in dict.fromkeys(values) if v not in self.probes]
+        calls = [(source, ovs + as_overrides([(vary, v)]), slos, warmup, ming) for v in new]
+        for v, row in zip(new, run_calls(probe, calls, self.jobs, self.backend, self.address)):
+            self.probes[v] = {"value": v, **row}
+
+    def ok(self, v) -> bool:
+        return self.probes[v]["pass"]
+
+
+def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float | None = None, overrides=(),
+             tolerance: float = 0.02, warmup: float = 0.1, min_goodput: float | None = None, jobs: int = 1,
+             backend: str = "joblib", address: str | None = None, out=None, max_probes: int = 40) -> dict:
+    """Find the largest ``vary`` (a load: default workload.rate) that passes, or with
+    ``target_rate`` the smallest integer ``vary`` (e.g. ``cluster.pools[0].replicas``) that carries
+    that workload.rate.  Returns the capacity record written to ``out/capacity.json``."""
+    slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
+    if not 0 <= warmup < 1:
+        raise ConfigError("--warmup", warmup, "a share in [0, 1)")
+    if not 0 < tolerance < 1:
+        raise ConfigError("--tolerance", tolerance, "a share in (0, 1)")
+    ovs = list(overrides) + ([f"workload.rate={target_rate}"] if target_rate is not None else [])
+    base = resolve(scenario, ovs)
+    v0 = _get(base.raw, vary)
+    minimize = target_rate is not None
+    if not isinstance(v0, (int, float)) or isinstance(v0, bool) or v0 <= 0:
+        raise ConfigError(f"--vary {vary}", v0, "a key the scenario sets to a number > 0 "
+                          + ("(an integer resource, e.g. cluster.pools[0].replicas)" if minimize
+                             else "(a load, e.g. workload.rate)"), show_value=False)
+    integer = minimize or isinstance(v0, int) and not vary.endswith("rate")
+    src = scenario if isinstance(scenario, dict) else str(scenario)
+    s = _Search(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer)
+    answer = _search_min(s, int(v0), max_probes) if minimize else _search_max(s, float(v0), tolerance, max_probes)
+    rec = _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
+    if out is not None:
+        _write(rec, Path(out), base)
+    return rec
+
+
+def _search_max(s: _Search, v0: float, tol: float, max_probes: int):
+    s.run([v0])
+    lo = hi = None
+    v = v0
+    if s.ok(v0):
+        lo = v0
+        while hi is None and len(s.probes) < max_probes:
+            batch = [v * 2 ** (i + 1) for i in range(s.jobs)]
+            s.run(batch)
+            for b in batch:
+                if s.ok(b):
+                    lo = b
+                else:
+                    hi = b
+                    break
+            v = batch[-1]
+    else:
+        hi = v0
+        while lo is None and len(s.probes) < max_probes:
+            batch = [v / 2 ** (i + 1) for i in range(s.jobs)]
+            s.run(batch)
+            for b in batch:
+                if s.ok(b):
+                    lo = b
+                    break
+                hi = b
+            v = batch[-1]
+    if lo is None or hi is None:
+        return lo
+    while (hi - lo) / lo > tol and len(s.probes) < max_probes:
+        batch = [lo + (hi - lo) * (i + 1) / (s.jobs + 1) for i in range(s.jobs)]
+        s.run(batch)
+        for b in batch:
+            if s.ok(b):
+                lo = b
+            else:
+                hi = b
+                break
+    return lo
+
+
+def _search_min(s: _Search, v0: int, max_probes: int):
+    s.run([v0])
+    lo = hi = None                              # lo fails, hi passes
+    if s.ok(v0):
+        hi = v0
+        v = v0
+        while v > 1 and lo is None and len(s.probes) < max_probes:
+            v = max(1, v // 2)
+            s.run([v])
+            if s.ok(v):
+                hi = v
+            else:
+                lo = v
+        if lo is None:
+            return hi
+    else:
+        lo = v0
+        v = v0
+        while hi is None and len(s.probes) < max_probes:
+            v *= 2
+            s.run([v])
+            if s.ok(v):
+                hi = v
+            else:
+                lo = v
+        if hi is None:
+            return None
+    while hi - lo > 1 and len(s.probes) < max_probes:
+        batch = sorted({lo + (hi - lo) * (i + 1) // (s.jobs + 1) for i in range(s.jobs)} - {lo, hi})
+        s.run(batch)
+        for b in batch:
+            if s.ok(b):
+                hi = b
+                break
+            lo = b
+    return hi
+
+
+def _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tol) -> dict:
+    probes = [s.probes[v] for v in sorted(s.probes)]
+    keep = ("value", "pass", "reasons", "status", "error", "offered_rate", "backlog_growth_per_s",
+            "request_throughput", "request_goodput", "output_throughput", "goodput_fraction",
+            "scheduler_busy_fraction", "scheduler_preemptions", "scheduler_mean_batch_tokens", "kv_cache_peak_usage",
+            "efficiency_gpus", "efficiency_usd_per_hour", "efficiency_output_tokens_per_s_per_gpu",
+            "efficiency_goodput_per_gpu_s", "mean_queue_ms", "p99_queue_ms")
+    rows = [{k: p[k] for k in keep if k in p} | {k: p[k] for k in p if k.startswith("window_") or k in slos}
+            for p in probes]
+    rec = {"scenario": base.name, "vary": vary, "slos": slos, "warmup": warmup, "min_goodput": min_goodput,
+           "tolerance": tol, "criteria": {"backlog_growth_limit": f"{GROWTH_LIMIT:.0%} of the offered rate",
+                                          "window": f"arrivals after the first {warmup:.0%} of the arrival span"},
+           "probes": rows}
+    at = s.probes.get(answer) if answer is not None else None
+    if minimize:
+        rec.update(mode="min_resource", target_rate=target_rate, min_value=answer)
+        if vary.endswith("replicas"):
+            rec["min_replicas"] = answer
+    else:
+        rec.update(mode="max_load", max_value=answer)
+        if vary.endswith("rate"):
+            rec["max_rate"] = answer
+    rec["at_answer"] = None if at is None else {k: v for k, v in at.items() if k not in ("status", "error")}
+    return rec
+
+
+def answer_line(rec: dict) -> str:
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in rec["slos"].items())
+    at = rec.get("at_answer") or {}
+    if rec["mode"] == "max_load":
+        v = rec["max_value"]
+        if v is None:
+            return f"{rec['scenario']}: no load passes ({slo}) down to {rec['probes'][0]['value']:g}"
+        tail = f"; {at['efficiency_gpus']:.0f} GPUs" if at.get("efficiency_gpus") else ""
+        return (f"{rec['scenario']}: max {rec['vary']} = {v:.4g} within {slo} "
+                f"(goodput {at.get('request_goodput', at.get('request_throughput', 0)):.3g} req/s{tail})")
+    v = rec["min_value"]
+    if v is None:
+        return f"{rec['scenario']}: no {rec['vary']} up to {rec['probes'][-1]['value']} carries {rec['target_rate']:g} req/s ({slo})"
+    return f"{rec['scenario']}: min {rec['vary']} = {v} for {rec['target_rate']:g} req/s within {slo}"
+
+
+def _write(rec: dict, out: Path, base) -> None:
+    import json
+
+    from .plots import capacity_plot
+    write_atomic(out / "capacity.json", json.dumps(rec, indent=2, sort_keys=True, default=str) + "\n")
+    answer = rec.get("max_value", rec.get("min_value"))
+    title = f"{base.name}: {base.model.name} on {base.device.name}"
+    capacity_plot(rec["probes"], answer, rec["slos"], out / "capacity.png", title=title,
+                  xlabel=rec["vary"])
+    write_atomic(out / "capacity.md", card(rec, title))
+
+
+def card(rec: dict, title: str) -> str:
+    at = rec.get("at_answer") or {}
+    lines = [f"# Capacity card: {title}", "", f"**{answer_line(rec)}**", "",
+             f"Searched `{rec['vary']}`; a probe passes when, over {rec['criteria']['window']}, every SLO "
+             f"holds, the backlog grows by less than {rec['criteria']['backlog_growth_limit']}, no request is "
+             "rejected" + (f" and at least {rec['min_goodput']:.0%} of requests meet the SLO" if rec['min_goodput']
+                           else "") + ".", ""]
+    if at:
+        def f(k, fmt="{:.3g}"):
+            v = at.get(k)
+            return "n/a" if v is None else fmt.format(v)
+        lines += ["| at the answer | value |", "|---|---|",
+                  f"| SLO goodput (req/s) | {f('request_goodput')} |",
+                  f"| completed (req/s) / output tok/s | {f('request_throughput')} / {f('output_throughput', '{:.0f}')} |",
+                  f"| GPU busy share | {f('scheduler_busy_fraction', '{:.1%}')} |",
+                  f"| mean tokens per step (prefill + decode mixed) | {f('scheduler_mean_batch_tokens', '{:.0f}')} |",
+                  f"| preemptions | {f('scheduler_preemptions', '{:.0f}')} |",
+                  f"| peak KV usage | {f('kv_cache_peak_usage', '{:.1%}')} |",
+                  f"| GPUs / $ per hour | {f('efficiency_gpus', '{:.0f}')} / {f('efficiency_usd_per_hour', '{:.2f}')} |",
+                  f"| output tok/s per GPU | {f('efficiency_output_tokens_per_s_per_gpu', '{:.0f}')} |", ""]
+    slos = list(rec["slos"])
+    lines += ["| " + rec["vary"] + " | pass | completed req/s | goodput req/s | " + " | ".join(slos)
+              + " | why not |", "|" + "---|" * (5 + len(slos))]
+    for p in rec["probes"]:
+        cells = [f"{p['value']:.4g}" if isinstance(p["value"], float) else str(p["value"]),
+                 "yes" if p["pass"] else "no", f"{p.get('request_throughput', float('nan')):.3g}",
+                 f"{p.get('request_goodput', float('nan')):.3g}"]
+        cells += ["n/a" if p.get(f"window_{k}") is None else f"{p[f'window_{k}']:.1f}" for k in slos]
+        cells.append("; ".join(p.get("reasons", [])))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "![capacity](capacity.png)", ""]
+    return "\n".join(lines)

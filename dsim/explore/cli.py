@@ -1,0 +1,76 @@
+"""Command-line front ends of the explore layer: ``dsim sweep`` and ``dsim capacity``."""
+from __future__ import annotations
+
+from .backends import BACKENDS
+
+
+def add_parsers(sub) -> None:
+    w = sub.add_parser("sweep", help="run a grid (or random sample) of scenario overrides into one table")
+    w.add_argument("scenario", help="scenario file (any scenario, including a calibrated.yaml)")
+    w.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="values of one key; several --grid make the cartesian product (repeatable)")
+    w.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override applied to every point (repeatable)")
+    w.add_argument("--random", type=int, default=0, metavar="N", help="draw N random points from the --range keys")
+    w.add_argument("--range", dest="ranges", action="append", default=[], metavar="KEY=LO:HI",
+                   help="range to draw from (integers when LO and HI are integers; repeatable)")
+    w.add_argument("--seeds", type=int, default=1, help="seeds per point (the scenario's seed, +1, ...; default 1)")
+    _exec_args(w)
+    w.add_argument("--out", required=True, help="folder: results.csv, points/, sweep.yaml, plots/ (rerun = resume)")
+    w.add_argument("--plot", default=None, metavar="METRIC", help="metric to plot (a results.csv column)")
+    w.add_argument("--x", default=None, metavar="KEY", help="x axis of the plot (default: the first --grid key)")
+    w.add_argument("--hue", default=None, metavar="KEY", help="one line per value of this key (default: the second)")
+    w.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    c = sub.add_parser("capacity", help="max load within SLOs, or min replicas for a target load")
+    c.add_argument("scenario")
+    c.add_argument("--slo", action="append", default=[], metavar="METRIC=MS", required=True,
+                   help="e.g. ttft_p99_ms=500, tpot_p99_ms=50, e2el_p90_ms=3000 (repeatable)")
+    c.add_argument("--vary", default=None, metavar="KEY",
+                   help="key to search: default workload.rate; with --target-rate an integer resource such as "
+                   "cluster.pools[0].replicas")
+    c.add_argument("--target-rate", type=float, default=None, metavar="R",
+                   help="find the smallest --vary that carries R req/s (sets workload.rate=R)")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override applied to every probe (repeatable)")
+    c.add_argument("--tolerance", type=float, default=0.02, help="relative width of the final bracket (0.02)")
+    c.add_argument("--warmup", type=float, default=0.1, help="share of the arrival span left out of the SLO "
+                   "window (0.1)")
+    c.add_argument("--min-goodput", type=float, default=None, metavar="SHARE",
+                   help="also require this share of requests to meet every SLO (e.g. 0.99)")
+    _exec_args(c)
+    c.add_argument("--out", required=True, help="folder: capacity.json, capacity.md, capacity.png")
+
+
+def _exec_args(p) -> None:
+    p.add_argument("--jobs", type=int, default=1, help="simulations in parallel (default 1)")
+    p.add_argument("--backend", default="joblib", choices=BACKENDS,
+                   help="joblib (this machine), dask or ray (local cluster, or --address)")
+    p.add_argument("--address", default=None, help="scheduler address of an existing Dask or Ray cluster")
+
+
+def run_sweep(args) -> int:
+    from .sweep import sweep
+    rows = sweep(args.scenario, args.grid, overrides=args.overrides, random=args.random, ranges=args.ranges,
+                 seeds=args.seeds, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out,
+                 progress=not args.quiet, plot=args.plot, x=args.x, hue=args.hue)
+    st = sweep.last_stats
+    bad = sum(1 for r in rows if r.get("status") != "ok")
+    print(f"{st['points']} rows ({st['computed']} computed, {st['reused']} already in {args.out})"
+          + (f", {bad} failed (see the error column)" if bad else "") + f"; table: {args.out}/results.csv")
+    return 0
+
+
+def run_capacity(args) -> int:
+    from .capacity import answer_line, capacity
+    if args.target_rate is not None and args.vary is None:
+        from ..config.errors import ConfigError
+        raise ConfigError("--target-rate", args.target_rate, "--vary KEY, the resource to minimise "
+                          "(e.g. cluster.pools[0].replicas)", show_value=False)
+    rec = capacity(args.scenario, args.slo, vary=args.vary or "workload.rate", target_rate=args.target_rate,
+                   overrides=args.overrides, tolerance=args.tolerance, warmup=args.warmup,
+                   min_goodput=args.min_goodput, jobs=args.jobs, backend=args.backend, address=args.address,
+                   out=args.out)
+    print(answer_line(rec))
+    print(f"{len(rec['probes'])} probes; card: {args.out}/capacity.md")
+    return 0

@@ -1,0 +1,52 @@
+"""One point of an exploration: a normal ``dsim.run`` reduced to one flat table row.
+
+Runs in worker processes (joblib, Dask or Ray), so it takes and returns plain data only.
+"""
+from __future__ import annotations
+
+from ..config.errors import ConfigError
+from ..config.scenario import load_scenario
+
+# summary sections copied into a row besides the vLLM-named metrics (prefix_name)
+_SECTIONS = {
+    "goodput": ("fraction", "requests_per_s"),
+    "requests": ("submitted", "completed", "rejected", "unfinished"),
+    "scheduler": ("preemptions", "busy_fraction", "mean_batch_tokens", "peak_running", "peak_waiting"),
+    "kv_cache": ("peak_usage", "mean_usage", "prefix_hit_rate"),
+    "efficiency": ("gpus", "usd_per_hour", "goodput_per_gpu_s", "output_tokens_per_s_per_gpu",
+                   "output_tokens_per_s_per_user"),
+}
+
+
+def summary_row(summary: dict) -> dict:
+    """Every headline number of a summary as one flat dict (column name -> number)."""
+    row = dict(summary.get("metrics", {}))
+    for sec, keys in _SECTIONS.items():
+        for k in keys:
+            if k in summary.get(sec, {}):
+                row[f"{sec}_{k}"] = summary[sec][k]
+    ttft = summary["latency_ms"]["queue"]
+    if ttft.get("count"):
+        row["mean_queue_ms"] = ttft["mean"]
+        row["p99_queue_ms"] = ttft["p99"]
+    return row
+
+
+def resolve(source, overrides, seed=None):
+    """The validated scenario of a point (raises ConfigError)."""
+    return load_scenario(source, list(overrides), seed)
+
+
+def evaluate(source, overrides, seed=None, keep_requests: bool = False) -> dict:
+    """Run one point; return {"status": "ok", metrics...} or {"status": "error", "error": message}.
+    A user error (bad value for this point) is recorded, not raised, so other points go on."""
+    from ..runner import run
+    try:
+        scn = resolve(source, overrides, seed)
+        res = run(scn, None, plots=False)
+    except ConfigError as e:
+        return {"status": "error", "error": str(e)}
+    row = {"status": "ok", "error": "", **summary_row(res.summary)}
+    if keep_requests:
+        row["_arrivals"] = [r.arrival for r in res.requests]
+    return row

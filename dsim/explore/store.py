@@ -1,0 +1,75 @@
+"""A sweep folder: one JSON file per finished point under ``points/`` (named by the hash of the
+point's resolved scenario), written atomically as each point finishes.  Re-running a sweep into
+the same folder computes only the points that have no file yet, so an interrupted sweep loses at
+most the points in flight and never duplicates one."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ..config.errors import ConfigError
+
+
+class PointStore:
+    def __init__(self, out):
+        self.dir = Path(out)
+        if self.dir.exists() and not self.dir.is_dir():
+            raise ConfigError(str(out), None, "an output folder (this is a file)", show_value=False)
+        self.points = self.dir / "points"
+        try:
+            self.points.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(str(out), None, f"an output folder that can be written ({e.strerror})",
+                              show_value=False) from None
+
+    def _file(self, key: str) -> Path:
+        return self.points / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        f = self._file(key)
+        if not f.is_file():
+            return None
+        try:
+            return json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):      # a torn file cannot exist (atomic), but be safe
+            return None
+
+    def put(self, key: str, record: dict) -> None:
+        write_atomic(self._file(key), json.dumps(record, sort_keys=True) + "\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it in: readers see all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def table_csv(rows: list[dict], lead: list[str]) -> str:
+    """Rows as CSV: the ``lead`` columns first, then every other column sorted; missing = empty."""
+    cols = list(lead) + sorted({k for r in rows for k in r if not k.startswith("_")} - set(lead))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for r in rows:
+        w.writerow(["" if r.get(c) is None else _cell(r.get(c)) for c in cols])
+    return buf.getvalue()
+
+
+def _cell(v):
+    if isinstance(v, float):
+        return repr(float(f"{v:.12g}"))
+    if isinstance(v, (list, dict, bool)):
+        return json.dumps(v)
+    return v

@@ -1,0 +1,158 @@
+"""``dsim sweep``: a grid (or random sample) of scenario overrides, each point a normal run,
+collected into one tidy table (one row per point and seed) that survives interruption."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..config.errors import ConfigError
+from .backends import run_calls
+from .evaluate import evaluate, resolve
+from .points import as_overrides, grid_points, parse_grid, parse_ranges, random_points
+from .store import PointStore, table_csv, write_atomic
+
+
+@dataclass
+class SweepSpec:
+    scenario: str | dict
+    grid: list = field(default_factory=list)          # [(key, [values])]
+    ranges: list = field(default_factory=list)        # [(key, lo, hi, integer)]
+    random: int = 0
+    seeds: int = 1
+    overrides: list = field(default_factory=list)     # --set, applied before every point
+
+    def points(self, base_seed: int) -> list[tuple]:
+        pts = random_points(self.ranges, self.random, base_seed, self.grid) if self.random else grid_points(self.grid)
+        return pts
+
+    def keys(self) -> list[str]:
+        return [k for k, *_ in self.ranges] * bool(self.random) + [k for k, _ in self.grid]
+
+    def record(self) -> dict:
+        return {"scenario": self.scenario if isinstance(self.scenario, str) else "<mapping>",
+                "grid": {k: v for k, v in self.grid}, "range": {k: [lo, hi] for k, lo, hi, _ in self.ranges},
+                "random": self.random, "seeds": self.seeds, "set": list(self.overrides)}
+
+
+def _tasks(spec: SweepSpec):
+    """(point, seed, key, overrides) for every row, in table order; bad points carry their error."""
+    base = resolve(spec.scenario, spec.overrides)          # the base scenario itself must be valid
+    seeds = [None] if spec.seeds == 1 else [base.seed + i for i in range(spec.seeds)]
+    out = []
+    for pt in spec.points(base.seed):
+        ovs = list(spec.overrides) + as_overrides(pt)
+        for sd in seeds:
+            try:
+                scn = resolve(spec.scenario, ovs, sd)
+                key, err, seed = scn.digest[:16], None, scn.seed
+            except ConfigError as e:
+                blob = json.dumps([ovs, sd], sort_keys=True, default=str)
+                key, err, seed = "bad-" + hashlib.sha256(blob.encode()).hexdigest()[:12], str(e), sd
+            out.append((pt, seed, key, ovs, err))
+    return out
+
+
+def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds: int = 1, jobs: int = 1,
+          backend: str = "joblib", address: str | None = None, out=None, progress: bool = False,
+          plot: str | None = None, x: str | None = None, hue: str | None = None) -> list[dict]:
+    """Run every point of a grid (``["workload.rate=10,20", ...]`` or [(key, values)]) or ``random``
+    points drawn from ``ranges`` (``["workload.rate=5:40"]``), ``seeds`` seeds each; return one row
+    per point and seed: the override keys, ``seed``, ``status`` and every summary metric.
+
+    With ``out``, each finished point is stored in ``out/points/`` and the table written to
+    ``out/results.csv`` (and ``results.parquet`` when pyarrow is installed); re-running into the
+    same folder computes only the missing points.  ``backend``: joblib, dask or ray."""
+    grid = parse_grid(grid) if grid and isinstance(next(iter(grid)), str) else list(grid)
+    ranges = parse_ranges(ranges) if ranges and isinstance(next(iter(ranges)), str) else list(ranges)
+    if random and not ranges:
+        raise ConfigError("--random", random, "--range KEY=LO:HI to draw from", show_value=False)
+    if ranges and not random:
+        raise ConfigError("--range", None, "--random N (how many points to draw)", show_value=False)
+    if seeds < 1:
+        raise ConfigError("--seeds", seeds, "an integer >= 1")
+    spec = SweepSpec(scenario if isinstance(scenario, dict) else str(scenario), grid, ranges, random, seeds,
+                     list(overrides))
+    if isinstance(spec.scenario, dict) and out is not None:
+        spec.scenario = dict(spec.scenario)
+    tasks = _tasks(spec)
+    store = PointStore(out) if out is not None else None
+    if store is not None:
+        write_atomic(store.dir / "sweep.yaml", yaml.safe_dump(spec.record(), sort_keys=False))
+    rows: dict = {}
+    todo = []
+    reused = 0
+    for pt, seed, key, ovs, err in tasks:
+        have = store.get(key) if store is not None else None
+        if have is not None:
+            rows[key] = have["row"]
+            reused += 1
+        elif err is not None:
+            rows[key] = {"status": "error", "error": err}
+        elif key not in {t[0] for t in todo}:
+            todo.append((key, ovs, seed))
+    bar = _bar(len(todo), progress)
+    results = run_calls(evaluate, [(spec.scenario, ovs, seed) for _, ovs, seed in todo], jobs, backend, address)
+    for (key, ovs, seed), row in zip(todo, results):
+        rows[key] = row
+        if store is not None:
+            store.put(key, {"overrides": ovs, "seed": seed, "row": row})
+        bar.update(1)
+    bar.close()
+    lead = spec.keys() + ["seed", "status", "error"]
+    table = []
+    for pt, seed, key, ovs, err in tasks:
+        table.append({**dict(pt), "seed": seed, **rows[key]})
+    stats = {"points": len(tasks), "computed": len(todo), "reused": reused}
+    sweep.last_stats = stats
+    if store is not None:
+        write_atomic(store.dir / "results.csv", table_csv(table, lead))
+        _parquet(table, lead, store.dir / "results.parquet")
+        from .plots import sweep_plot
+        keys = [k for k, _ in grid]
+        if plot or (1 <= len(keys) <= 2 and not random):
+            sweep_plot(table, store.dir / "plots" / "sweep.png", metric=plot, x=x or (keys[0] if keys else None),
+                       hue=hue or (keys[1] if len(keys) == 2 else None), title=_title(spec))
+    return table
+
+
+sweep.last_stats = {}
+
+
+def _title(spec: SweepSpec) -> str:
+    return f"dsim sweep {Path(spec.scenario).name if isinstance(spec.scenario, str) else ''}".strip()
+
+
+def _parquet(rows, lead, path: Path) -> None:
+    try:
+        import pandas as pd
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return
+    cols = list(lead) + sorted({k for r in rows for k in r if not k.startswith("_")} - set(lead))
+    df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
+    for c in cols:                          # mixed-type columns (grid values) as text
+        if df[c].map(type).nunique() > 1:
+            df[c] = df[c].astype(str)
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_parquet(tmp, index=False)
+    tmp.replace(path)
+
+
+class _NoBar:
+    def update(self, n):
+        pass
+
+    def close(self):
+        pass
+
+
+def _bar(total: int, enabled: bool):
+    if not enabled or total == 0 or not sys.stderr.isatty():
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, unit="point", file=sys.stderr, dynamic_ncols=True)
