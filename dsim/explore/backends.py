@@ -78,6 +78,13 @@ def run_calls(fn, calls, jobs: int = 1, backend: str = "joblib", address: str | 
         return
     from joblib import Parallel, delayed
     with backend_context(backend, jobs, address) as name:
-        par = Parallel(n_jobs=jobs if name == "loky" else -1, return_as="generator", backend=name if name == "loky"
-                       else None)
-        yield from par(delayed(fn)(*args) for args in calls)
+        if name == "loky":
+            par = Parallel(n_jobs=jobs, return_as="generator", backend="loky")
+            yield from par(delayed(fn)(*args) for args in calls)
+            return
+        # Dask's and Ray's joblib backends return whole batches: submit in chunks so finished
+        # points reach the caller (and a sweep's store) while the rest still run
+        par = Parallel(n_jobs=-1)
+        chunk = 4 * jobs
+        for i in range(0, len(calls), chunk):
+            yield from par(delayed(fn)(*args) for args in calls[i:i + chunk])
