@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | bench | sweep | capacity | lut | cosim | fit | calibrate | acceptance``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | bench | sweep | capacity | plan | lut | cosim | fit | calibrate | acceptance``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -75,8 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--no-plots", action="store_true")
     _fit_parser(sub)
     _calibrate_parser(sub)
-    from .explore.cli import add_parsers
+    from .explore.cli import add_parsers, add_plan_parser
     add_parsers(sub)
+    add_plan_parser(sub)
     return p
 
 
@@ -279,9 +280,9 @@ def main(argv=None) -> int:
         if args.cmd == "fit":
             from .calibrate.fit import fit_cli
             return fit_cli(args)
-        if args.cmd in ("sweep", "capacity"):
+        if args.cmd in ("sweep", "capacity", "plan"):
             from .explore import cli as ecli
-            return ecli.run_sweep(args) if args.cmd == "sweep" else ecli.run_capacity(args)
+            return {"sweep": ecli.run_sweep, "capacity": ecli.run_capacity, "plan": ecli.run_plan}[args.cmd](args)
         if args.cmd == "calibrate":
             from .calibrate.command import calibrate_cli
             return calibrate_cli(args, _columns(args.columns) if args.columns else None)

@@ -139,3 +139,47 @@ def test_capacity_bad_input():
     with pytest.raises(dsim.ConfigError, match="--vary engine.nope"):
         capacity(CONST, ["ttft_p99_ms=200"], vary="engine.nope")
     assert main(["capacity", QS, "--slo", "ttft_p99_ms=500", "--target-rate", "5", "--out", "/tmp/x"]) == 2
+
+
+def test_pareto_front_is_exactly_the_non_dominated_rows():
+    from dsim.explore.pareto import pareto_front
+    rows = [{"a": 1, "b": 9}, {"a": 2, "b": 8}, {"a": 2, "b": 7}, {"a": 3, "b": 3}, {"a": 1, "b": 9},
+            {"a": 0, "b": 10}, {"a": 3, "b": 2}, {"a": float("nan"), "b": 99}, {"a": 2.5, "b": 1}]
+    # maximise a and b: row 2 is beaten by 1, 6 by 3, 8 by 3; 0 and 4 tie (neither dominates)
+    assert pareto_front(rows, [("a", "max"), ("b", "max")]) == [0, 1, 3, 4, 5]
+    # maximise a, minimise b
+    assert pareto_front(rows, [("a", "max"), ("b", "min")]) == [6, 8]
+
+
+def test_plan_sizes_the_closed_form_deployment(tmp_path):
+    from dsim.explore.plan import plan
+    scn = {**CONST, "workload": {**CONST["workload"], "rate": 250, "num_requests": 3000}}
+    res = plan(scn, {"tensor_parallel_size": [1], "engine.max_num_seqs": [4, 8]}, gpus=8,
+               slos=["ttft_p99_ms=200"], out=tmp_path / "p", jobs=2)
+    best = res["best"]
+    # 80 req/s per replica with 8 sequences, 40 with 4: 4 replicas (4 GPUs) beat 7
+    assert (best["engine.max_num_seqs"], best["replicas"], best["gpus"]) == (8, 4, 4)
+    screen = {(c["engine.max_num_seqs"], c["replicas"]): c["screen"] for c in res["rows"]}
+    assert screen[(8, 3)] == "pruned" and screen[(8, 4)] == "kept"      # 250/3 > 80 req/s per replica
+    assert screen[(4, 6)] == "pruned" and screen[(4, 7)] == "kept"      # 250/6 > 40
+    assert res["candidates"] == 16
+    four = [c for c in res["rows"] if c["engine.max_num_seqs"] == 4 and "pass" in c]
+    assert [c["replicas"] for c in four if c["pass"]] == [7]
+    doc = yaml.safe_load((tmp_path / "p" / "best.yaml").read_text())
+    assert doc["cluster"]["pools"][0]["replicas"] == 4 and doc["engine"]["max_num_seqs"] == 8
+    assert dsim.run(doc).metrics["p99_ttft_ms"] <= 200                  # the plan's answer, run directly
+    for f in ("plan.md", "top.csv", "pareto.csv", "candidates.csv", "pareto.png"):
+        assert (tmp_path / "p" / f).is_file()
+
+
+def test_plan_bad_space_is_a_path_qualified_error(tmp_path):
+    from dsim.explore.plan import load_space
+    f = tmp_path / "space.yaml"
+    f.write_text("tensor_parallel_size: [0, 2]\n")
+    with pytest.raises(dsim.ConfigError, match=r"space.yaml: tensor_parallel_size"):
+        load_space(f)
+    f.write_text("engine.max_num_seqs: 8\n")
+    with pytest.raises(dsim.ConfigError, match=r"space.yaml: engine.max_num_seqs: got 8"):
+        load_space(f)
+    assert main(["plan", QS, "--gpus", "0", "--space", str(f), "--slo", "ttft_p99_ms=5", "--out",
+                 str(tmp_path / "o")]) == 2

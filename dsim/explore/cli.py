@@ -74,3 +74,33 @@ def run_capacity(args) -> int:
     print(answer_line(rec))
     print(f"{len(rec['probes'])} probes; card: {args.out}/capacity.md")
     return 0
+
+
+def add_plan_parser(sub) -> None:
+    p = sub.add_parser("plan", help="the deployment (TP, replicas, engine knobs, router) that meets the SLOs on "
+                       "the fewest GPUs, with Pareto fronts")
+    p.add_argument("scenario", help="scenario whose workload and model are planned for (one pool or no cluster)")
+    p.add_argument("--gpus", type=int, required=True, help="GPU budget (candidates use at most this many)")
+    p.add_argument("--space", required=True, help="SPACE.yaml: tensor_parallel_size, replicas (auto), and "
+                   "scenario keys with candidate values")
+    p.add_argument("--slo", action="append", default=[], metavar="METRIC=MS", required=True,
+                   help="e.g. ttft_p99_ms=500 (repeatable)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override applied to every candidate (repeatable)")
+    p.add_argument("--min-goodput", type=float, default=None, metavar="SHARE",
+                   help="also require this share of requests to meet every SLO")
+    p.add_argument("--rounds", type=int, default=4, help="extra replicas tried per family after the screen's "
+                   "smallest (default 4)")
+    p.add_argument("--top", type=int, default=10, help="rows in top.csv (default 10)")
+    _exec_args(p)
+    p.add_argument("--out", required=True, help="folder: plan.md, best.yaml, top.csv, pareto.csv, candidates.csv")
+
+
+def run_plan(args) -> int:
+    from .plan import plan, plan_line
+    res = plan(args.scenario, args.space, gpus=args.gpus, slos=args.slo, overrides=args.overrides,
+               min_goodput=args.min_goodput, rounds=args.rounds, top=args.top, jobs=args.jobs,
+               backend=args.backend, address=args.address, out=args.out)
+    print(plan_line(res))
+    print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
+    return 0

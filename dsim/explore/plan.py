@@ -1,0 +1,316 @@
+"""``dsim plan``: the deployment that serves a scenario's load within its SLOs on the fewest GPUs.
+
+Candidates are every (TP, replicas, knob values) of a search space within a GPU budget.  Two
+stages, because most of a large space is hopeless and a discrete-event run costs seconds:
+
+1. **Screen** (milliseconds per candidate, from the latency model alone): a steady-state fixed
+   point per replica -- decode batch B = (rate per replica) x (output tokens) x (step time), with
+   the prompt tokens arriving per step prefilled in the same step -- gives the step time, hence
+   a TPOT estimate; a lone prefill gives a TTFT floor.  A candidate is pruned when the model does
+   not fit, the fixed point does not exist (batch past ``max_num_seqs``, the token budget or the
+   KV cache: overloaded), or an estimate already misses an SLO.
+2. **Simulate** the survivors: per knob family (TP and knobs), the fewest replicas the screen
+   kept, then one more replica per round until a run passes (the capacity probe's test: SLO
+   percentiles after warm-up, no growing backlog, no rejections), in parallel on the backend.
+
+Ranked by SLO goodput per GPU-second; Pareto fronts of output tokens/s per GPU vs per user
+(the usual serving trade-off) and goodput vs $/hour over every simulated candidate.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..config.errors import ConfigError
+from ..config.scenario import load_scenario, read_scenario_file
+from ..latency.base import BatchShape, LatencyContext
+from ..latency.registry import build_latency
+from .backends import run_calls
+from .capacity import parse_slos, probe
+from .pareto import pareto_front
+from .points import as_overrides
+from .store import table_csv, write_atomic
+
+TP_KEY = "cluster.pools[0].engine.tensor_parallel_size"
+REPLICAS_KEY = "cluster.pools[0].replicas"
+
+
+@dataclass
+class Space:
+    tp: list
+    replicas: list | None          # None = every count the budget allows
+    knobs: list                    # [(scenario key, [values])]
+
+    def families(self):
+        keys = [k for k, _ in self.knobs]
+        for tp in self.tp:
+            for combo in itertools.product(*(v for _, v in self.knobs)):
+                yield tp, tuple(zip(keys, combo))
+
+
+def load_space(source) -> Space:
+    """A SPACE.yaml (or mapping): ``tensor_parallel_size: [..]``, ``replicas: auto | [..]`` and any
+    scenario keys with candidate values (``engine.max_num_seqs: [64, 256]``, ``cluster.router: [..]``)."""
+    where = str(source) if not isinstance(source, dict) else "<space>"
+    data = read_scenario_file(source) if not isinstance(source, dict) else dict(source)
+    tp = data.pop("tensor_parallel_size", None)
+    reps = data.pop("replicas", "auto")
+    tp = [1] if tp is None else tp
+    for key, vals in (("tensor_parallel_size", tp), ("replicas", None if reps == "auto" else reps)):
+        if vals is not None and (not isinstance(vals, list) or not vals or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in vals)):
+            raise ConfigError(f"{where}: {key}", vals, "a list of integers >= 1" + (" or auto" if key == "replicas"
+                                                                                    else ""))
+    knobs = []
+    for k, v in data.items():
+        if not isinstance(v, list) or not v:
+            raise ConfigError(f"{where}: {k}", v, "a non-empty list of candidate values")
+        knobs.append((str(k), v))
+    return Space(sorted(set(tp)), None if reps == "auto" else sorted(set(reps)), knobs)
+
+
+def _as_pool(doc: dict, where: str) -> dict:
+    """The scenario as one pool of identical replicas (what the planner sizes)."""
+    doc = copy.deepcopy(doc)
+    cl = doc.get("cluster")
+    if cl is None:
+        doc["cluster"] = {"router": "jsq", "pools": [{"name": "main", "replicas": 1}]}
+    elif not isinstance(cl, dict) or len(cl.get("pools") or []) != 1 or cl.get("disaggregation"):
+        raise ConfigError(f"{where}: cluster", None, "no cluster section or one pool of identical replicas "
+                          "(the planner sizes that pool)", show_value=False)
+    return doc
+
+
+def _workload_stats(scn) -> dict:
+    from ..core.simulation import Simulation
+    from ..metrics.console import offered_load
+    from ..workload.generator import build_requests
+    reqs, _ = build_requests(scn.raw["workload"], Simulation(scn.seed).rng, scn.base_dir)
+    w = offered_load(reqs)
+    n = max(1, len(reqs))
+    return {"rate": w["rate"], "prompt": sum(r.prompt_len for r in reqs) / n,
+            "output": sum(r.max_tokens for r in reqs) / n, "max_len": max(r.prompt_len + r.max_tokens for r in reqs)}
+
+
+def _step(step, prefill: int, decode: int, ctx: float, mean_prompt: float) -> float:
+    nre = max(1, math.ceil(prefill / max(mean_prompt, 1))) if prefill else 0
+    return step(BatchShape(prefill_tokens=prefill, num_prefill=nre,
+                           prefill_attn_pairs=int(prefill * (mean_prompt + 1) / 2),
+                           decode_tokens=decode, decode_ctx_sum=int(decode * ctx),
+                           num_sampled=decode + nre, running=decode + nre))
+
+
+def screen_family(scn, w: dict, replicas: list, slos: dict) -> list[dict]:
+    """Screen one knob family at each replica count: estimates and a verdict per count."""
+    pool = scn.fleet.pools[0]
+    eng = pool.engine
+    try:
+        kv = eng.kv_blocks(pool.model, pool.device)
+    except ConfigError as e:
+        return [{"replicas": r, "screen": "pruned", "reason": f"does not fit: {e}"} for r in replicas]
+    step_model = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv))[0]
+    step = step_model.step_time
+    kv_tokens = kv * eng.block_size
+    P, O = w["prompt"], w["output"]
+    ctx = P + O / 2
+    ttft_floor = _step(step, min(int(P), eng.max_num_batched_tokens), 0, 0, P)
+    out = []
+    for r in replicas:
+        lam = w["rate"] / r
+        t = _step(step, 0, 1, ctx, P)
+        verdict, reason = "kept", ""
+        for _ in range(60):
+            b = math.ceil(lam * O * t)
+            c = math.ceil(lam * P * t)
+            if b > eng.max_num_seqs or b + c > eng.max_num_batched_tokens or b * (P + O) > kv_tokens or t > 60:
+                verdict, reason = "pruned", (f"overloaded: {lam:.2f} req/s per replica needs a batch of {b} "
+                                             f"decodes + {c} prefill tokens per {t * 1e3:.1f} ms step")
+                break
+            t2 = _step(step, c, max(b, 1), ctx, P)
+            if abs(t2 - t) <= 1e-4 * t:
+                t = t2
+                break
+            t = t2
+        row = {"replicas": r, "screen": verdict, "reason": reason, "est_tpot_ms": t * 1e3,
+               "est_ttft_floor_ms": ttft_floor * 1e3, "est_batch": math.ceil(lam * O * t)}
+        if verdict == "kept":
+            for key, bound in slos.items():
+                metric = key.split("_")[1]
+                est = {"tpot": t, "itl": t, "ttft": ttft_floor, "e2el": ttft_floor + (O - 1) * t}[metric] * 1e3
+                if est > bound:
+                    row.update(screen="pruned", reason=f"{key} estimate {est:.1f} > {bound:g}")
+                    break
+        out.append(row)
+    return out
+
+
+def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float | None = None, warmup: float = 0.1,
+         rounds: int = 4, top: int = 10, jobs: int = 1, backend: str = "joblib", address: str | None = None,
+         out=None) -> dict:
+    """Screen every candidate of ``space`` within ``gpus`` GPUs, simulate the survivors, and return
+    {"best", "top", "candidates", "pareto", ...} (also written to ``out``)."""
+    slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
+    if not isinstance(gpus, int) or gpus < 1:
+        raise ConfigError("--gpus", gpus, "an integer >= 1")
+    sp = space if isinstance(space, Space) else load_space(space)
+    where = str(scenario) if not isinstance(scenario, dict) else "<scenario>"
+    doc = read_scenario_file(scenario) if not isinstance(scenario, dict) else scenario
+    base_dir = Path(scenario).resolve().parent if not isinstance(scenario, dict) else None
+    doc = _as_pool(doc, where)
+    if base_dir is not None:            # relative paths (traces, LUTs) keep pointing where the file said
+        doc = _rebase(doc, base_dir)
+    base = load_scenario(doc, list(overrides))
+    w = _workload_stats(base)
+    cands = []
+    for tp, knobs in sp.families():
+        reps = [r for r in (sp.replicas or range(1, gpus // tp + 1)) if r * tp <= gpus]
+        if not reps:
+            continue
+        ovs = list(overrides) + as_overrides([(TP_KEY, tp)] + list(knobs))
+        fam = {"tensor_parallel_size": tp, **dict(knobs)}
+        try:
+            scn = load_scenario(doc, ovs)
+            rows = screen_family(scn, w, reps, slos)
+        except ConfigError as e:
+            rows = [{"replicas": r, "screen": "pruned", "reason": str(e)} for r in reps]
+        for row in rows:
+            cands.append({**fam, **row, "gpus": tp * row["replicas"], "_ovs": ovs})
+    _simulate(doc, cands, slos, warmup, min_goodput, rounds, jobs, backend, address)
+    sims = [c for c in cands if "pass" in c]
+    ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
+    for i in pareto_front(sims, [("efficiency_output_tokens_per_s_per_gpu", "max"),
+                                 ("efficiency_output_tokens_per_s_per_user", "max")]):
+        sims[i]["front_tokens"] = True
+    for i in pareto_front(sims, [("request_goodput", "max"), ("efficiency_usd_per_hour", "min")]):
+        sims[i]["front_cost"] = True
+    keys = ["tensor_parallel_size"] + [k for k, _ in sp.knobs] + ["replicas", "gpus"]
+    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "workload": w, "candidates": len(cands),
+           "pruned": sum(1 for c in cands if c["screen"] == "pruned"), "simulated": len(sims),
+           "passed": len(ok), "keys": keys, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
+    if res["best"] is not None:
+        best_doc = load_scenario(doc, res["best"]["_ovs"] + [f"{REPLICAS_KEY}={res['best']['replicas']}"]).raw
+        res["best_scenario"] = best_doc
+    if out is not None:
+        _write(res, Path(out), base)
+    return res
+
+
+def _rebase(doc: dict, base_dir: Path) -> dict:
+    wl = doc.get("workload")
+    if isinstance(wl, dict) and isinstance(wl.get("path"), str) and not Path(wl["path"]).is_absolute():
+        wl["path"] = str(base_dir / wl["path"])
+    lat = doc.get("latency")
+    if isinstance(lat, dict) and isinstance(lat.get("path"), str) and not Path(lat["path"]).is_absolute():
+        lat["path"] = str(base_dir / lat["path"])
+    return doc
+
+
+def _simulate(doc, cands, slos, warmup, min_goodput, rounds, jobs, backend, address) -> None:
+    """Per family: the fewest kept replicas, then one more per round until a run passes."""
+    fams: dict = {}
+    for c in cands:
+        fams.setdefault(json.dumps(c["_ovs"]), []).append(c)
+    pending = {}
+    for key, rows in fams.items():
+        kept = sorted((c for c in rows if c["screen"] == "kept"), key=lambda c: c["replicas"])
+        if kept:
+            pending[key] = [c for c in sorted(rows, key=lambda c: c["replicas"]) if c["replicas"] >= kept[0]["replicas"]]
+    for _ in range(rounds):
+        batch = [(k, rows[0]) for k, rows in pending.items() if rows]
+        if not batch:
+            break
+        calls = [(doc, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], slos, warmup, min_goodput) for _, c in batch]
+        for (k, c), row in zip(batch, run_calls(probe, calls, jobs, backend, address)):
+            c.update({kk: v for kk, v in row.items() if kk not in ("status",)})
+            c["reasons"] = "; ".join(row.get("reasons", []))
+            pending[k] = [] if row["pass"] else pending[k][1:]
+
+
+_COLS = ("pass", "reasons", "request_goodput", "goodput_fraction", "efficiency_goodput_per_gpu_s",
+         "efficiency_output_tokens_per_s_per_gpu", "efficiency_output_tokens_per_s_per_user",
+         "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost")
+
+
+def _write(res: dict, out: Path, base) -> None:
+    keys = res["keys"]
+    lead = keys + ["screen", "reason", "est_tpot_ms", "est_ttft_floor_ms", "est_batch"] + list(_COLS)
+    slim = [{k: c.get(k) for k in lead + [f"window_{s}" for s in res["slos"]]} for c in res["rows"]]
+    write_atomic(out / "candidates.csv", table_csv(slim, lead))
+    write_atomic(out / "top.csv", table_csv([{k: c.get(k) for k in lead} for c in res["top"]], lead))
+    sims = [{k: c.get(k) for k in keys + list(_COLS)} for c in res["rows"] if "pass" in c]
+    write_atomic(out / "pareto.csv", table_csv(sims, keys + list(_COLS)))
+    if res.get("best_scenario") is not None:
+        write_atomic(out / "best.yaml", "# written by dsim plan: the best configuration found\n"
+                     + yaml.safe_dump(res["best_scenario"], sort_keys=False))
+    _pareto_plot(res, out / "pareto.png", f"{base.name}: {base.model.name} on {base.device.name}")
+    write_atomic(out / "plan.md", plan_md(res, f"{base.name}: {base.model.name} on {base.device.name}"))
+
+
+def plan_line(res: dict) -> str:
+    b = res["best"]
+    head = (f"{res['candidates']} candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated, "
+            f"{res['passed']} meet the SLOs")
+    if b is None:
+        return head + "; none fits the budget"
+    knobs = ", ".join(f"{k}={b[k]}" for k in res["keys"] if k not in ("gpus",))
+    return head + f"; best: {knobs} ({b['gpus']} GPUs, {b.get('efficiency_goodput_per_gpu_s', 0):.3g} good req/GPU-s)"
+
+
+def plan_md(res: dict, title: str) -> str:
+    lines = [f"# Plan: {title}", "", f"**{plan_line(res)}**", "",
+             f"Budget {res['gpus_budget']} GPUs; SLOs " + ", ".join(f"{k} <= {v:g}" for k, v in res["slos"].items())
+             + f"; load {res['workload']['rate']:.2f} req/s, mean {res['workload']['prompt']:.0f} prompt / "
+             f"{res['workload']['output']:.0f} output tokens.", ""]
+    if res.get("best_scenario") is not None:
+        lines += ["The best configuration as a scenario (`best.yaml`, run it with `dsim run best.yaml`):", "",
+                  "```yaml", yaml.safe_dump(res["best_scenario"], sort_keys=False).rstrip(), "```", ""]
+    cols = res["keys"] + ["efficiency_goodput_per_gpu_s", "p99_ttft_ms", "p99_tpot_ms", "efficiency_usd_per_hour"]
+    lines += ["## Top configurations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for c in res["top"]:
+        lines.append("| " + " | ".join(_fmt(c.get(k)) for k in cols) + " |")
+    why: dict = {}
+    for c in res["rows"]:
+        if c["screen"] == "pruned":
+            k = c["reason"].split(":")[0].split(" estimate")[0]
+            why[k] = why.get(k, 0) + 1
+    lines += ["", "## Screen", "", "| pruned because | candidates |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(why.items(), key=lambda kv: -kv[1])]
+    lines += ["", "![pareto](pareto.png)", ""]
+    return "\n".join(lines)
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def _pareto_plot(res: dict, path: Path, title: str) -> None:
+    from .plots import _mpl
+    sims = [c for c in res["rows"] if "pass" in c and c.get("efficiency_output_tokens_per_s_per_user")]
+    if not sims:
+        return
+    plt = _mpl()
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for ok, mk, lab in ((True, "o", "meets SLOs"), (False, "x", "misses")):
+        pts = [c for c in sims if c["pass"] is ok]
+        ax.scatter([c["efficiency_output_tokens_per_s_per_user"] for c in pts],
+                   [c["efficiency_output_tokens_per_s_per_gpu"] for c in pts], marker=mk, s=18, alpha=0.7, label=lab)
+    front = sorted((c for c in sims if c.get("front_tokens")), key=lambda c: c["efficiency_output_tokens_per_s_per_user"])
+    ax.plot([c["efficiency_output_tokens_per_s_per_user"] for c in front],
+            [c["efficiency_output_tokens_per_s_per_gpu"] for c in front], "k--", lw=1, label="Pareto front")
+    ax.set_xlabel("output tokens/s per user (1000 / mean TPOT ms)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
