@@ -12,6 +12,7 @@ from .config.errors import ConfigError
 from .config.scenario import Scenario, load_scenario
 from .cluster.control import build_controllers, run_controller
 from .cluster.fleet import Fleet
+from .core.request import PENDING
 from .core.simulation import Simulation
 from .metrics.provenance import software_versions
 from .metrics import plots as plots_mod
@@ -316,13 +317,20 @@ def write_report(res: Result, out: Path, plots: bool) -> Path:
             from .metrics.timeline import chrome_trace
             ao.write_text("timeline.json", chrome_trace([r.inst for r in reps]))
         if plots:
-            plots_mod.latency_cdfs(res.latencies(), ao.path("plots/latency_cdf.png"))
+            scn = res.scenario
+            title = plots_mod.title_of(scn)
+            slos = {"ttft_ms": scn.slo_ttft_ms, "tpot_ms": scn.slo_tpot_ms}
+            arrivals = [r.arrival for r in res.requests if r.state != PENDING]
+            plots_mod.latency_cdfs(res.latencies(), ao.path("plots/latency_cdf.png"), title,
+                                   {k: v for k, v in slos.items() if v is not None})
             if res.fleet.network is not None:
-                plots_mod.network_timeline(res.fleet.network, ao.path("plots/network.png"))
+                plots_mod.network_timeline(res.fleet.network, ao.path("plots/network.png"), title=title)
             if len(reps) == 1:
-                plots_mod.timeline(res.instance.log, res.instance.kv.total, ao.path("plots/timeline.png"))
+                plots_mod.timeline(res.instance.log, res.instance.kv.total, ao.path("plots/timeline.png"),
+                                   title=title, arrivals=arrivals)
             else:
-                plots_mod.fleet_timeline([r.inst for r in reps], ao.path("plots/timeline.png"))
+                plots_mod.fleet_timeline([r.inst for r in reps], ao.path("plots/timeline.png"), title=title,
+                                         arrivals=arrivals, scale_events=res.summary.get("scale_events", ()))
     except BaseException:
         ao.abort()
         raise

@@ -127,3 +127,23 @@ def test_model_names_resolve_case_insensitively_and_base_to_instruct():
     assert load_model("META-LLAMA/llama-3.1-8b").num_layers == 32
     with pytest.raises(dsim.ConfigError, match=r"did you mean 'meta-llama/Llama-3.1-8B'\?"):
         load_model("meta-llama/Llama-3.1-7B")
+
+
+def test_timeline_decimation_keeps_a_one_step_spike():
+    from dsim.metrics.plots import minmax_decimate
+    t = np.arange(100_000, dtype=float)
+    y = np.zeros_like(t)
+    y[54_321] = 500.0
+    y[77_777] = -3.0
+    td, yd = minmax_decimate(t, y, 1000)
+    assert len(td) <= 1000 and yd.max() == 500.0 and yd.min() == -3.0
+    assert np.all(np.diff(td) > 0)                                        # still a time series
+    assert minmax_decimate(t[:10], y[:10], 1000)[0].size == 10            # short series untouched
+
+
+def test_plots_name_the_run(tmp_path):
+    from dsim.metrics.plots import title_of
+    scn = dsim.load_scenario(ROOT / "scenarios" / "router_comparison.yaml")
+    assert title_of(scn) == "router_comparison: 4 x meta-llama/Llama-3.1-8B on H100-SXM"
+    res = dsim.run(QS, overrides=SMALL, out_dir=tmp_path / "r", plots=True)
+    assert (res.out_dir / "plots" / "latency_cdf.png").stat().st_size > 10_000

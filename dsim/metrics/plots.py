@@ -1,4 +1,9 @@
-"""Plots of a run: latency CDFs and the queue / running / KV-usage timeline."""
+"""Plots of a run: latency CDFs, the queue / running / KV-usage timeline, network links.
+
+Every figure names its scenario, model and hardware; SLOs and p50/p99 are marked on the CDFs;
+timelines keep each bin's minimum and maximum (a short spike survives decimation), show KV usage
+in percent, and mark the arrival rate and scale events; legends sit outside the data.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -12,79 +17,170 @@ def _plt():
     return plt
 
 
-def latency_cdfs(lat: dict, path) -> None:
+def title_of(scn) -> str:
+    """'name: model on hardware' (pools listed for fleets)."""
+    pools = getattr(scn.fleet, "pools", None) or []
+    if len(pools) > 1:
+        what = ", ".join(f"{p.replicas} x {p.model.name.split('/')[-1]} on {p.device.name}" for p in pools)
+    else:
+        what = f"{scn.model.name} on {scn.device.name}"
+        if pools and pools[0].replicas > 1:
+            what = f"{pools[0].replicas} x {what}"
+    return f"{scn.name}: {what}"
+
+
+def latency_cdfs(lat: dict, path, title: str = "", slos: dict | None = None) -> None:
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, key, title in zip(axes, ("ttft_ms", "tpot_ms", "e2e_ms"), ("TTFT", "TPOT", "E2E")):
+    slos = slos or {}
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, key, name in zip(axes, ("ttft_ms", "tpot_ms", "e2e_ms"), ("TTFT", "TPOT", "E2E")):
         v = np.sort(np.asarray(lat[key], dtype=float))
         if v.size:
-            ax.plot(v, np.arange(1, v.size + 1) / v.size)
-        ax.set_title(f"{title} CDF")
+            ax.plot(v, np.arange(1, v.size + 1) / v.size, lw=1.2)
+            for q, mk in ((50, "o"), (99, "s")):
+                x = float(np.percentile(v, q))
+                ax.plot([x], [q / 100], mk, ms=5, color="k")
+                ax.annotate(f"p{q} {x:.4g}", (x, q / 100), textcoords="offset points",
+                            xytext=(-6, -12) if q == 99 else (6, 2), ha="right" if q == 99 else "left", fontsize=7)
+        bound = slos.get(key)
+        if bound is not None:
+            if v.size and bound > 1.5 * v[-1]:        # far right of the data: say so, keep the scale
+                ax.annotate(f"SLO {bound:g} ms (off scale) \u2192", (1.0, 0.04), xycoords="axes fraction",
+                            ha="right", fontsize=7, color="tab:red")
+            else:
+                ax.axvline(bound, color="tab:red", ls="--", lw=1)
+                ax.annotate(f"SLO {bound:g} ms", (bound, 0.05), textcoords="offset points", xytext=(3, 0),
+                            fontsize=7, color="tab:red")
+        ax.set_title(f"{name} CDF ({v.size} requests)", fontsize=9)
         ax.set_xlabel("ms")
         ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90, metadata={"Software": None})
     plt.close(fig)
 
 
-def timeline(log, total_blocks: int, path, max_points: int = 4000) -> None:
+def minmax_decimate(t, y, max_points: int):
+    """At most ~max_points points that keep each bin's minimum and maximum, in time order."""
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if t.size <= max_points:
+        return t, y
+    nb = max(1, max_points // 2)
+    edges = np.linspace(0, t.size, nb + 1).astype(int)
+    ts, ys = [], []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b <= a:
+            continue
+        seg = y[a:b]
+        i, j = a + int(np.argmin(seg)), a + int(np.argmax(seg))
+        for k in sorted({i, j}):
+            ts.append(t[k])
+            ys.append(y[k])
+    return np.asarray(ts), np.asarray(ys)
+
+
+def _arrival_rate(ax, arrivals, color="tab:gray"):
+    """Arrivals per second (binned) on a twin axis."""
+    a = np.asarray(arrivals, dtype=float)
+    if a.size < 2:
+        return
+    span = a.max() - a.min()
+    b = max(span / 100, 1e-3)
+    edges = np.arange(a.min(), a.max() + b, b)
+    if edges.size < 2:
+        return
+    h, e = np.histogram(a, edges)
+    tw = ax.twinx()
+    tw.step(e[:-1], h / b, where="post", color=color, lw=0.8, alpha=0.7, label="arrivals/s")
+    tw.set_ylabel("arrivals/s", color=color, fontsize=8)
+    tw.tick_params(axis="y", labelcolor=color, labelsize=7)
+    return tw
+
+
+def timeline(log, total_blocks: int, path, max_points: int = 4000, title: str = "", arrivals=()) -> None:
     plt = _plt()
     t = np.asarray(log.t_end)
-    idx = np.linspace(0, t.size - 1, min(t.size, max_points)).astype(int) if t.size else np.arange(0)
-    fig, ax = plt.subplots(2, 1, figsize=(11, 5), sharex=True)
-    ax[0].plot(t[idx], np.asarray(log.waiting)[idx], label="waiting")
-    ax[0].plot(t[idx], np.asarray(log.running)[idx], label="running")
+    fig, ax = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True)
+    for series, name in ((log.waiting, "waiting"), (log.running, "running")):
+        ax[0].plot(*minmax_decimate(t, series, max_points), label=name, lw=0.8)
     ax[0].set_ylabel("requests")
-    ax[0].legend(loc="upper right")
-    ax[1].plot(t[idx], np.asarray(log.kv_used, dtype=float)[idx] / max(1, total_blocks))
-    _finish_timeline(plt, fig, ax, path)
+    tw = _arrival_rate(ax[0], arrivals)
+    handles = ax[0].get_legend_handles_labels()
+    if tw is not None:
+        h2 = tw.get_legend_handles_labels()
+        handles = (handles[0] + h2[0], handles[1] + h2[1])
+    ax[0].legend(*handles, loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=7, borderaxespad=0)
+    ax[1].plot(*minmax_decimate(t, np.asarray(log.kv_used, dtype=float) * 100 / max(1, total_blocks), max_points),
+               lw=0.8)
+    _finish_timeline(plt, fig, ax, path, title)
 
 
-def fleet_timeline(insts, path, max_points: int = 2000) -> None:
-    """Queue depth (waiting + running) and KV usage per replica over time."""
+def fleet_timeline(insts, path, max_points: int = 2000, title: str = "", arrivals=(), scale_events=()) -> None:
+    """Queue depth (waiting + running) and KV usage per replica over time; scale events marked."""
     plt = _plt()
-    fig, ax = plt.subplots(2, 1, figsize=(11, 5), sharex=True)
+    fig, ax = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True)
     for inst in insts:
         log = inst.log
         t = np.asarray(log.t_end)
         if not t.size:
             continue
-        idx = np.linspace(0, t.size - 1, min(t.size, max_points)).astype(int)
         depth = np.asarray(log.waiting) + np.asarray(log.running)
-        ax[0].plot(t[idx], depth[idx], label=inst.name, lw=0.8)
-        ax[1].plot(t[idx], np.asarray(log.kv_used, dtype=float)[idx] / max(1, inst.kv.total), lw=0.8)
+        ax[0].plot(*minmax_decimate(t, depth, max_points), label=inst.name, lw=0.8)
+        ax[1].plot(*minmax_decimate(t, np.asarray(log.kv_used, dtype=float) * 100 / max(1, inst.kv.total),
+                                    max_points), lw=0.8)
+    colors = {"scale_out": "tab:green", "scale_in": "tab:orange", "retired": "tab:red"}
+    seen = set()
+    for ev in scale_events:
+        kind = ev["event"]
+        for a in ax:
+            a.axvline(ev["time_s"], color=colors.get(kind, "k"), ls=":", lw=0.9,
+                      label=kind.replace("_", " ") if a is ax[0] and kind not in seen else None)
+        seen.add(kind)
     ax[0].set_ylabel("waiting + running")
-    if len(insts) <= 12:
-        ax[0].legend(loc="upper right", fontsize=7, ncol=2)
-    _finish_timeline(plt, fig, ax, path)
+    tw = _arrival_rate(ax[0], arrivals)
+    h, lab = ax[0].get_legend_handles_labels()
+    if tw is not None:
+        h2, l2 = tw.get_legend_handles_labels()
+        h, lab = h + h2, lab + l2
+    if len(h) <= 24:
+        ax[0].legend(h, lab, loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=7, borderaxespad=0)
+    _finish_timeline(plt, fig, ax, path, title)
 
 
-def _finish_timeline(plt, fig, ax, path) -> None:
-    ax[1].set_ylabel("KV blocks used")
+def _finish_timeline(plt, fig, ax, path, title="") -> None:
+    ax[1].set_ylabel("KV cache used (%)")
+    ax[1].set_ylim(0, 105)
     ax[1].set_xlabel("simulated time (s)")
     for a in ax:
         a.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata={"Software": None})
+    fig.savefig(path, dpi=90, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
 
 
-def network_timeline(net, path, max_links: int = 12) -> None:
+def network_timeline(net, path, max_links: int = 12, title: str = "") -> None:
     """Utilisation (bytes carried / capacity) per link per ``timeline_bin_s``, busiest links first."""
     plt = _plt()
     links = sorted((lk for lk in net.links.values() if lk.bins), key=lambda lk: -lk.bytes)[:max_links]
-    fig, ax = plt.subplots(figsize=(11, 3.6))
+    fig, ax = plt.subplots(figsize=(11, 3.8))
     b = net.bin_s
     for lk in links:
         idx = sorted(lk.bins)
-        ax.step([i * b for i in idx], [lk.bins[i] / (lk.bw * b) for i in idx], where="post",
+        ax.step([i * b for i in idx], [lk.bins[i] * 100 / (lk.bw * b) for i in idx], where="post",
                 label=f"{lk.u}->{lk.v}", lw=0.8)
-    ax.set_ylabel("link utilisation")
+    ax.set_ylabel("link utilisation (%)")
     ax.set_xlabel("simulated time (s)")
     ax.grid(alpha=0.3)
     if links:
-        ax.legend(loc="upper right", fontsize=7, ncol=2)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, borderaxespad=0)
+    if title:
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata={"Software": None})
+    fig.savefig(path, dpi=90, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
