@@ -18,6 +18,16 @@ from .config.scenario import Scenario, load_scenario
 
 
 class ClusterEnv:
+    """Step a scenario's simulation ``interval_s`` at a time, applying actions between steps.
+
+    scenario, overrides, seed: as ``dsim.run``.  ``reset()`` builds the simulation and returns the
+    first observation; ``step(actions)`` applies ``dsim.ScaleOut/ScaleIn/SetEngine/Rebalance``
+    actions now and returns (observation, interval metrics); ``done`` says the run is over;
+    ``result(out_dir)`` runs to the end and returns the usual ``Result``.  For a Gymnasium
+    environment (vector observations, discrete scaling actions, a reward) see
+    ``dsim.gym_env.DsimAutoscaleEnv``.
+    """
+
     def __init__(self, scenario, overrides=None, seed: int | None = None, interval_s: float = 1.0,
                  check_invariants: bool = False):
         if interval_s <= 0:

@@ -471,3 +471,33 @@ def test_bench_replicas_runs():
     from dsim.bench import bench
     out = bench(2000, replicas=4)
     assert out["replicas"] == 4 and out["requests"] == 2000 and out["sim_req_per_wall_s"] > 0
+
+
+def test_gymnasium_autoscale_env_follows_the_api_and_is_deterministic():
+    pytest.importorskip("gymnasium")
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    from dsim.gym_env import DsimAutoscaleEnv
+    from pathlib import Path
+    env = DsimAutoscaleEnv(str(Path(__file__).resolve().parents[1] / "scenarios" / "autoscale_ramp.yaml"),
+                           interval_s=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                 # the unbounded Box is deliberate
+        check_env(env, skip_render_check=True)
+
+    def episode(actions):
+        obs, _ = env.reset(seed=5)
+        out = []
+        for a in actions:
+            obs, r, term, trunc, info = env.step(a)
+            out.append((r, info["gpus"], obs.tolist()))
+            if term:
+                break
+        return out
+    plan = [[1], [0], [0], [2], [0]]
+    a, b = episode(plan), episode(plan)
+    assert a == b
+    tp = env._tp["a100"]
+    assert a[0][1] == 2 * tp                     # the added replica is paid for from the moment it starts
