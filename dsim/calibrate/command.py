@@ -18,32 +18,7 @@ from ..config.scenario import apply_overrides
 from .calibrate import (SPACES, evaluate, get_value, loss_of, physical_issues, run_errors, set_value, stage1,
                         stage2, start_latency)
 from ..metrics.writers import AtomicOutput, to_json
-from .cosim import _merge, replay_rows, trace_text
-
-
-def assumed_settings(run, base: dict | None, overrides) -> list:
-    """What the replay takes from somewhere other than the run itself, as printable lines."""
-    said = run.scenario
-    set_keys = {o.split("=", 1)[0] for o in overrides}
-    out = []
-    for key in ("model", "hardware"):
-        if not said.get(key):
-            src = "--set" if key in set_keys else ("the base scenario" if (base or {}).get(key) else None)
-            if src:
-                out.append(f"{key} from {src}")
-    eng = said.get("engine") or {}
-    base_eng = (base or {}).get("engine") or {}
-    for key in ("vllm_version", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
-                "enable_prefix_caching", "gpu_memory_utilization", "tensor_parallel_size"):
-        if key in eng:
-            continue
-        if f"engine.{key}" in set_keys:
-            out.append(f"engine.{key} from --set")
-        elif key in base_eng:
-            out.append(f"engine.{key}={base_eng[key]} from the base scenario")
-        else:
-            out.append(f"engine.{key} is dsim's default (the run does not record it)")
-    return out
+from .cosim import _merge, assumed_settings, replay_rows, trace_text
 
 
 def _context(run, base, overrides):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
 import tempfile
 from pathlib import Path
 
@@ -34,6 +35,31 @@ def _merge(base: dict, top: dict) -> dict:
             out[k] = _merge(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
+    return out
+
+
+def assumed_settings(run, base: dict | None, overrides) -> list:
+    """What the replay takes from somewhere other than the run itself, as printable lines."""
+    said = run.scenario
+    set_keys = {o.split("=", 1)[0] for o in overrides}
+    out = []
+    for key in ("model", "hardware"):
+        if not said.get(key):
+            src = "--set" if key in set_keys else ("the base scenario" if (base or {}).get(key) else None)
+            if src:
+                out.append(f"{key} from {src}")
+    eng = said.get("engine") or {}
+    base_eng = (base or {}).get("engine") or {}
+    for key in ("vllm_version", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                "enable_prefix_caching", "gpu_memory_utilization", "tensor_parallel_size"):
+        if key in eng:
+            continue
+        if f"engine.{key}" in set_keys:
+            out.append(f"engine.{key} from --set")
+        elif key in base_eng:
+            out.append(f"engine.{key}={base_eng[key]} from the base scenario")
+        else:
+            out.append(f"engine.{key} is dsim's default (the run does not record it)")
     return out
 
 
@@ -259,6 +285,10 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
     trace, so ``dsim run out/scenario.yaml`` reruns it) and plots/cdf.png, atomically."""
     res, scn = simulate_run(run, base, overrides, seed)
     rep = cosim_report(run, res, scn)
+    rep["assumed"] = assumed_settings(run, base, overrides)
+    rep["notes"] = list(rep.get("notes", [])) + [f"assumed: {a}" for a in rep["assumed"]]
+    for line in rep["assumed"]:
+        print(f"dsim: warning: {run.name}: {line}", file=sys.stderr)
     if out_dir is not None:
         ao = AtomicOutput(Path(out_dir))
         try:
