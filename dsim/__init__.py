@@ -3,20 +3,54 @@ __version__ = "0.1.0"
 
 
 def load_scenario(source, overrides=None, seed=None):
-    """Load and validate a scenario (path or mapping); raises dsim.ConfigError on bad input."""
+    """Load and validate a scenario.
+
+    source: a YAML/JSON path or a mapping with the same keys (docs: README, "Scenario keys").
+    overrides: ``["workload.rate=40", ...]`` applied first, as ``dsim run --set``.
+    seed: replaces the scenario's seed.
+    Raises ``dsim.ConfigError`` (path-qualified message) on any invalid key or value.
+    """
     from .config.scenario import load_scenario as _load
     return _load(source, overrides, seed)
 
 
-def run(scenario, out_dir=None, **kw):
-    """Run a scenario and return a Result (requests, summary, manifest); see dsim.runner.run."""
+def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants=False, progress=False,
+        plots=None, controllers=(), vllm_traces=None):
+    """Run a scenario; return a ``Result`` (``.metrics``, ``.summary``, ``.to_pandas()``, ``.requests``,
+    ``.manifest``), writing the report to ``out_dir`` when given.
+
+    scenario: path, mapping or ``dsim.load_scenario(...)``; overrides/seed: as ``load_scenario``;
+    check_invariants: check scheduler and KV invariants every step (slow); progress: a progress
+    meter on stderr; plots: write plots/*.png (default: the scenario's ``output.plots``);
+    controllers: extra ``dsim.Controller`` objects; vllm_traces: True or {step_rate, rich_rate} to
+    record vLLM's tracing streams.
+    """
     from .runner import run as _run
-    return _run(scenario, out_dir, **kw)
+    return _run(scenario, out_dir, overrides=overrides, seed=seed, check_invariants=check_invariants,
+                progress=progress, plots=plots, controllers=controllers, vllm_traces=vllm_traces)
+
+
+def sweep(scenario, grid=(), **kw):
+    """A grid (or random sample) of overrides, each a run; rows of flat metrics.  See dsim.explore.sweep."""
+    from .explore.sweep import sweep as _sweep
+    return _sweep(scenario, grid, **kw)
+
+
+def capacity(scenario, slos, **kw):
+    """Max load within SLOs, or min replicas for a target rate.  See dsim.explore.capacity."""
+    from .explore.capacity import capacity as _capacity
+    return _capacity(scenario, slos, **kw)
+
+
+def plan(scenario, space, **kw):
+    """The deployment meeting the SLOs on the fewest GPUs of a budget.  See dsim.explore.plan."""
+    from .explore.plan import plan as _plan
+    return _plan(scenario, space, **kw)
 
 
 from .config.errors import ConfigError  # noqa: E402
 from .cluster.control import Controller, Rebalance, ReactiveAutoscaler, ScaleIn, ScaleOut, SetEngine  # noqa: E402
 from .cluster_env import ClusterEnv  # noqa: E402
 
-__all__ = ["__version__", "load_scenario", "run", "ConfigError", "ClusterEnv", "Controller", "ReactiveAutoscaler",
+__all__ = ["__version__", "load_scenario", "run", "sweep", "capacity", "plan", "ConfigError", "ClusterEnv", "Controller", "ReactiveAutoscaler",
            "ScaleOut", "ScaleIn", "SetEngine", "Rebalance"]

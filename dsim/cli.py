@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dsim", description="Discrete-event simulator of LLM inference serving")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one scenario and write its report")
-    r.add_argument("scenario")
+    r.add_argument("scenario", help="scenario file (YAML or JSON)")
     r.add_argument("--out", default=None, help="output folder (default: results/<scenario name>-<8 hex digits "
                    "of the resolved scenario's hash>, so runs with different --set never overwrite each other)")
     r.add_argument("--seed", type=int, default=None, help="master seed (replaces the scenario's seed:)")
@@ -37,23 +37,23 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--trace-rich-rate", type=float, default=1.0,
                    help="share of traced steps with per-request snapshots (default 1)")
     v = sub.add_parser("validate", help="check a scenario without running it")
-    v.add_argument("scenario")
+    v.add_argument("scenario", help="scenario file (YAML or JSON)")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key before checking it (repeatable)")
     b = sub.add_parser("bench", help="simulated requests per wall-second on the fixed benchmark")
-    b.add_argument("--requests", type=int, default=None)
+    b.add_argument("--requests", type=int, default=None, help="requests to simulate (default 20,000)")
     b.add_argument("--replicas", type=int, default=1, help="replicas behind a router (load 20 req/s each)")
     b.add_argument("--router", default="jsq", help="router for --replicas > 1 (default jsq)")
     lut = sub.add_parser("lut", help="latency lookup tables: check one, or build one from a latency model")
     ls = lut.add_subparsers(dest="lut_cmd", required=True)
     lc = ls.add_parser("check", help="validate rows; flag non-monotone rows and drift against a previous version")
-    lc.add_argument("file")
+    lc.add_argument("file", help="LUT CSV to check")
     lc.add_argument("--previous", default=None, help="the previous version of this LUT, for drift detection")
     lc.add_argument("--tolerance", type=float, default=0.05, help="drift that is flagged (default 0.05 = 5%%)")
     lb = ls.add_parser("build", help="tabulate a latency model (default: vidur) into a LUT CSV")
     lb.add_argument("--model", required=True, help="catalogue name or path to a HF config.json")
     lb.add_argument("--hardware", required=True, help="device profile name")
-    lb.add_argument("--tp", type=int, default=1)
+    lb.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
     lb.add_argument("--latency", default="vidur", help="latency model to tabulate")
     lb.add_argument("--set", dest="overrides", action="append", default=[], metavar="latency.KEY=VALUE",
                     help="a latency-model parameter (repeatable)")
@@ -65,14 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--scenario", default=None, help="base scenario (latency model, hardware, ...); the run's "
                    "model, engine and workload take precedence")
     c.add_argument("--out", default=None, help="output folder (default: results/cosim-<run name>)")
-    c.add_argument("--seed", type=int, default=None)
-    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    c.add_argument("--seed", type=int, default=None, help="seed of the replay (default 42)")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a replay scenario key, e.g. --set latency.model=vidur (repeatable)")
     c.add_argument("--hardware", default=None, help="device profile when the run does not name its GPU")
     c.add_argument("--model", default=None, help="model when the file does not name it (vllm bench, CSV)")
     c.add_argument("--columns", default=None, metavar="FIELD=COL,...",
                    help="generic CSV/JSONL mapping, e.g. arrival_s=t,prompt_tokens=in,output_tokens=out,ttft_s=ttft,e2e_s=lat")
     c.add_argument("--time-unit", type=float, default=1.0, help="seconds per time unit of a generic file (1e-3 for ms)")
-    c.add_argument("--no-plots", action="store_true")
+    c.add_argument("--no-plots", action="store_true", help="do not write plots/cdf.png")
     _fit_parser(sub)
     _calibrate_parser(sub)
     from .explore.cli import add_parsers, add_plan_parser
@@ -110,7 +111,7 @@ def _fit_parser(sub) -> None:
     f = sub.add_parser("fit", help="fit latency-model coefficients from real runs or vLLM traces")
     f.add_argument("runs", nargs="+", help="OTLP trace files (stage 1, step level) and/or real runs "
                    "(stage 2: Nelder-Mead with dsim in the loop)")
-    f.add_argument("--model", default="unified5", choices=("unified5", "physics"))
+    f.add_argument("--model", default="unified5", choices=("unified5", "physics"), help="latency model to fit")
     f.add_argument("--out", required=True, help="coefficients YAML to write")
     f.add_argument("--scenario", default=None, help="scenario the traces were recorded with (model, hardware, engine)")
     f.add_argument("--max-evals", type=int, default=60, help="stage-2 simulator evaluations (default 60)")
@@ -119,14 +120,15 @@ def _fit_parser(sub) -> None:
                        "logs, or evaluate one on held-out logs")
     asub = a.add_subparsers(dest="acc_cmd", required=True)
     at = asub.add_parser("train", help="fit a per-position acceptance classifier on profiling logs (JSONL)")
-    at.add_argument("logs", nargs="+")
+    at.add_argument("logs", nargs="+", help="profiling logs (JSONL, one verification round a line)")
     at.add_argument("--out", required=True, help="bundle to write (.joblib)")
-    at.add_argument("--estimator", default="gbdt", choices=("gbdt", "rf"))
-    at.add_argument("--max-depth", type=int, default=3)
+    at.add_argument("--estimator", default="gbdt", choices=("gbdt", "rf"),
+                    help="gradient-boosted trees or a random forest (default gbdt)")
+    at.add_argument("--max-depth", type=int, default=3, help="tree depth (default 3)")
     at.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="metadata kept in the bundle")
     ae = asub.add_parser("evaluate", help="accuracy, Brier, ECE and accepted-count MAE on held-out logs")
-    ae.add_argument("bundle")
-    ae.add_argument("logs", nargs="+")
+    ae.add_argument("bundle", help="bundle written by dsim acceptance train")
+    ae.add_argument("logs", nargs="+", help="held-out profiling logs (JSONL)")
     ae.add_argument("--json", default=None, help="also write the metrics to this JSON file")
 
 

@@ -23,7 +23,7 @@ def add_parsers(sub) -> None:
     w.add_argument("--quiet", action="store_true", help="no progress bar")
 
     c = sub.add_parser("capacity", help="max load within SLOs, or min replicas for a target load")
-    c.add_argument("scenario")
+    c.add_argument("scenario", help="scenario file (any scenario, including a calibrated.yaml)")
     c.add_argument("--slo", action="append", default=[], metavar="METRIC=MS", required=True,
                    help="e.g. ttft_p99_ms=500, tpot_p99_ms=50, e2el_p90_ms=3000 (repeatable)")
     c.add_argument("--vary", default=None, metavar="KEY",
