@@ -1,4 +1,4 @@
-"""Router vs offered load on a heterogeneous fleet (seed 002, section 7.2's shape).
+"""Router vs offered load on a heterogeneous fleet, as one `dsim.sweep`.
 
 Three replicas of Llama-3.1-8B on an H100, an A100-40GB and an A40 behind one router.  Each run
 offers Poisson load for ``--horizon`` seconds and stops there (no drain), so throughput is what
@@ -7,6 +7,9 @@ load to the slowest replica plateaus lower than one that follows the queues.
 
     python experiments/router_hetero_sweep.py            # ~1 min on 2 cores
     python experiments/router_hetero_sweep.py --out docs/router-hetero.png --table docs/router-hetero.md
+
+The same sweep from the command line (scenario written to a file first):
+    dsim sweep hetero.yaml --grid cluster.router=jsq,least_outstanding,... --grid workload.rate=10,20,... --out DIR
 """
 from __future__ import annotations
 
@@ -15,41 +18,30 @@ import json
 import sys
 from pathlib import Path
 
-from joblib import Parallel, delayed
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import dsim  # noqa: E402
 
 ROUTERS = ("jsq", "least_outstanding", "weighted_power_of_two", "round_robin", "random")
 RATES = (10, 20, 30, 40, 50, 60, 70, 80, 100, 120)
 
 
-def scenario(router: str, rate: float, horizon: float, seed: int) -> dict:
+def scenario(horizon: float, seed: int) -> dict:
     return {
-        "name": f"hetero_{router}_{rate}", "seed": seed,
+        "name": "hetero", "seed": seed,
         "model": "meta-llama/Llama-3.1-8B",
         "engine": {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
         "latency": {"model": "roofline"},
-        "cluster": {"router": router, "pools": [
+        "cluster": {"router": "jsq", "pools": [
             {"name": "h100", "hardware": "H100-SXM", "replicas": 1},
             {"name": "a100", "hardware": "A100-40GB", "replicas": 1},
             {"name": "a40", "hardware": "A40", "replicas": 1},
         ]},
-        "workload": {"type": "poisson", "rate": rate, "duration_s": horizon,
+        "workload": {"type": "poisson", "rate": 10, "duration_s": horizon,
                      "prompt_tokens": {"dist": "normal", "mean": 800, "std": 300, "min": 16, "max": 3000},
                      "output_tokens": {"dist": "normal", "mean": 250, "std": 100, "min": 1, "max": 800}},
         "horizon_s": horizon, "drain": False,
         "output": {"plots": False},
     }
-
-
-def one(router: str, rate: float, horizon: float, seed: int) -> dict:
-    import dsim
-    s = dsim.run(scenario(router, rate, horizon, seed)).summary
-    done = s["requests"]["completed"]
-    ttft = s["latency_ms"]["ttft"]
-    return {"router": router, "rate": rate, "completed": done, "throughput_rps": done / horizon,
-            "ttft_p95_ms": ttft.get("p95"), "tpot_p95_ms": s["latency_ms"]["tpot"].get("p95"),
-            "share": {k: v["completed"] / max(1, done) for k, v in s["replicas"].items()}}
 
 
 def main(argv=None) -> None:
@@ -61,7 +53,11 @@ def main(argv=None) -> None:
     ap.add_argument("--table", default=None, help="markdown table")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    rows = Parallel(n_jobs=a.jobs)(delayed(one)(r, x, a.horizon, a.seed) for r in ROUTERS for x in RATES)
+    grid = [f"cluster.router={','.join(ROUTERS)}", f"workload.rate={','.join(map(str, RATES))}"]
+    table_rows = dsim.sweep(scenario(a.horizon, a.seed), grid, jobs=a.jobs)
+    rows = [{"router": r["cluster.router"], "rate": r["workload.rate"], "completed": r["completed"],
+             "throughput_rps": r["completed"] / a.horizon, "ttft_p95_ms": r.get("p95_ttft_ms"),
+             "tpot_p95_ms": r.get("p95_tpot_ms")} for r in table_rows]
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     lines = ["| offered req/s | " + " | ".join(ROUTERS) + " |", "|---" * (len(ROUTERS) + 1) + "|"]

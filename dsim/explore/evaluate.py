@@ -37,9 +37,10 @@ def resolve(source, overrides, seed=None):
     return load_scenario(source, list(overrides), seed)
 
 
-def evaluate(source, overrides, seed=None, keep_requests: bool = False) -> dict:
+def evaluate(source, overrides, seed=None, keep_requests: bool = False, extra=None) -> dict:
     """Run one point; return {"status": "ok", metrics...} or {"status": "error", "error": message}.
-    A user error (bad value for this point) is recorded, not raised, so other points go on."""
+    A user error (bad value for this point) is recorded, not raised, so other points go on.
+    ``extra(summary) -> dict`` adds columns of your own (e.g. from the speculation section)."""
     from ..runner import run
     try:
         scn = resolve(source, overrides, seed)
@@ -47,6 +48,8 @@ def evaluate(source, overrides, seed=None, keep_requests: bool = False) -> dict:
     except ConfigError as e:
         return {"status": "error", "error": str(e)}
     row = {"status": "ok", "error": "", **summary_row(res.summary)}
+    if extra is not None:
+        row.update(extra(res.summary))
     if keep_requests:
         row["_arrivals"] = [r.arrival for r in res.requests]
     return row

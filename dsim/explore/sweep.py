@@ -59,14 +59,16 @@ def _tasks(spec: SweepSpec):
 
 def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds: int = 1, jobs: int = 1,
           backend: str = "joblib", address: str | None = None, out=None, progress: bool = False,
-          plot: str | None = None, x: str | None = None, hue: str | None = None) -> list[dict]:
+          plot: str | None = None, x: str | None = None, hue: str | None = None, extra=None) -> list[dict]:
     """Run every point of a grid (``["workload.rate=10,20", ...]`` or [(key, values)]) or ``random``
     points drawn from ``ranges`` (``["workload.rate=5:40"]``), ``seeds`` seeds each; return one row
     per point and seed: the override keys, ``seed``, ``status`` and every summary metric.
 
     With ``out``, each finished point is stored in ``out/points/`` and the table written to
     ``out/results.csv`` (and ``results.parquet`` when pyarrow is installed); re-running into the
-    same folder computes only the missing points.  ``backend``: joblib, dask or ray."""
+    same folder computes only the missing points.  ``backend``: joblib, dask or ray.
+    ``extra(summary) -> dict``: more columns per row (a module-level function, so workers can load
+    it); stored rows are reused as they are, so use a fresh ``out`` when ``extra`` changes."""
     grid = parse_grid(grid) if grid and isinstance(next(iter(grid)), str) else list(grid)
     ranges = parse_ranges(ranges) if ranges and isinstance(next(iter(ranges)), str) else list(ranges)
     if random and not ranges:
@@ -96,7 +98,8 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
         elif key not in {t[0] for t in todo}:
             todo.append((key, ovs, seed))
     bar = _bar(len(todo), progress)
-    results = run_calls(evaluate, [(spec.scenario, ovs, seed) for _, ovs, seed in todo], jobs, backend, address)
+    results = run_calls(evaluate, [(spec.scenario, ovs, seed, False, extra) for _, ovs, seed in todo], jobs, backend,
+                        address)
     for (key, ovs, seed), row in zip(todo, results):
         rows[key] = row
         if store is not None:
