@@ -174,75 +174,56 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
     return rec
 
 
+def _split(s: _Search, values) -> tuple:
+    """Probe ``values``; in ascending order, (the largest passing before the first failure, that failure)."""
+    values = sorted(values)
+    s.run(values)
+    ok = None
+    for v in values:
+        if not s.ok(v):
+            return ok, v
+        ok = v
+    return ok, None
+
+
 def _search_max(s: _Search, v0: float, tol: float, max_probes: int):
-    s.run([v0])
-    lo = hi = None
+    lo, hi = _split(s, [v0])
     v = v0
-    if s.ok(v0):
-        lo = v0
-        while hi is None and len(s.probes) < max_probes:
-            batch = [v * 2 ** (i + 1) for i in range(s.jobs)]
-            s.run(batch)
-            for b in batch:
-                if s.ok(b):
-                    lo = b
-                else:
-                    hi = b
-                    break
-            v = batch[-1]
-    else:
-        hi = v0
-        while lo is None and len(s.probes) < max_probes:
-            batch = [v / 2 ** (i + 1) for i in range(s.jobs)]
-            s.run(batch)
-            for b in batch:
-                if s.ok(b):
-                    lo = b
-                    break
-                hi = b
-            v = batch[-1]
+    while (lo is None or hi is None) and len(s.probes) < max_probes:
+        step = 2.0 if hi is None else 0.5                   # double while passing, halve while failing
+        batch = [v * step ** (i + 1) for i in range(s.jobs)]
+        ok, fail = _split(s, batch)
+        lo = ok if ok is not None else lo
+        hi = fail if fail is not None else hi
+        v = batch[-1]
     if lo is None or hi is None:
         return lo
     while (hi - lo) / lo > tol and len(s.probes) < max_probes:
-        batch = [lo + (hi - lo) * (i + 1) / (s.jobs + 1) for i in range(s.jobs)]
-        s.run(batch)
-        for b in batch:
-            if s.ok(b):
-                lo = b
-            else:
-                hi = b
-                break
+        ok, fail = _split(s, [lo + (hi - lo) * (i + 1) / (s.jobs + 1) for i in range(s.jobs)])
+        lo = ok if ok is not None else lo
+        hi = fail if fail is not None else hi
     return lo
 
 
 def _search_min(s: _Search, v0: int, max_probes: int):
     s.run([v0])
-    lo = hi = None                              # lo fails, hi passes
-    if s.ok(v0):
-        hi = v0
-        v = v0
-        while v > 1 and lo is None and len(s.probes) < max_probes:
-            v = max(1, v // 2)
-            s.run([v])
-            if s.ok(v):
-                hi = v
-            else:
-                lo = v
-        if lo is None:
-            return hi
-    else:
-        lo = v0
-        v = v0
-        while hi is None and len(s.probes) < max_probes:
-            v *= 2
-            s.run([v])
-            if s.ok(v):
-                hi = v
-            else:
-                lo = v
+    lo, hi = (None, v0) if s.ok(v0) else (v0, None)      # lo: largest failing, hi: smallest passing
+    v = v0
+    while (lo is None or hi is None) and len(s.probes) < max_probes:
         if hi is None:
-            return None
-    while hi - lo > 1 and len(s.probes) < max_probes:
+            v *= 2
+        elif v > 1:
+            v = max(1, v // 2)
+        else:
+            return hi                                       # even 1 passes
+        s.run([v])
+        if s.ok(v):
+            hi = v
+        else:
+            lo = v
+    if hi is None:
+        return None
+    while lo is not None and hi - lo > 1 and len(s.probes) < max_probes:
         batch = sorted({lo + (hi - lo) * (i + 1) // (s.jobs + 1) for i in range(s.jobs)} - {lo, hi})
         s.run(batch)
         for b in batch:
