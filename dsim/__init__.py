@@ -49,8 +49,20 @@ def plan(scenario, space, **kw):
 
 
 from .config.errors import ConfigError  # noqa: E402
-from .cluster.control import Controller, Rebalance, ReactiveAutoscaler, ScaleIn, ScaleOut, SetEngine  # noqa: E402
-from .cluster_env import ClusterEnv  # noqa: E402
+
+# The control-plane classes load on first use (PEP 562), so `import dsim` stays cheap.
+_LAZY = {"Controller": "cluster.control", "Rebalance": "cluster.control", "ReactiveAutoscaler": "cluster.control",
+         "ScaleIn": "cluster.control", "ScaleOut": "cluster.control", "SetEngine": "cluster.control",
+         "ClusterEnv": "cluster_env"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dsim' has no attribute {name!r}")
 
 __all__ = ["__version__", "load_scenario", "run", "sweep", "capacity", "plan", "ConfigError", "ClusterEnv", "Controller", "ReactiveAutoscaler",
            "ScaleOut", "ScaleIn", "SetEngine", "Rebalance"]

@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--requests", type=int, default=None, help="requests to simulate (default 20,000)")
     b.add_argument("--replicas", type=int, default=1, help="replicas behind a router (load 20 req/s each)")
     b.add_argument("--router", default="jsq", help="router for --replicas > 1 (default jsq)")
+    b.add_argument("--rate", type=float, default=None, help="arrival rate in req/s (default 20 per replica)")
+    b.add_argument("--scenario", default=None, help="bench this scenario file instead of the fixed workload "
+                   "(plots off; --requests and --rate override its workload)")
+    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of --scenario (repeatable)")
     lut = sub.add_parser("lut", help="latency lookup tables: check one, or build one from a latency model")
     ls = lut.add_subparsers(dest="lut_cmd", required=True)
     lc = ls.add_parser("check", help="validate rows; flag non-monotone rows and drift against a previous version")
@@ -271,7 +276,12 @@ def main(argv=None) -> int:
             if args.replicas < 1:
                 raise _CE("--replicas", args.replicas, "an integer >= 1")
             check_router_name(args.router, "--router")
-            print(json.dumps(bench(args.requests, _T0, args.replicas, args.router)))
+            if args.rate is not None and not args.rate > 0:
+                raise _CE("--rate", args.rate, "a rate > 0")
+            if args.overrides and args.scenario is None:
+                raise _CE("--set", None, "--scenario FILE to override", show_value=False)
+            print(json.dumps(bench(args.requests, _T0, args.replicas, args.router, args.rate, args.scenario,
+                                   args.overrides)))
             return 0
         if args.cmd == "lut":
             return _lut(args)
