@@ -13,6 +13,7 @@ set of flows or links changes: O(flows x links) per change, nothing per byte or 
 """
 from __future__ import annotations
 
+import heapq
 import math
 from simpy.events import NORMAL
 
@@ -169,6 +170,7 @@ class Network:
         if dt <= 0:
             return
         b = self.bin_s
+        busy = {}                                  # links carrying a flow (idle links are not visited)
         for f in self.active.values():
             r = f.rate
             if r > 0:
@@ -176,12 +178,16 @@ class Network:
                 f.remaining -= moved
                 for lk in f.links:
                     lk.bytes += moved
+                    busy[lk.edge, lk.u] = lk
                     if b:
                         self._bin(lk, self.t_last, now, r)
-            elif any(not lk.up for lk in f.links):
-                f.waited += dt
-        for lk in self.links.values():
-            if lk.flows and lk.up:
+            else:
+                for lk in f.links:
+                    busy[lk.edge, lk.u] = lk
+                if any(not lk.up for lk in f.links):
+                    f.waited += dt
+        for lk in busy.values():
+            if lk.up:
                 lk.busy_s += dt
         self.t_last = now
 
@@ -195,37 +201,55 @@ class Network:
             i += 1
 
     def _reallocate(self) -> None:
-        """Max-min fair rates (water filling) over the links that are up; schedule the next completion."""
+        """Max-min fair rates (water filling) over the links that are up; schedule the next completion.
+
+        Progressive filling with a heap of link fair shares: the link whose share cap / unfixed
+        flows is smallest saturates first, its flows get that share, and only the links those flows
+        cross change.  Ties go to the link first met in flow order, and every cap is reduced in the
+        same order as a full rescan would, so rates are bit-identical to the textbook loop, in
+        O(F x path x log L) instead of O(L^2) per event."""
         if len(self.active) == 1:                 # fast path: one flow gets its bottleneck
             (f,) = self.active.values()
             f.rate = 0.0 if any(not lk.up for lk in f.links) else min(lk.bw for lk in f.links)
             self._schedule_next()
             return
-        cap = {}
-        users: dict = {}
+        cap: dict = {}
+        users: dict = {}                           # link -> {fid: flow}, in flow order
+        order: dict = {}                           # link -> first-seen index (tie-break)
         for f in self.active.values():
             f.rate = -1.0
             if any(not lk.up for lk in f.links):
                 f.rate = 0.0
                 continue
             for lk in f.links:
-                users.setdefault(lk, []).append(f)
-                cap[lk] = lk.bw
-        while users:
-            best = None
-            for lk, fs in users.items():
-                share = cap[lk] / len(fs)
-                if best is None or share < best[0]:
-                    best = (share, lk)
-            share, lk = best
-            for f in list(users[lk]):
+                us = users.get(lk)
+                if us is None:
+                    users[lk] = us = {}
+                    cap[lk] = lk.bw
+                    order[lk] = len(order)
+                us[f.fid] = f
+        heap = [(cap[lk] / len(us), order[lk], lk) for lk, us in users.items()]
+        heapq.heapify(heap)
+        while heap:
+            share, _, lk = heapq.heappop(heap)
+            us = users.get(lk)
+            if us is None or cap[lk] / len(us) != share:
+                continue                           # stale entry: the link was updated since
+            touched = {}
+            for f in list(us.values()):
                 f.rate = share
                 for other in f.links:
                     cap[other] -= share
-                    us = users[other]
-                    us.remove(f)
-                    if not us:
+                    ou = users[other]
+                    del ou[f.fid]
+                    if ou:
+                        touched[other] = True
+                    else:
                         del users[other]
+                        touched.pop(other, None)
+            for other in touched:
+                if other in users:
+                    heapq.heappush(heap, (cap[other] / len(users[other]), order[other], other))
         self._schedule_next()
 
     def _schedule_next(self) -> None:
