@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.fields import Section
+from ..config.limits import MIN_TIMER_S
 from ..metrics.summary import request_latencies
 
 
@@ -170,7 +171,7 @@ def build_controllers(raw_list, fleet, path: str = "cluster.controllers") -> lis
         s = Section(raw, f"{path}[{i}]")
         kind = s.str("type", choices=("autoscaler",))
         pool = s.str("pool", choices=list(fleet.pools))
-        c = ReactiveAutoscaler(pool, s.num("interval_s", 5.0, lo=0, lo_open=True),
+        c = ReactiveAutoscaler(pool, s.num("interval_s", 5.0, lo=MIN_TIMER_S),
                                s.num("scale_out_waiting", 4.0, lo=0), s.num("scale_out_kv", 0.9, lo=0, hi=1),
                                s.num("scale_in_kv", 0.2, lo=0, hi=1), s.num("scale_in_busy", 1.0, lo=0, hi=1),
                                s.num("cooldown_s", 30.0, lo=0))

@@ -17,6 +17,7 @@ import math
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
+from ..config.limits import MIN_TIMER_S
 
 
 class Router:
@@ -194,6 +195,8 @@ def build_router(raw, path: str, rng):
     s = Section(raw, path)
     kind = s.str("policy", choices=sorted(ROUTERS))
     stale = s.num("staleness_s", 0.0, lo=0)
+    if 0 < stale < MIN_TIMER_S:
+        raise ConfigError(s.sub("staleness_s"), stale, f"0 (fresh views) or a period >= {MIN_TIMER_S:g} s")
     if kind == "prefix_affinity":
         r = PrefixAffinity(rng, s.num("max_queue_gap", None, lo=0))
     elif kind == "semi_clairvoyant":

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
+from .limits import MAX_REPLICAS
 from .fields import Section
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
@@ -96,10 +97,10 @@ def _pool(data, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
     lat = s.raw("latency", top.get("latency") or {})
     if not isinstance(lat, dict):
         raise ConfigError(f"{path}.latency", lat, "a latency mapping, e.g. {model: roofline}")
-    replicas = s.int("replicas", 1, lo=1)
+    replicas = s.int("replicas", 1, lo=1, hi=MAX_REPLICAS)
     role = s.str("role", "mixed", choices=ROLES)
     lo = s.int("min_replicas", 1, lo=1)
-    hi = s.int("max_replicas", None, lo=1)
+    hi = s.int("max_replicas", None, lo=1, hi=MAX_REPLICAS)
     if hi is not None and hi < max(lo, replicas):
         raise ConfigError(f"{path}.max_replicas", hi, f">= replicas ({replicas}) and min_replicas ({lo})")
     if lo > replicas:

@@ -133,6 +133,9 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
         fleet = single_pool(model, device, engine, s.raw("latency", {}))
     else:
         top = {k: s.raw(k, None) for k in ("model", "hardware", "engine", "latency")}
+        for k in ("engine", "latency"):
+            if top[k] is not None and not isinstance(top[k], dict):
+                raise ConfigError(k, top[k], f"a mapping of {k} keys (shared by the cluster's pools)")
         fleet = load_fleet(cluster, top, base_dir)
         first = fleet.pools[0]
         model, device, engine = first.model, first.device, first.engine

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config.errors import ConfigError
+from ..config.limits import MAX_FILE_BYTES
 from ..config.fields import Section, check_number
 from ..config.generations import HostCosts, by_name
 from .base import AlphaModel, LatencyContext
@@ -35,8 +36,10 @@ def _path(s: Section, key: str, ctx: LatencyContext, default=None) -> Path | Non
     p = Path(v).expanduser()
     if not p.is_absolute() and ctx.base_dir is not None:
         p = Path(ctx.base_dir) / p
-    if not p.exists():
-        raise ConfigError(s.sub(key), v, f"an existing file (looked for {p})")
+    if not p.is_file():
+        raise ConfigError(s.sub(key), v, f"an existing regular file (looked for {p})")
+    if p.stat().st_size > MAX_FILE_BYTES:
+        raise ConfigError(s.sub(key), v, f"a file under {MAX_FILE_BYTES >> 30} GiB")
     return p
 
 
@@ -56,6 +59,9 @@ def _roofline(s, ctx):
 
 def _blackbox(s, ctx):
     beta = _coeffs(s, "beta", 3)
+    for i, b in enumerate(beta):
+        if b < 0:
+            raise ConfigError(f"{s.sub('beta')}[{i}]", b, "a coefficient >= 0 (a step cannot take negative time)")
     return BlackboxModel(*beta), _alpha(s), {"beta_us": beta}
 
 

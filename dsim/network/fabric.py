@@ -19,6 +19,7 @@ from simpy.events import NORMAL
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
+from ..config.limits import MAX_TIME_S
 from ..cluster.transfer import TransferRecord
 from .topology import Topology, build_topology
 
@@ -49,10 +50,10 @@ class _Jitter:
         self.kind = kind
         if kind == "rtt":
             self.dist = s.str("dist", choices=("normal", "uniform", "exponential"))
-            self.scale = s.num("scale_ms", lo=0) / 1e3
+            self.scale = s.num("scale_ms", lo=0, hi=MAX_TIME_S * 1e3) / 1e3
         else:
             self.dist = s.str("dist", choices=("lognormal", "normal", "uniform"))
-            self.scale = s.num("scale_pct", lo=0) / 100
+            self.scale = s.num("scale_pct", lo=0, hi=300) / 100    # beyond, a factor underflows to 0
         s.done()
 
     def sample(self, rng) -> float:
@@ -271,7 +272,10 @@ class Network:
         self._advance()
         # flows within 1 ns of finishing are done (float sums of the clock are not exact; a
         # byte-based tolerance would stall once rate x clock ulp exceeds it)
-        finished = [f for f in self.active.values() if f.rate > 0 and f.remaining <= f.rate * 1e-9]
+        # at large simulated times the clock's own step exceeds 1 ns: allow one ulp of it too, or a
+        # flow whose last byte is due "now" could be re-ticked forever at the same time
+        tol = max(1e-9, 4 * math.ulp(self.env.now))
+        finished = [f for f in self.active.values() if f.rate > 0 and f.remaining <= f.rate * tol]
         for f in finished:
             del self.active[f.fid]
             for lk in f.links:

@@ -11,6 +11,7 @@ import networkx as nx
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
+from ..config.limits import MAX_NODES, MAX_TIME_S
 
 MBPS = 1e6 / 8          # bytes/s per Mb/s
 
@@ -98,12 +99,12 @@ def build_topology(s: Section, path: str) -> Topology:
                 raise ConfigError(f"{p}.dst", v, "a device other than src")
             if g.has_edge(u, v):
                 raise ConfigError(p, [u, v], "one link per pair of devices")
-            _edge(g, u, v, r.num("rtt_ms", lo=0) / 2e3, r.num("bw_mbps"), f"{p}.bw_mbps")
+            _edge(g, u, v, r.num("rtt_ms", lo=0, hi=MAX_TIME_S * 1e3) / 2e3, r.num("bw_mbps"), f"{p}.bw_mbps")
             r.done()
         return Topology(g, kind, s.sub("links"))
     c = s.section(kind)
     if kind == "complete":
-        lat = c.num("rtt_ms", lo=0) / 2e3
+        lat = c.num("rtt_ms", lo=0, hi=MAX_TIME_S * 1e3) / 2e3
         bw = c.num("bw_mbps") * MBPS
         if bw <= 0:
             raise ConfigError(c.sub("bw_mbps"), bw / MBPS, "a bandwidth > 0 (Mb/s)")
@@ -120,8 +121,8 @@ def build_topology(s: Section, path: str) -> Topology:
             attach(str(d))
         return Topology(g, kind, c.path, attach)
     # leaf-spine: every leaf connects to every spine; devices hang off one leaf each
-    spines = c.int("spine_count", lo=1)
-    leaves = c.int("leaf_count", lo=1)
+    spines = c.int("spine_count", lo=1, hi=MAX_NODES)
+    leaves = c.int("leaf_count", lo=1, hi=MAX_NODES)
     hop = c.num("hop_latency_ms", lo=0) / 1e3
     edge_lat = c.num("device_edge_latency_ms", lo=0) / 1e3
     fabric_bw = c.num("spine_bw_mbps", 400_000) * MBPS

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.errors import ConfigError
-from ..config.fields import Section
+from ..config.limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
+from ..config.fields import Section, check_number
 from ..config.model import load_model
 from . import gamma as G
 from .acceptance import GeometricAcceptance, load_curves
@@ -120,8 +121,8 @@ def _think(raw, path: str) -> tuple:
         return ("constant", 0.0, 0.0)
     s = Section(raw, path)
     dist = s.str("dist", "exponential", choices=("lognormal", "exponential", "constant"))
-    mean = s.num("mean_s", lo=0)
-    sigma = s.num("sigma", 1.0, lo=0)
+    mean = s.num("mean_s", lo=0, hi=MAX_TIME_S)
+    sigma = s.num("sigma", 1.0, lo=0, hi=100)
     s.done()
     return (dist, mean, sigma)
 
@@ -134,7 +135,8 @@ def _windows(raw, path: str, what: str, width: int = 2) -> list:
     out = []
     for i, row in enumerate(raw):
         if (not isinstance(row, list) or len(row) != width
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in row)):
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= MAX_TIME_S * 1e3
+                           for x in row)):
             raise ConfigError(f"{path}[{i}]", row, what)
         out.append(tuple(float(x) for x in row))
     return out
@@ -154,9 +156,9 @@ def _groups(raw, path: str) -> list:
             raise ConfigError(s.sub("name"), name, "a name used by one group only")
         names.add(name)
         prof = load_draft_profile(s.raw("profile"), s.sub("profile"))
-        count = s.int("count", 1, lo=1)
-        rtt = s.num("rtt_ms", lo=0)
-        bw = s.num("bw_mbps", lo=0, lo_open=True)
+        count = s.int("count", 1, lo=1, hi=MAX_DEVICES)
+        rtt = s.num("rtt_ms", lo=0, hi=MAX_TIME_S * 1e3)
+        bw = s.num("bw_mbps", lo=MIN_BW_MBPS)
         cohort = s.str("cohort", None)
         closed = s.bool("closed_loop", False)
         think = _think(s.raw("think_time", None), s.sub("think_time"))
@@ -187,6 +189,10 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
     for k in _POLICY_KEYS[policy]:
         if k in g.data:
             params[k] = g.raw(k)
+            if k in ("k", "k0", "k_min", "k_max", "default_k"):
+                check_number(params[k], g.sub(k), lo=1, hi=MAX_SPEC_K, integer=True)
+            elif isinstance(params[k], float):
+                check_number(params[k], g.sub(k))          # finite
     g.done()
     try:
         probe = build_policy(policy, params, mode, acc)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
+from ..config.limits import MAX_CV, MAX_REQUESTS, MAX_TIME_S, MIN_CV, expected_count
 
 ARRIVALS = ("poisson", "gamma", "constant", "burst", "ramp", "staged")
 
@@ -44,8 +45,8 @@ def _renewal(gap_sampler, rate: float, n, duration, chunk_hint: int) -> np.ndarr
 
 
 def _stop_rules(s: Section, kind: str):
-    n = s.int("num_requests", None, lo=1)
-    dur = s.num("duration_s", None, lo=0, lo_open=True)
+    n = s.int("num_requests", None, lo=1, hi=MAX_REQUESTS)
+    dur = s.num("duration_s", None, lo=0, lo_open=True, hi=MAX_TIME_S)
     if n is None and dur is None:
         raise ConfigError(s.sub("num_requests"), None,
                           f"num_requests or duration_s to bound the {kind} arrivals", show_value=False)
@@ -59,11 +60,13 @@ def generate_arrivals(s: Section, kind: str, rng: np.random.Generator) -> np.nda
     if kind in ("poisson", "gamma", "constant") and str(s.data.get("rate")).lower() in ("inf", ".inf"):
         # `vllm bench serve --request-rate inf`: every request is ready at t=0 (use with max_concurrency)
         s.raw("rate")
-        s.num("cv", None, lo=0, lo_open=True)
+        s.num("cv", None, lo=MIN_CV, hi=MAX_CV)
         if n is None:
             raise ConfigError(s.sub("num_requests"), None, "num_requests with rate: inf", show_value=False)
         return np.zeros(n)
-    rate = s.num("rate", lo=0, lo_open=True)
+    rate = s.num("rate", lo=1e-9, hi=1e9)
+    if dur is not None:
+        expected_count(s.sub("duration_s"), rate, dur, n)
     hint = int(min(max(1024, rate * (dur or 0) * 1.2 + 16), 5_000_000)) if dur else 1024
     if kind == "poisson":
         return _renewal(lambda k: rng.exponential(1.0 / rate, k), rate, n, dur, hint)
@@ -71,9 +74,11 @@ def generate_arrivals(s: Section, kind: str, rng: np.random.Generator) -> np.nda
         if n is not None and dur is None:
             return np.arange(n, dtype=float) / rate
         m = int(math.ceil(dur * rate)) + 1
+        if n is not None:
+            m = min(m, n)
         return _cap(np.arange(m, dtype=float) / rate, n, dur)
     if kind == "gamma":
-        cv = s.num("cv", lo=0, lo_open=True)
+        cv = s.num("cv", lo=MIN_CV, hi=MAX_CV)
         shape = 1.0 / (cv * cv)
         scale = 1.0 / (rate * shape)
         return _renewal(lambda k: rng.gamma(shape, scale, k), rate, n, dur, hint)
@@ -112,20 +117,29 @@ def _staged(s: Section, rng: np.random.Generator) -> np.ndarray:
     if not isinstance(stages, list) or not stages:
         raise ConfigError(path, stages, "a non-empty list of {rate, duration_s}")
     process = s.str("stage_arrivals", "poisson", choices=("poisson", "constant"))
-    n = s.int("num_requests", None, lo=1)
+    n = s.int("num_requests", None, lo=1, hi=MAX_REQUESTS)
     out = []
     t0 = 0.0
+    total = 0
     for i, st in enumerate(stages):
         ss = Section(st, f"{path}[{i}]")
-        rate = ss.num("rate", lo=0, lo_open=True)
-        d = ss.num("duration_s", lo=0, lo_open=True)
+        rate = ss.num("rate", lo=1e-9, hi=1e9)
+        d = ss.num("duration_s", lo=0, lo_open=True, hi=MAX_TIME_S)
         ss.done()
+        huge = rate * d > MAX_REQUESTS
+        if huge and (n is None or total >= n):
+            expected_count(f"{path}[{i}].duration_s", rate, d, None if n is None else n)
+            break
+        # a stage longer than MAX_REQUESTS arrivals is generated only up to num_requests
+        need = n - total if huge else None
         if process == "constant":
-            t = np.arange(int(math.ceil(d * rate)), dtype=float) / rate
+            m = int(math.ceil(d * rate)) if need is None else need
+            t = np.arange(m, dtype=float) / rate
             t = t[t < d]
         else:
-            t = _renewal(lambda k: rng.exponential(1.0 / rate, k), rate, None, d, int(rate * d * 1.2) + 16)
+            t = _renewal(lambda k: rng.exponential(1.0 / rate, k), rate, need, d, int(min(rate * d * 1.2, 5e6)) + 16)
         out.append(t0 + t)
+        total += len(t)
         t0 += d
     return _cap(np.concatenate(out), n, None)
 

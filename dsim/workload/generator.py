@@ -16,6 +16,7 @@ import numpy as np
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
+from ..config.limits import MAX_GROUPS, MAX_REQUESTS, MAX_TOKENS
 from ..core.request import Request
 from .arrivals import ARRIVALS, generate_arrivals
 from .lengths import sample_lengths
@@ -72,7 +73,7 @@ def _from_trace(s: Section, base_dir, desc) -> list:
     rate = s.num("rate", None, lo=0, lo_open=True)
     if scale is not None and rate is not None:
         raise ConfigError(s.sub("rate"), rate, "either rate or time_scale, not both", show_value=False)
-    limit = s.int("num_requests", None, lo=1)
+    limit = s.int("num_requests", None, lo=1, hi=MAX_REQUESTS)
     start = s.num("start_s", 0.0, lo=0)
     if start:
         rows = [r for r in rows if r[0] >= start]
@@ -134,9 +135,9 @@ def _hash_segments(ids, prompt_len: int, block: int, rid: int) -> tuple:
 
 def _shared_prefix(sp: Section, arrivals: np.ndarray, rng, s: Section, base_dir, desc) -> list:
     n = len(arrivals)
-    groups = sp.int("num_groups", lo=1)
-    users = sp.int("users_per_group", 1, lo=1)
-    sys_len = sp.int("system_prompt_len", lo=1)
+    groups = sp.int("num_groups", lo=1, hi=MAX_GROUPS)
+    users = sp.int("users_per_group", 1, lo=1, hi=MAX_GROUPS // groups)
+    sys_len = sp.int("system_prompt_len", lo=1, hi=MAX_TOKENS)
     multi = sp.bool("multi_turn", False)
     max_ctx = sp.int("max_context_tokens", 4096, lo=2)
     sp.done()

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
+from ..config.limits import MAX_TOKENS
 
 DISTS = ("constant", "uniform", "normal", "lognormal", "empirical")
 
@@ -16,27 +17,27 @@ def sample_lengths(data, path: str, n: int, rng: np.random.Generator, base_dir: 
                    default_min: int = 1) -> np.ndarray:
     """Integers >= 1.  ``data`` may be a bare integer (constant) or a {dist: ...} mapping."""
     if isinstance(data, int) and not isinstance(data, bool):
-        if data < default_min:
-            raise ConfigError(path, data, f"an integer >= {default_min}")
+        if not default_min <= data <= MAX_TOKENS:
+            raise ConfigError(path, data, f"an integer in [{default_min}, {MAX_TOKENS:.0e}]")
         return np.full(n, data, dtype=np.int64)
     s = Section(data, path)
     dist = s.str("dist", choices=DISTS)
-    lo = s.int("min", default_min, lo=default_min)
-    hi = s.int("max", None, lo=lo)
+    lo = s.int("min", default_min, lo=default_min, hi=MAX_TOKENS)
+    hi = s.int("max", None, lo=lo, hi=MAX_TOKENS)
     if dist == "constant":
-        v = s.int("value", lo=default_min)
+        v = s.int("value", lo=default_min, hi=MAX_TOKENS)
         out = np.full(n, v, dtype=np.float64)
     elif dist == "uniform":
-        a = s.int("low", lo)
-        b = s.int("high", hi, lo=a) if hi is not None else s.int("high", lo=a)
+        a = s.int("low", lo, hi=MAX_TOKENS)
+        b = s.int("high", hi, lo=a, hi=MAX_TOKENS) if hi is not None else s.int("high", lo=a, hi=MAX_TOKENS)
         out = rng.integers(a, b + 1, n).astype(np.float64)
     elif dist == "normal":
-        mean = s.num("mean", lo=0)
-        std = s.num("std", lo=0)
+        mean = s.num("mean", lo=0, hi=MAX_TOKENS)
+        std = s.num("std", lo=0, hi=MAX_TOKENS)
         out = np.rint(rng.normal(mean, std, n))
     elif dist == "lognormal":
-        mean = s.num("mean", lo=0, lo_open=True)
-        std = s.num("std", lo=0, lo_open=True)
+        mean = s.num("mean", lo=1e-3, hi=MAX_TOKENS)
+        std = s.num("std", lo=0, lo_open=True, hi=MAX_TOKENS)
         sigma2 = math.log(1.0 + (std / mean) ** 2)
         mu = math.log(mean) - sigma2 / 2
         out = np.rint(rng.lognormal(mu, math.sqrt(sigma2), n))

@@ -1,0 +1,28 @@
+"""Upper (and lower) bounds on inputs that size memory or set the pace of the clock.
+
+A typo such as ``num_requests: 1e12`` or ``interval_s: 1e-300`` must be a one-line error, not a
+terabyte allocation or a simulation that never advances.  The bounds are far beyond any real
+deployment; raise them here (one place) if a study needs more.
+"""
+MAX_REQUESTS = 10**8          # arrivals of one workload (held as arrays)
+MAX_TOKENS = 10**8            # one request's prompt or output length
+MAX_REPLICAS = 10_000         # replicas of one pool
+MAX_DEVICES = 10**6           # draft devices of one kind
+MAX_NODES = 100_000           # nodes of a generated topology
+MAX_GROUPS = 10**8            # shared-prefix groups / users
+MAX_SPEC_K = 64               # speculation length
+MIN_TIMER_S = 1e-6            # controller intervals, router staleness
+MAX_TIME_S = 1e9              # durations, RTTs, think times (~30 years)
+MIN_BW_MBPS = 1e-3            # 1 kbit/s
+MIN_CV = 1e-3                 # gamma arrivals: shape = 1 / cv^2
+MAX_CV = 1e3
+MAX_FILE_BYTES = 2 * 1024**3  # data files read whole (LUTs, bundles)
+
+
+def expected_count(path: str, rate: float, duration: float, n) -> None:
+    """Refuse a rate x duration that would generate more than MAX_REQUESTS arrivals (unless
+    num_requests caps them first)."""
+    from .errors import ConfigError
+    if n is None and rate * duration > MAX_REQUESTS:
+        raise ConfigError(path, None, f"at most {MAX_REQUESTS:.0e} arrivals: rate x duration_s asks for "
+                          f"~{rate * duration:.3g} (set num_requests, or a shorter duration)", show_value=False)
