@@ -69,3 +69,51 @@ def test_staged_num_requests_caps_a_huge_stage():
                                  "stages": [{"rate": 10, "duration_s": 2e8}], "prompt_tokens": 32,
                                  "output_tokens": 4}})
     assert len(res.requests) == 50 and res.requests[-1].arrival == pytest.approx(4.9)
+
+
+def test_lost_kv_transfers_fail_their_requests_instead_of_completing(tmp_path):
+    """max_retries: 0 on a lossy link: a transfer the network gives up on ends its request with
+    reason kv_transfer_failed (it used to complete as if its KV had arrived, and could put a
+    prefill into the decode pool)."""
+    import dsim
+    res = dsim.run({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
+                    "cluster": {"pools": [{"name": "prefill", "role": "prefill"},
+                                          {"name": "decode", "role": "decode"}]},
+                    "network": {"links": [{"src": "prefill-0", "dst": "decode-0", "rtt_ms": 2, "bw_mbps": 1}],
+                                "loss_pct": 50, "max_retries": 0},
+                    "workload": {"type": "poisson", "rate": 50, "num_requests": 12, "prompt_tokens": 16,
+                                 "output_tokens": {"dist": "uniform", "low": 1, "high": 3}}},
+                   check_invariants=True)
+    s = res.summary
+    failed = s["network"]["failed"]
+    assert failed > 0 and s["requests"]["rejected_by"] == {"kv_transfer_failed": failed}
+    assert s["requests"]["completed"] + failed == s["requests"]["submitted"] == 12
+    assert all(r.replica is None or r.replica.startswith("decode") or r.max_tokens == 1
+               for r in res.requests if r.state == 4)     # completed requests decoded in the decode pool
+
+
+def test_prefill_waits_for_blocks_held_by_outgoing_kv_transfers():
+    """Two 48-token prompts, 3 KV blocks of 32 tokens per replica: the second prompt fits only once
+    the first one's KV has been copied to the decode replica (used to raise 'made no progress')."""
+    import dsim
+    res = dsim.run({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
+                    "engine": {"block_size": 32, "num_gpu_blocks": 3},
+                    "cluster": {"pools": [{"name": "prefill", "role": "prefill"}, {"name": "decode", "role": "decode"}]},
+                    "workload": {"type": "constant", "rate": 1000, "num_requests": 2, "prompt_tokens": 48,
+                                 "output_tokens": 3}}, check_invariants=True)
+    a, b = sorted(res.requests, key=lambda r: r.rid)
+    assert res.summary["requests"]["completed"] == 2
+    assert b.t_scheduled >= a.t_kv_ready                  # B's prefill starts after A's KV left
+
+
+def test_conversation_finishes_fused_when_its_draft_device_leaves():
+    """The only draft device leaves at t = 1 s: rounds sent to it before are handed back and the
+    target finishes the conversations alone (used to strand them: 'work left after a drained run')."""
+    import dsim
+    res = dsim.run({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
+                    "speculation": {"mode": "distributed", "drafts": [
+                        {"profile": "edge-orin-nano", "rtt_ms": 63, "bw_mbps": 160, "available": [[0, 1.0]]}]},
+                    "workload": {"type": "poisson", "rate": 100, "num_requests": 30, "prompt_tokens": 64,
+                                 "output_tokens": 200}})
+    assert res.summary["requests"]["completed"] == 30
+    assert res.summary["speculation"]["rounds_by_mode"]["fused"] > 0

@@ -421,12 +421,24 @@ class Fleet:
         self.in_transfer += 1
         nbytes = r.num_computed * rep.pool.spec.model.kv_bytes_per_token
         ev = cluster.transfer.send(rep.name, dec.name, nbytes, rep.pool.name, dec.pool.name)
-        ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r))
+        ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r, e.ok))
 
-    def _kv_arrived(self, src: Replica, dec: Replica, r) -> None:
+    def _kv_arrived(self, src: Replica, dec: Replica, r, ok: bool = True) -> None:
         src.inst.release_handoff(r)
         self.in_transfer -= 1
         dec.incoming -= 1
+        if not ok:
+            # the network gave up (max_retries): like vLLM's kv_load_failure_policy "fail", the request
+            # ends with an error; the decode pool never runs a prefill (pool isolation)
+            self._unbook(dec, r)
+            r.state = REJECTED
+            r.reject_reason = "kv_transfer_failed"
+            self.rejected.append(r)
+            for hook in self.done_hooks:
+                hook(r)
+            if src.state == DRAINING:
+                self._maybe_retire(src)
+            return
         r.kv_ready = r.prompt_len
         r.t_kv_ready = self.sim.now
         if src.state == DRAINING:

@@ -439,6 +439,13 @@ class Instance:
                     yield self._wake
                     self._wake = None
                     continue
+                if self.transferring and not self.running:
+                    # blocks held by outgoing KV transfers free up when they finish
+                    # (release_handoff wakes us): wait for that instead of declaring a stall
+                    self._wake = env.event()
+                    yield self._wake
+                    self._wake = None
+                    continue
                 if self.running or self.waiting:
                     raise RuntimeError(f"{self.name}: scheduler made no progress at t={now}")
                 continue

@@ -122,8 +122,10 @@ class DraftDevice:
     def token_time(self, ctx: int) -> float:
         return self.step.step_time(BatchShape(decode_tokens=1, decode_ctx_sum=ctx + 1, num_sampled=1, running=1))
 
-    def submit(self, k: int, ctx: int, done) -> None:
-        self.jobs.append((k, ctx, done))
+    def submit(self, k: int, ctx: int, done, lost=None) -> None:
+        """Draft k tokens after ctx; ``done()`` when drafted, ``lost()`` if the device goes offline
+        for good before it starts (its conversation must then finish without it)."""
+        self.jobs.append((k, ctx, done, lost))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -136,10 +138,12 @@ class DraftDevice:
                 yield self._wake
                 self._wake = None
                 continue
-            k, ctx, done = self.jobs.popleft()
+            k, ctx, done, lost = self.jobs.popleft()
             t = self.available_from(env.now)
             if t == float("inf"):
-                continue                  # offline for good: the round never completes
+                if lost is not None:      # offline for good: hand the round back
+                    lost()
+                continue
             if t > env.now:
                 yield env.timeout(t - env.now)
             now = env.now

@@ -350,9 +350,15 @@ class SpecRuntime:
                 self._ready(st, inst)
             up.callbacks.append(bundle)
 
+        def lost():
+            # the device left for good after the round was sent: the target finishes the
+            # conversation alone (_mode picks fused for a device that is gone)
+            st.in_flight = False
+            self._next_round(st, r, inst)
+
         def at_device(_e):
             st.net_s += self.env.now - t0
-            dev.submit(k, r.num_computed, drafted)
+            dev.submit(k, r.num_computed, drafted, lost)
         ev.callbacks.append(at_device)
 
     def _ready(self, st: SpecState, inst) -> None:
