@@ -340,6 +340,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("dsim: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:                    # a bug in dsim, not a user error: one line, exit 1
+        import os
+        if os.environ.get("DSIM_DEBUG"):
+            raise
+        print(f"dsim: internal error: {type(e).__name__}: {str(e)[:300]} (this is a bug; rerun with "
+              "DSIM_DEBUG=1 for the traceback and please report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

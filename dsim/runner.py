@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from .metrics.summary import request_latencies, summarize
 from .metrics.writers import COLUMNS, AtomicOutput, request_rows, requests_csv, to_json
 from .serving.instance import Instance
 from .workload.generator import build_requests
+from .core.invariant import check
 
 
 @dataclass
@@ -222,15 +224,15 @@ def _final_invariants(fleet: Fleet, horizon, drain) -> None:
     (BC-8), pool isolation, and after a drained run: no work left, no KV block leaked."""
     fleet.check_conservation()
     for r in fleet.completed:
-        assert r.arrival <= r.t_queued <= r.t_scheduled <= r.t_first_token <= r.t_completion, \
-            f"causality violated for request {r.rid}"
-        assert r.n_out == r.max_tokens
+        check(r.arrival <= r.t_queued <= r.t_scheduled <= r.t_first_token <= r.t_completion,
+              f"causality violated for request {r.rid}")
+        check(r.n_out == r.max_tokens)
     fleet.check_isolation()
     if horizon is None or drain:
         for rep in fleet.replicas():
             inst = rep.inst
-            assert not inst.running and not inst.waiting and not inst.transferring, "work left after a drained run"
-            assert inst.kv.free_count == inst.kv.total, "KV blocks leaked"
+            check(not inst.running and not inst.waiting and not inst.transferring, "work left after a drained run")
+            check(inst.kv.free_count == inst.kv.total, "KV blocks leaked")
             inst.kv.check(inst.held_blocks())
     # (stopped at the horizon mid-iteration, blocks of the step in flight are already allocated:
     # conservation is checked at every step end with --check-invariants instead)
@@ -252,17 +254,25 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
     """
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
     traces = {} if vllm_traces is True else (vllm_traces or None)
-    ses = simulate(scn, check_invariants, progress, controllers, traces)
-    return finish(ses, out_dir, plots)
+    # open the output first: an unwritable --out fails before the simulation, not after it
+    ao = AtomicOutput(Path(out_dir)) if out_dir is not None else None
+    try:
+        ses = simulate(scn, check_invariants, progress, controllers, traces)
+        return finish(ses, out_dir, plots, ao)
+    except BaseException:
+        if ao is not None:
+            ao.abort()
+        raise
 
 
 def default_out_dir(scn: Scenario) -> str:
     """results/<name>-<hash>: one folder per resolved scenario, so different overrides never collide
     and re-running the same scenario replaces its own report."""
-    return f"results/{scn.name}-{scn.digest[:8]}"
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", scn.name).lstrip(".") or "scenario"   # no path traversal via name
+    return f"results/{safe}-{scn.digest[:8]}"
 
 
-def finish(ses: Session, out_dir=None, plots: bool | None = None) -> Result:
+def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutput | None = None) -> Result:
     """Summarise a finished session into a Result (and write the report when out_dir is set)."""
     scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet
     summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
@@ -300,12 +310,12 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None) -> Result:
                              for p in fleet.pools.values()}
     res = Result(scn, reqs, summary, manifest, fleet.replicas()[0].inst, fleet, recorders=ses.recorders)
     if out_dir is not None:
-        res.out_dir = write_report(res, Path(out_dir), scn.plots if plots is None else plots)
+        res.out_dir = write_report(res, Path(out_dir), scn.plots if plots is None else plots, ao)
     return res
 
 
-def write_report(res: Result, out: Path, plots: bool) -> Path:
-    ao = AtomicOutput(out)
+def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = None) -> Path:
+    ao = ao if ao is not None else AtomicOutput(out)
     try:
         ao.write_text("summary.json", to_json(res.summary))
         ao.write_text("manifest.json", to_json(res.manifest))

@@ -117,3 +117,61 @@ def test_conversation_finishes_fused_when_its_draft_device_leaves():
                                  "output_tokens": 200}})
     assert res.summary["requests"]["completed"] == 30
     assert res.summary["speculation"]["rounds_by_mode"]["fused"] > 0
+
+
+def test_no_assert_statements_in_dsim():
+    """Invariants use dsim.core.invariant.check: `python -O` strips asserts and would silently
+    disable --check-invariants and the end-of-run checks."""
+    import ast
+    found = []
+    for f in (ROOT / "dsim").rglob("*.py"):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Assert):
+                found.append(f"{f.relative_to(ROOT)}:{n.lineno}")
+    assert not found, found
+
+
+def test_invariant_checks_survive_python_O():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-O", "-c", "from dsim.core.invariant import check; check(1 > 2, 'broken')"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "InvariantError: broken" in r.stderr
+
+
+def test_unwritable_out_fails_before_simulating_and_leaves_nothing(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(f / "sub"), "--quiet"]) == 2
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(f), "--quiet"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_killed_runs_temp_folders_are_cleaned_by_the_next_run(tmp_path):
+    stale = tmp_path / ".r.tmp-999999999-abcd"           # no such pid
+    stale.mkdir()
+    (stale / "summary.json").write_text("{}")
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--set", "workload.num_requests=20",
+                 "--out", str(tmp_path / "r"), "--quiet", "--no-plots"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+def test_scenario_name_cannot_escape_results(tmp_path):
+    import dsim
+    from dsim.runner import default_out_dir
+    out = default_out_dir(dsim.load_scenario(ROOT / "scenarios" / "quickstart.yaml", ["name=../../../tmp/x"]))
+    assert out.startswith("results/") and "/" not in out[len("results/"):]
+
+
+def test_overloaded_or_empty_runs_say_so():
+    import dsim
+    res = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=["horizon_s=0.5", "drain=false"])
+    s = res.summary
+    assert s["scheduler"]["busy_fraction"] is None                  # was 4.2e11
+    assert any("no request completed" in w for w in s["warnings"])
+    assert any("unfinished" in w for w in s["warnings"])
+    assert s["goodput"]["fraction"] == 0.0
+    res = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=["horizon_s=20", "drain=false",
+                                                                      "workload.rate=200"])
+    g = res.summary["goodput"]
+    assert g["fraction"] == g["requests_meeting_slo"] / res.summary["requests"]["submitted"]

@@ -15,6 +15,7 @@ import numpy as np
 from ..config.fields import Section
 from ..config.limits import MIN_TIMER_S
 from ..metrics.summary import request_latencies
+from ..core.invariant import check
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def build_controllers(raw_list, fleet, path: str = "cluster.controllers") -> lis
                                s.num("scale_in_kv", 0.2, lo=0, hi=1), s.num("scale_in_busy", 1.0, lo=0, hi=1),
                                s.num("cooldown_s", 30.0, lo=0))
         s.done()
-        assert kind == "autoscaler"
+        check(kind == "autoscaler")
         out.append(c)
     return out
 

@@ -21,6 +21,7 @@ from ..serving.instance import Instance
 from .admission import build_admission
 from .transfer import build_transfer
 from .views import ClusterView, LiveView, RouterSlot
+from ..core.invariant import check
 
 STARTING, READY, DRAINING, RETIRED = "starting", "ready", "draining", "retired"
 
@@ -371,7 +372,7 @@ class Fleet:
         else:
             cluster = self.clusters[0]
         rep = cluster.choose_entry(r)
-        assert rep.pool.role != "decode", "pool isolation: an arrival routed to a decode pool"
+        check(rep.pool.role != "decode", "pool isolation: an arrival routed to a decode pool")
         reason = self.admission.reject(r, rep, self.sim.now)
         if reason is not None:
             r.state = REJECTED
@@ -415,7 +416,7 @@ class Fleet:
         r.prefill_replica = rep.name
         cluster = rep.pool.cluster
         dec = cluster.choose_decode(r)
-        assert dec.pool.role == "decode", "pool isolation: a handoff routed outside the decode pool"
+        check(dec.pool.role == "decode", "pool isolation: a handoff routed outside the decode pool")
         self._book(dec, r, r.max_tokens - 1)
         dec.incoming += 1
         self.in_transfer += 1
@@ -511,13 +512,14 @@ class Fleet:
         placed = 0
         for rep in self.replicas():
             i = rep.inst
-            assert len(i.waiting) + i.in_alpha + len(i.running) + len(i.completed) + len(i.rejected) \
-                + len(i.transferring) + i.handed_off + i.moved_out == i.submitted, f"{rep.name}: conservation"
+            check(len(i.waiting) + i.in_alpha + len(i.running) + len(i.completed) + len(i.rejected)
+                  + len(i.transferring) + i.handed_off + i.moved_out == i.submitted,
+                  f"{rep.name}: conservation")
             placed += len(i.waiting) + i.in_alpha + len(i.running)
-        assert placed + self.in_transfer + len(self.completed) + len(self.rejected) == self.arrived, \
-            "fleet conservation: arrived != queued + running + in transfer + completed + rejected"
+        check(placed + self.in_transfer + len(self.completed) + len(self.rejected) == self.arrived,
+              "fleet conservation: arrived != queued + running + in transfer + completed + rejected")
         for rep in self.replicas():
-            assert rep.state != RETIRED or rep.inst.idle, f"{rep.name} retired with work"
+            check(rep.state != RETIRED or rep.inst.idle, f"{rep.name} retired with work")
 
     def check_isolation(self) -> None:
         """P/D pool isolation over finished requests: the first token came from a prefill replica
@@ -526,12 +528,12 @@ class Fleet:
         for r in self.completed:
             pool = roles[r.replica]
             if not pool.cluster.disagg:
-                assert r.prefill_replica is None
+                check(r.prefill_replica is None)
                 continue
             if r.max_tokens == 1:
-                assert pool.role == "prefill" and r.prefill_replica is None
+                check(pool.role == "prefill" and r.prefill_replica is None)
                 continue
             pre = roles[r.prefill_replica]
-            assert pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster, \
-                f"pool isolation violated for request {r.rid}"
-            assert r.t_first_token <= r.t_handoff <= r.t_kv_ready <= r.t_completion
+            check(pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster,
+                  f"pool isolation violated for request {r.rid}")
+            check(r.t_first_token <= r.t_handoff <= r.t_kv_ready <= r.t_completion)

@@ -55,4 +55,5 @@ def summary_lines(name: str, s: dict) -> list[str]:
         extra.append("scale events: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(kinds.items())))
     if extra:
         lines.append("  " + "; ".join(extra))
+    lines += [f"  warning: {w}" for w in s.get("warnings", [])]
     return lines

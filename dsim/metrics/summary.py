@@ -147,7 +147,8 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         summary["goodput"] = {
             "slo_ttft_ms": ttft_slo, "slo_tpot_ms": tpot_slo,
             "requests_meeting_slo": good,
-            "fraction": good / max(1, len(done) + len(rejected)),
+            # over every request that arrived: unfinished work counts against the SLO too
+            "fraction": good / max(1, fleet.arrived),
             "requests_per_s": good / span,
         }
     durs = [np.asarray(i.log.dur) for i in insts]
@@ -168,7 +169,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     n_steps = sum(i.num_steps for i in insts)
     summary["scheduler"] = {
         "steps": n_steps,
-        "busy_fraction": sum(busy) / (span * len(insts)),
+        "busy_fraction": min(1.0, sum(busy) / (span * len(insts))) if done else None,
         "preemptions": sum(i.num_preemptions for i in insts),
         "preempted_requests": sum(1 for r in reqs if r.preempt_times),
         "mean_batch_tokens": float(sum(t.sum() for t in tok) / n_steps) if n_steps else 0.0,
@@ -198,4 +199,25 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     if fair is not None:
         summary["fairness"] = fair
     summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
+    warn = health_warnings(summary, lat)
+    if warn:
+        summary["warnings"] = warn
     return summary
+
+
+def health_warnings(summary: dict, lat: dict) -> list[str]:
+    """What makes the numbers above untrustworthy as a steady-state answer, said plainly."""
+    req = summary["requests"]
+    out = []
+    if req["submitted"] and not req["completed"]:
+        out.append("no request completed: latency percentiles and throughput are empty")
+    if req["unfinished"]:
+        out.append(f"{req['unfinished']} of {req['submitted']} requests were still unfinished when the run "
+                   "stopped: the deployment may be overloaded, and percentiles cover finished requests only")
+    if req["rejected"] and req["rejected"] * 10 >= req["submitted"]:
+        out.append(f"{req['rejected']} of {req['submitted']} requests were rejected")
+    bad = sum(1 for k in ("ttft_ms", "tpot_ms", "e2e_ms") for v in lat[k] if not (0 <= v < float("inf")))
+    if bad:
+        out.append(f"{bad} latency values are negative, infinite or NaN (check the inputs: infinite arrival "
+                   "times or RTTs?)")
+    return out

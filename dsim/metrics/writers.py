@@ -57,6 +57,8 @@ def requests_csv(reqs) -> str:
 def _rounded(obj):
     """Floats to 12 significant digits: 0.9999999999999999 is written 1.0 (files only)."""
     if isinstance(obj, float):
+        if obj != obj or obj in (float("inf"), float("-inf")):
+            return None                    # JSON has no NaN/Infinity: null (summary warnings say why)
         return float(f"{obj:.12g}")
     if isinstance(obj, dict):
         return {k: _rounded(v) for k, v in obj.items()}
@@ -78,10 +80,24 @@ class AtomicOutput:
             raise ConfigError(str(out), None, "an output folder (this is a file)", show_value=False)
         try:
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+            self._clean_stale()
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent))
         except OSError as e:
             raise ConfigError(str(out), None, f"an output folder that can be written ({e.strerror})",
                               show_value=False) from None
+
+    def _clean_stale(self) -> None:
+        """Remove temp folders of earlier writes to this output whose process is gone (killed runs)."""
+        for d in self.out.parent.glob(f".{self.out.name}.tmp-*"):
+            pid = d.name[len(f".{self.out.name}.tmp-"):].split("-", 1)[0]
+            if not pid.isdigit() or not d.is_dir():
+                continue
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(d, ignore_errors=True)
+            except OSError:
+                pass                                   # alive under another user: leave it
 
     def path(self, rel: str) -> Path:
         p = self.tmp / rel
@@ -93,7 +109,7 @@ class AtomicOutput:
 
     # files a report may contain: on re-use of a folder, ones this run did not write are removed,
     # so a report never mixes two runs (other files in the folder are left alone)
-    REPORT_FILES = ("summary.json", "manifest.json", "requests.csv", "timeline.json",
+    REPORT_FILES = ("summary.json", "manifest.json", "requests.csv", "timeline.json", "vllm_traces.otlp.jsonl",
                     "plots/latency_cdf.png", "plots/timeline.png", "plots/network.png")
 
     def commit(self) -> Path:

@@ -48,6 +48,7 @@ from ..core.request import COMPLETED, HANDOFF, PREEMPTED, QUEUED, REJECTED, RUNN
 from ..latency.base import BatchShape, LoadView
 from .kvcache import KVCache
 from .prefix import block_hashes
+from ..core.invariant import check
 
 
 class StepLog:
@@ -685,7 +686,7 @@ class Instance:
             comp = r.num_computed if (r.prefilling or r.spec is not None) else r.c0 + self.D - r.d0
             if r.prefilling:
                 plain += r.plain_blocks
-                assert -(-comp // self.bs) <= len(r.hashes) + r.plain_blocks
+                check(-(-comp // self.bs) <= len(r.hashes) + r.plain_blocks)
             else:
                 plain += -(-comp // self.bs) - len(r.hashes)
             shared.update(r.hashes)
@@ -694,20 +695,20 @@ class Instance:
     def check_invariants(self) -> None:
         """BC-5 clock, BC-12 batch limit, BC-13 KV conservation, request conservation."""
         now = self.env.now
-        assert now >= self._last_now, f"clock went back: {now} < {self._last_now}"
+        check(now >= self._last_now, f"clock went back: {now} < {self._last_now}")
         self._last_now = now
-        assert len(self.running) <= self.engine.max_num_seqs
+        check(len(self.running) <= self.engine.max_num_seqs)
         self.kv.check(self.held_blocks())
         for h, c in self.kv.cached.items():
-            assert c >= 0
-        assert self.n_dec + self.n_prefilling + len(self.spec_dec) == len(self.running)
-        assert self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0
+            check(c >= 0)
+        check(self.n_dec + self.n_prefilling + len(self.spec_dec) == len(self.running))
+        check(self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0)
         # pool isolation: a decode replica never produces a first token, a prefill replica
         # never a second one
         if self.role == "prefill":
             for r in self.running.values():
-                assert r.n_out == 0, f"{self.name}: prefill replica decodes request {r.rid}"
+                check(r.n_out == 0, f"{self.name}: prefill replica decodes request {r.rid}")
         elif self.role == "decode":
             for r in self.running.values():
-                assert r.prefill_replica is not None and r.prefill_replica != self.name, \
-                    f"{self.name}: decode replica runs the prefill of request {r.rid}"
+                check(r.prefill_replica is not None and r.prefill_replica != self.name,
+                      f"{self.name}: decode replica runs the prefill of request {r.rid}")

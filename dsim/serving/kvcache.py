@@ -8,6 +8,7 @@ either a run of anonymous blocks or one block whose content hash is still cached
 from __future__ import annotations
 
 from collections import OrderedDict
+from ..core.invariant import check
 
 
 class KVCache:
@@ -100,5 +101,5 @@ class KVCache:
     def check(self, held_by_requests: int) -> None:
         """KV block conservation (BC-13): allocated + free == total, free queue consistent."""
         free_in_q = sum(c if c else 1 for c in self.free_q.values())
-        assert free_in_q == self.free_count, (free_in_q, self.free_count)
-        assert self.free_count + held_by_requests == self.total, (self.free_count, held_by_requests, self.total)
+        check(free_in_q == self.free_count, (free_in_q, self.free_count))
+        check(self.free_count + held_by_requests == self.total, (self.free_count, held_by_requests, self.total))
