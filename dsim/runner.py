@@ -276,6 +276,10 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
     """Summarise a finished session into a Result (and write the report when out_dir is set)."""
     scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet
     summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
+    lat_warn = sorted({p.latency_desc["warning"] for p in fleet.pools.values()
+                       if isinstance(p.latency_desc, dict) and p.latency_desc.get("warning")})
+    if lat_warn:
+        summary["warnings"] = summary.get("warnings", []) + lat_warn
     if ses.spec is not None:
         summary["speculation"] = ses.spec.summary(reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
                                                                 "tpot_ms": scn.slo_tpot_ms,

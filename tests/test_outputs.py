@@ -147,3 +147,13 @@ def test_plots_name_the_run(tmp_path):
     assert title_of(scn) == "router_comparison: 4 x meta-llama/Llama-3.1-8B on H100-SXM"
     res = dsim.run(QS, overrides=SMALL, out_dir=tmp_path / "r", plots=True)
     assert (res.out_dir / "plots" / "latency_cdf.png").stat().st_size > 10_000
+
+
+def test_models_fitted_on_another_gpu_are_flagged():
+    wl = {"type": "poisson", "rate": 2, "num_requests": 10, "prompt_tokens": 50, "output_tokens": 5}
+    base = {"model": "meta-llama/Llama-3.1-8B", "workload": wl}
+    res = dsim.run({**base, "hardware": "A100-80GB", "latency": {"model": "unified5"}})
+    assert res.manifest["latency"]["fitted_on"] == "H100-SXM"
+    assert any("fitted on H100-SXM" in w and "A100-80GB" in w for w in res.summary["warnings"])
+    res = dsim.run({**base, "hardware": "H100-SXM", "latency": {"model": "roofline", "fitted_on": "H100-SXM"}})
+    assert "warnings" not in res.summary

@@ -128,6 +128,8 @@ def _scenario(run, base, overrides, lat, seed) -> dict:
     from .cosim import replay_scenario
     scn = replay_scenario(run, base, overrides, seed, Path("replay.jsonl") if run.trace_rows is not None else None)
     scn["latency"] = copy.deepcopy(lat)
+    if scn.get("hardware") and isinstance(scn["hardware"], str):
+        scn["latency"]["fitted_on"] = scn["hardware"]       # dsim warns when it runs on another GPU
     scn["name"] = f"calibrated-{run.name}"
     scn.get("output", {}).pop("plots", None)
     if not scn.get("output"):

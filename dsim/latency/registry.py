@@ -178,6 +178,10 @@ def _with_host(kind, step, queueing, ctx, overrides, desc):
     return step, queueing
 
 
+# unified5's built-in coefficients come from traces of vLLM on H100 (docs/latency-models.md)
+UNIFIED5_DEFAULT_HARDWARE = "H100-SXM"
+
+
 def build_latency(data, ctx: LatencyContext, path: str = "latency"):
     """Return (step-time model, queueing model, description dict for the manifest).
 
@@ -186,9 +190,17 @@ def build_latency(data, ctx: LatencyContext, path: str = "latency"):
     s = Section(data, path)
     kind = s.str("model", "roofline", choices=MODELS)
     overrides = _host_overrides(s)
+    fitted_on = s.str("fitted_on", None)        # written by dsim calibrate: the GPU the fit is valid for
     step, queueing, desc = MODELS[kind](s, ctx)
     s.done()
     desc = dict(model=kind, **desc)
+    if kind == "unified5" and "beta" not in s.data and "coefficients" not in s.data:
+        fitted_on = fitted_on or UNIFIED5_DEFAULT_HARDWARE
+    if fitted_on is not None:
+        desc["fitted_on"] = fitted_on
+        if fitted_on != ctx.device.name and "warning" not in desc:
+            desc["warning"] = (f"{kind} coefficients were fitted on {fitted_on}, this replica runs on "
+                               f"{ctx.device.name}: expect larger errors (calibrate on this GPU)")
     step, queueing = _with_host(kind, step, queueing, ctx, overrides, desc)
     if isinstance(queueing, AlphaModel):
         desc["alpha_us"] = list(queueing.us[:3])
