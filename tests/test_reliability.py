@@ -175,3 +175,16 @@ def test_overloaded_or_empty_runs_say_so():
                                                                       "workload.rate=200"])
     g = res.summary["goodput"]
     assert g["fraction"] == g["requests_meeting_slo"] / res.summary["requests"]["submitted"]
+
+
+def test_fuzzed_keys_of_four_scenarios_end_cleanly():
+    """CI's slice of experiments/fuzz_keys.py (the full campaign: every shipped scenario, ~8,000
+    cases, 4 minutes): every leaf key of four scenarios set to null, NaN, +-inf, -1, 0, 1e30, 1e12,
+    '', [], {} and junk text ends with exit 0 or a one-line exit-2 error, within 20 s each."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fuzz_keys", ROOT / "experiments" / "fuzz_keys.py")
+    fk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fk)
+    failures = []
+    bad, total = fk.fuzz(["quickstart", "pd_network", "datacenter_fused", "autoscale_ramp"], report=failures.append)
+    assert total > 1500 and bad == 0, failures[:10]

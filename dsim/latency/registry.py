@@ -19,10 +19,11 @@ from .roofline import RooflineModel
 
 
 def _coeffs(s: Section, key: str, n: int, default=None, unit: str = "microseconds"):
+    """A list of n coefficients, each >= 0: a negative one makes steps or delays take negative time."""
     v = s.raw(key, default)
     if not isinstance(v, (list, tuple)) or len(v) != n:
         raise ConfigError(s.sub(key), v, f"a list of {n} numbers ({unit})")
-    return [check_number(x, f"{s.sub(key)}[{i}]") for i, x in enumerate(v)]
+    return [check_number(x, f"{s.sub(key)}[{i}]", lo=0) for i, x in enumerate(v)]
 
 
 def _alpha(s: Section, default=(0.0, 0.0, 0.0)) -> AlphaModel:
@@ -59,9 +60,6 @@ def _roofline(s, ctx):
 
 def _blackbox(s, ctx):
     beta = _coeffs(s, "beta", 3)
-    for i, b in enumerate(beta):
-        if b < 0:
-            raise ConfigError(f"{s.sub('beta')}[{i}]", b, "a coefficient >= 0 (a step cannot take negative time)")
     return BlackboxModel(*beta), _alpha(s), {"beta_us": beta}
 
 

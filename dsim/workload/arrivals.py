@@ -86,9 +86,11 @@ def generate_arrivals(s: Section, kind: str, rng: np.random.Generator) -> np.nda
         # seed 001: cycles of a quiet phase (no arrivals) then a burst at multiplier x rate
         quiet = s.num("quiet_s", 5.0, lo=0)
         burst = s.num("burst_s", 10.0, lo=0, lo_open=True)
-        mult = s.num("burst_multiplier", 3.0, lo=0, lo_open=True)
+        mult = s.num("burst_multiplier", 3.0, lo=0, lo_open=True, hi=1e4)
         period = quiet + burst
         lam = rate * mult
+        if dur is not None:
+            expected_count(s.sub("burst_multiplier"), lam, dur, n)
         # arrivals of a unit-rate process mapped through the burst-only clock
         busy = _renewal(lambda k: rng.exponential(1.0 / lam, k), lam, n,
                         None if dur is None else burst * (dur // period) + min(burst, max(0.0, dur % period - quiet)),
@@ -100,7 +102,9 @@ def generate_arrivals(s: Section, kind: str, rng: np.random.Generator) -> np.nda
         if dur is None and "ramp_s" not in s.data:
             raise ConfigError(s.sub("ramp_s"), None, "ramp_s or duration_s for a ramp", show_value=False)
         ramp = s.num("ramp_s", dur, lo=0, lo_open=True)
-        peak = s.num("peak_multiplier", 2.0, lo=0, lo_open=True) * rate
+        peak = s.num("peak_multiplier", 2.0, lo=0, lo_open=True, hi=1e4) * rate
+        if dur is not None:
+            expected_count(s.sub("peak_multiplier"), peak, dur, n)
         # cumulative intensity L(t) = peak t^2 / (2 ramp) for t <= ramp, then linear at peak
         unit = _renewal(lambda k: rng.exponential(1.0, k), 1.0, n, None if dur is None else
                         (peak * min(dur, ramp) ** 2 / (2 * ramp) + peak * max(0.0, dur - ramp)), hint)
