@@ -342,6 +342,12 @@ def main(argv=None) -> int:
         return 130
     except Exception as e:                    # a bug in dsim, not a user error: one line, exit 1
         import os
+
+        from .config.files import input_error
+        msg = input_error(e)
+        if msg is not None and not os.environ.get("DSIM_DEBUG"):   # hostile file content a reader missed
+            print(f"dsim: error: {msg}", file=sys.stderr)
+            return 2
         if os.environ.get("DSIM_DEBUG"):
             raise
         print(f"dsim: internal error: {type(e).__name__}: {str(e)[:300]} (this is a bug; rerun with "

@@ -188,3 +188,26 @@ def test_fuzzed_keys_of_four_scenarios_end_cleanly():
     failures = []
     bad, total = fk.fuzz(["quickstart", "pd_network", "datacenter_fused", "autoscale_ramp"], report=failures.append)
     assert total > 1500 and bad == 0, failures[:10]
+
+
+JUNK = {"binary": b"\x00\xff\xfe\x80" * 100, "latin1": "caf\xe9,1,2\n".encode("latin-1"),
+        "deep": b"[" * 100000 + b"]" * 100000, "hugeint": b'{"x": ' + b"9" * 5000 + b"}",
+        "longfield": b"a," * 200000 + b"\n1,2\n", "truncated": b'{"a": [1, 2'}
+
+
+@pytest.mark.parametrize("kind", sorted(JUNK))
+@pytest.mark.parametrize("ext", [".csv", ".jsonl", ".json"])
+def test_hostile_files_are_one_line_errors(tmp_path, capsys, kind, ext):
+    f = tmp_path / f"{kind}{ext}"
+    f.write_bytes(JUNK[kind])
+    for args in (["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--set", f"workload={{type: trace, path: {f}}}",
+                  "--out", str(tmp_path / "o"), "--quiet", "--no-plots"],
+                 ["run", str(f), "--out", str(tmp_path / "o"), "--quiet"],
+                 ["cosim", str(f), "--hardware", "H100-SXM", "--model", "meta-llama/Llama-3.1-8B",
+                  "--out", str(tmp_path / "o"), "--no-plots"],
+                 ["lut", "check", str(f)],
+                 ["acceptance", "evaluate", str(f), str(f)]):
+        rc = main(args)
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and err.startswith("dsim: error:") and "\n" not in err, (args[0], err[-200:])
+    assert not (tmp_path / "o").exists()

@@ -24,6 +24,7 @@ import numpy as np
 import yaml
 
 from ..config.errors import ConfigError
+from ..config.files import parse_json, read_text
 
 QUANTS = ("mean", "p50", "p90", "p95", "p99")
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -109,12 +110,9 @@ def device_for(name: str | None, fallback: str | None = None) -> str | None:
 
 
 def _read_json(p: Path, where: str):
-    try:
-        return json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(where, str(p), "an existing file") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{p}:{e.lineno}", None, f"valid JSON ({e.msg})", show_value=False) from None
+    if not Path(p).is_file():
+        raise ConfigError(where, str(p), "an existing file")
+    return parse_json(read_text(p), str(p))
 
 
 def _num(rec: dict, key: str, where: str) -> float:

@@ -13,6 +13,7 @@ import yaml
 from .cluster import FleetSpec, check_tp, load_fleet, single_pool
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
+from .files import read_text
 from .fields import Section, check_number, unknown_key_hint
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
@@ -54,11 +55,14 @@ def read_scenario_file(path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(path), None, "an existing scenario file (YAML or JSON)", show_value=False)
-    text = p.read_text()
+    text = read_text(p, str(path))
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}:{e.lineno}", None, f"valid JSON: {e.msg}", show_value=False) from None
+    except (RecursionError, ValueError) as e:
+        raise ConfigError(str(path), None, f"a scenario nested less deeply, with ordinary numbers ({type(e).__name__})",
+                          show_value=False) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

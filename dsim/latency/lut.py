@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config.errors import ConfigError
+from ..config.files import read_text
 from .base import BatchShape
 
 SCHEMA_PATH = Path(str(resources.files("dsim").joinpath("data/lut_schema.json")))   # package data
@@ -66,10 +67,7 @@ def read_lut(path) -> list[dict]:
     from jsonschema import Draft202012Validator
 
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(str(p), None, f"a readable LUT file ({e.strerror})", show_value=False) from None
+    text = read_text(p)
     sch = schema()
     val = Draft202012Validator(sch)
     props = sch["properties"]

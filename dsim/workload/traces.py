@@ -13,11 +13,13 @@ None) sorted by arrival, the first arrival at its own time (Azure: shifted to 0)
 from __future__ import annotations
 
 import csv
+import io
 import json
 from datetime import datetime
 from pathlib import Path
 
 from ..config.errors import ConfigError
+from ..config.files import read_text
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("prefix_group", "request_id")
@@ -67,19 +69,22 @@ def read_trace(path: Path, shown: str) -> list:
         raise ConfigError(shown, str(path), "an existing trace file")
     rows = []
     if path.suffix in (".jsonl", ".json"):
-        with path.open() as f:
+        with io.StringIO(read_text(path, shown)) as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
                     rec = json.loads(line)
-                except json.JSONDecodeError as e:
+                except (RecursionError, ValueError) as e:
+                    if not isinstance(e, json.JSONDecodeError):
+                        raise ConfigError(f"{path}:{i}", None, "a JSON object nested less deeply, with ordinary numbers",
+                                          show_value=False) from None
                     raise ConfigError(f"{path}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
                 if not isinstance(rec, dict):
                     raise ConfigError(f"{path}:{i}", rec, "a JSON object")
                 rows.append((_mooncake if "timestamp" in rec and "input_length" in rec else _row)(rec, f"{path}:{i}"))
     else:
-        with path.open(newline="") as f:
+        with io.StringIO(read_text(path, shown), newline="") as f:
             reader = csv.DictReader(f)
             cols = reader.fieldnames or []
             if "TIMESTAMP" in cols:
