@@ -40,3 +40,30 @@ def test_prompt_lengths_do_not_shift_arrivals():
     a = [r.arrival for r in dsim.run(base).requests]
     b = [r.arrival for r in dsim.run(other).requests]
     assert a == b
+
+
+def test_outputs_identical_across_hash_seeds_and_between_cli_and_api(tmp_path):
+    """Set and dict iteration never leaks into results: two processes with different
+    PYTHONHASHSEED and one in-process API call write byte-identical reports."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import dsim
+    root = Path(__file__).resolve().parents[1]
+    for name in ("router_comparison", "pd_network"):
+        scn = str(root / "scenarios" / f"{name}.yaml")
+        outs = []
+        for hs in ("0", "4242"):
+            out = tmp_path / f"{name}-{hs}"
+            env = dict(os.environ, PYTHONHASHSEED=hs)
+            subprocess.run([sys.executable, "-m", "dsim.cli", "run", scn, "--set", "workload.num_requests=300",
+                            "--out", str(out), "--quiet", "--no-plots"], check=True, env=env, cwd=tmp_path)
+            outs.append(out)
+        api = tmp_path / f"{name}-api"
+        dsim.run(scn, api, overrides=["workload.num_requests=300"], plots=False)
+        outs.append(api)
+        for f in ("summary.json", "requests.csv", "manifest.json"):
+            texts = {(o / f).read_text() for o in outs}
+            assert len(texts) == 1, f"{name}/{f} differs"

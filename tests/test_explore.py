@@ -183,3 +183,11 @@ def test_plan_bad_space_is_a_path_qualified_error(tmp_path):
         load_space(f)
     assert main(["plan", QS, "--gpus", "0", "--space", str(f), "--slo", "ttft_p99_ms=5", "--out",
                  str(tmp_path / "o")]) == 2
+
+
+def test_sweep_table_does_not_depend_on_jobs(tmp_path):
+    args = (QS, ["workload.rate=10,40", "engine.max_num_seqs=8,64"])
+    kw = {"overrides": ["workload.num_requests=100"]}
+    sweep(*args, **kw, out=tmp_path / "j1", jobs=1)
+    sweep(*args, **kw, out=tmp_path / "j2", jobs=2)
+    assert (tmp_path / "j1" / "results.csv").read_text() == (tmp_path / "j2" / "results.csv").read_text()
