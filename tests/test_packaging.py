@@ -33,6 +33,8 @@ def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
             "from dsim.latency.vidur import find_profile; from dsim.config.model import load_model\n"
             "find_profile(load_model('meta-llama/Llama-2-7b-hf'), 'H100-SXM')\n"
             "r = dsim.run('q.yaml', overrides=['workload.num_requests=50'], plots=False)\n"
-            "assert r.summary['requests']['completed'] == 50\n")
+            "assert r.summary['requests']['completed'] == 50\n"
+            "assert r.manifest['versions']['git_commit'] is None   # a plain wheel knows no commit\n"
+            "from dsim.latency.physics import DEFAULT_COEFFS; assert DEFAULT_COEFFS.is_file()\n")
     out = subprocess.run([str(py), "-c", code], cwd=elsewhere, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]

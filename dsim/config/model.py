@@ -11,13 +11,14 @@ configs untie the LM head, the base PretrainedConfig ties it).
 from __future__ import annotations
 
 import json
+from importlib import resources
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from .errors import ConfigError
 
-CATALOG_DIR = Path(__file__).parent / "catalog"
+CATALOG_DIR = Path(str(resources.files("dsim.config").joinpath("catalog")))   # package data
 
 # Public model ids -> catalogue file names; the file stem is accepted too.
 ALIASES = {

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,7 +42,7 @@ BETA_NAMES = ("prefill_linear", "prefill_attention", "decode_weights", "decode_a
               "batch_utilization", "prefill_mix", "moe_activation", "tp_comm", "gqa_ratio",
               "fixed_overhead", "preemption", "cpu_offload_transfer", "cpu_offload_kv_read",
               "chunked_mixed", "bias")
-DEFAULT_COEFFS = Path(__file__).resolve().parent / "coefficients" / "physics_default.yaml"
+DEFAULT_COEFFS = Path(str(resources.files("dsim.latency").joinpath("coefficients/physics_default.yaml")))
 
 
 class AlphaInput(NamedTuple):
