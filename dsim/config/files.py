@@ -2,6 +2,7 @@
 is a ConfigError naming the file (binary junk, Latin-1, 100k-deep nesting, 5,000-digit numbers)."""
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ def input_error(e: BaseException) -> str | None:
         return f"an input file is not UTF-8 text (byte at offset {e.start})"
     if isinstance(e, RecursionError):
         return "an input file is nested too deeply"
-    if type(e).__name__ == "Error" and type(e).__module__ == "_csv":
+    if isinstance(e, csv.Error):
         return f"an input CSV file is malformed ({e})"
     if isinstance(e, ValueError) and "integer string conversion" in str(e):
         return f"an input file holds an integer of more than {sys.get_int_max_str_digits()} digits"

@@ -2,8 +2,7 @@
 replicas (any integer resource key) that carry a target load.
 
 A probe is one normal run.  It passes when, over the measurement window (arrivals after the
-warm-up share), every SLO percentile is met, the backlog (arrived but unfinished requests) does
-not grow, and -- when asked -- the share of requests meeting the SLO stays above a floor.  The
+warm-up share), every SLO percentile is met, the queueing delay does not trend upward, and -- when asked -- the share of requests meeting the SLO stays above a floor.  The
 search brackets the answer by doubling/halving from the scenario's own value, then narrows the
 bracket (``jobs`` probes per round, in parallel) to a relative tolerance.  It assumes what
 capacity planning assumes: more load never makes a deployment pass, more replicas never make it
@@ -21,11 +20,15 @@ from ..config.errors import ConfigError
 from .backends import run_calls
 from .evaluate import resolve, summary_row
 from .points import as_overrides
-from .store import write_atomic
+from .store import ensure_out_dir, write_atomic
 
 _SLO = re.compile(r"^(?:(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e)_ms|(ttft|tpot|itl|e2el|e2e)_"
                   r"(mean|median|p\d+(?:\.\d+)?)_ms)$")
-GROWTH_LIMIT = 0.02      # backlog growth tolerated, as a share of the offered rate
+# Tolerated trend of the queueing delay over the window, seconds of extra wait per second of
+# arrivals.  A deployment overloaded by a share e adds e seconds of wait per second of arrivals, so
+# this is the overload a finite window lets pass; unlike a growing backlog, it does not mistake a
+# rising arrival rate (traces are not stationary) for instability.
+GROWTH_LIMIT = 0.02
 
 
 def parse_slos(specs) -> dict:
@@ -85,10 +88,11 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
         if v is None or v > bound:
             reasons.append(f"{key} {'n/a' if v is None else f'{v:.1f}'} > {bound:g}")
     offered = (len(arr) - 1) / (t1 - t0) if t1 > t0 else math.inf
-    growth = _backlog_slope(reqs, tw, t1)
-    row.update(offered_rate=offered, backlog_growth_per_s=growth)
-    if growth > GROWTH_LIMIT * offered:
-        reasons.append(f"backlog grows {growth:.2f} req/s (> {GROWTH_LIMIT:.0%} of the offered {offered:.2f})")
+    end = max([r.t_completion for r in reqs if r.t_completion is not None] + [t1])
+    growth = _queue_trend(win, end)
+    row.update(offered_rate=offered, queue_delay_trend=growth)
+    if growth > GROWTH_LIMIT:
+        reasons.append(f"queueing delay grows {growth * 1e3:.0f} ms per s of arrivals (> {GROWTH_LIMIT * 1e3:.0f})")
     rejected = row.get("requests_rejected", 0)
     if rejected:
         reasons.append(f"{rejected} requests rejected")
@@ -101,17 +105,17 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
     return row
 
 
-def _backlog_slope(reqs, t0: float, t1: float, samples: int = 64) -> float:
-    """Least-squares slope (req/s) of the backlog -- requests arrived and not finished -- sampled
-    over [t0, t1]: a queue that grows without bound has a positive slope near (offered - capacity),
-    a stable one fluctuates around zero."""
-    if t1 <= t0:
+def _queue_trend(win, end: float) -> float:
+    """Least-squares slope of each request's queueing delay (arrival to first scheduling; to the
+    end of the run if never scheduled) against its arrival time: ~0 when the deployment keeps up,
+    ~ the overload share when it does not."""
+    if len(win) < 3:
         return 0.0
-    ts = np.linspace(t0, t1, samples)
-    arr = np.sort([r.arrival for r in reqs])
-    fin = np.sort([r.t_completion if r.t_completion is not None else np.inf for r in reqs])
-    backlog = np.searchsorted(arr, ts, side="right") - np.searchsorted(fin, ts, side="right")
-    return float(np.polyfit(ts - t0, backlog, 1)[0])
+    t = np.array([r.arrival for r in win])
+    q = np.array([(r.t_scheduled if r.t_scheduled is not None else end) - r.arrival for r in win])
+    if t.max() <= t.min():
+        return 0.0
+    return float(np.polyfit(t - t.min(), q, 1)[0])
 
 
 def _get(doc, key: str):
@@ -158,6 +162,8 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
         raise ConfigError("--tolerance", tolerance, "a share in (0, 1)")
     ovs = list(overrides) + ([f"workload.rate={target_rate}"] if target_rate is not None else [])
     base = resolve(scenario, ovs)
+    if out is not None:
+        ensure_out_dir(out)                 # an unwritable --out fails now, not after the probes
     v0 = _get(base.raw, vary)
     minimize = target_rate is not None
     if not isinstance(v0, (int, float)) or isinstance(v0, bool) or v0 <= 0:
@@ -236,7 +242,7 @@ def _search_min(s: _Search, v0: int, max_probes: int):
 
 def _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tol) -> dict:
     probes = [s.probes[v] for v in sorted(s.probes)]
-    keep = ("value", "pass", "reasons", "status", "error", "offered_rate", "backlog_growth_per_s",
+    keep = ("value", "pass", "reasons", "status", "error", "offered_rate", "queue_delay_trend",
             "request_throughput", "request_goodput", "output_throughput", "goodput_fraction",
             "scheduler_busy_fraction", "scheduler_preemptions", "scheduler_mean_batch_tokens", "kv_cache_peak_usage",
             "efficiency_gpus", "efficiency_usd_per_hour", "efficiency_output_tokens_per_s_per_gpu",
@@ -244,7 +250,7 @@ def _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_good
     rows = [{k: p[k] for k in keep if k in p} | {k: p[k] for k in p if k.startswith("window_") or k in slos}
             for p in probes]
     rec = {"scenario": base.name, "vary": vary, "slos": slos, "warmup": warmup, "min_goodput": min_goodput,
-           "tolerance": tol, "criteria": {"backlog_growth_limit": f"{GROWTH_LIMIT:.0%} of the offered rate",
+           "tolerance": tol, "criteria": {"queue_delay_trend_limit": f"{GROWTH_LIMIT * 1e3:.0f} ms per s of arrivals",
                                           "window": f"arrivals after the first {warmup:.0%} of the arrival span"},
            "probes": rows}
     at = s.probes.get(answer) if answer is not None else None
@@ -292,7 +298,8 @@ def card(rec: dict, title: str) -> str:
     at = rec.get("at_answer") or {}
     lines = [f"# Capacity card: {title}", "", f"**{answer_line(rec)}**", "",
              f"Searched `{rec['vary']}`; a probe passes when, over {rec['criteria']['window']}, every SLO "
-             f"holds, the backlog grows by less than {rec['criteria']['backlog_growth_limit']}, no request is "
+             f"holds, the queueing delay grows by less than {rec['criteria']['queue_delay_trend_limit']}, "
+             "no request is "
              "rejected" + (f" and at least {rec['min_goodput']:.0%} of requests meet the SLO" if rec['min_goodput']
                            else "") + ".", ""]
     if at:

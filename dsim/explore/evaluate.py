@@ -25,10 +25,10 @@ def summary_row(summary: dict) -> dict:
         for k in keys:
             if k in summary.get(sec, {}):
                 row[f"{sec}_{k}"] = summary[sec][k]
-    ttft = summary["latency_ms"]["queue"]
-    if ttft.get("count"):
-        row["mean_queue_ms"] = ttft["mean"]
-        row["p99_queue_ms"] = ttft["p99"]
+    queue = summary["latency_ms"]["queue"]
+    if queue.get("count"):
+        row["mean_queue_ms"] = queue["mean"]
+        row["p99_queue_ms"] = queue["p99"]
     return row
 
 

@@ -11,14 +11,13 @@ stages, because most of a large space is hopeless and a discrete-event run costs
    KV cache: overloaded), or an estimate already misses an SLO.
 2. **Simulate** the survivors: per knob family (TP and knobs), the fewest replicas the screen
    kept, then one more replica per round until a run passes (the capacity probe's test: SLO
-   percentiles after warm-up, no growing backlog, no rejections), in parallel on the backend.
+   percentiles after warm-up, no growing queueing delay, no rejections), in parallel on the backend.
 
 Ranked by SLO goodput per GPU-second; Pareto fronts of output tokens/s per GPU vs per user
 (the usual serving trade-off) and goodput vs $/hour over every simulated candidate.
 """
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import math
@@ -35,7 +34,7 @@ from .backends import run_calls
 from .capacity import parse_slos, probe
 from .pareto import pareto_front
 from .points import as_overrides
-from .store import table_csv, write_atomic
+from .store import ensure_out_dir, table_csv, write_atomic
 
 TP_KEY = "cluster.pools[0].engine.tensor_parallel_size"
 REPLICAS_KEY = "cluster.pools[0].replicas"
@@ -75,16 +74,17 @@ def load_space(source) -> Space:
     return Space(sorted(set(tp)), None if reps == "auto" else sorted(set(reps)), knobs)
 
 
-def _as_pool(doc: dict, where: str) -> dict:
-    """The scenario as one pool of identical replicas (what the planner sizes)."""
-    doc = copy.deepcopy(doc)
+def _pool_overrides(scenario, where: str) -> list[str]:
+    """Overrides that make the scenario one pool of identical replicas (what the planner sizes).
+    The scenario itself stays a path, so every relative path in it resolves as the file says."""
+    doc = read_scenario_file(scenario) if not isinstance(scenario, dict) else scenario
     cl = doc.get("cluster")
     if cl is None:
-        doc["cluster"] = {"router": "jsq", "pools": [{"name": "main", "replicas": 1}]}
-    elif not isinstance(cl, dict) or len(cl.get("pools") or []) != 1 or cl.get("disaggregation"):
+        return ["cluster=" + json.dumps({"router": "jsq", "pools": [{"name": "main", "replicas": 1}]})]
+    if not isinstance(cl, dict) or len(cl.get("pools") or []) != 1 or cl.get("disaggregation"):
         raise ConfigError(f"{where}: cluster", None, "no cluster section or one pool of identical replicas "
                           "(the planner sizes that pool)", show_value=False)
-    return doc
+    return []
 
 
 def _workload_stats(scn) -> dict:
@@ -95,7 +95,7 @@ def _workload_stats(scn) -> dict:
     w = offered_load(reqs)
     n = max(1, len(reqs))
     return {"rate": w["rate"], "prompt": sum(r.prompt_len for r in reqs) / n,
-            "output": sum(r.max_tokens for r in reqs) / n, "max_len": max(r.prompt_len + r.max_tokens for r in reqs)}
+            "output": sum(r.max_tokens for r in reqs) / n}
 
 
 def _step(step, prefill: int, decode: int, ctx: float, mean_prompt: float) -> float:
@@ -114,7 +114,8 @@ def screen_family(scn, w: dict, replicas: list, slos: dict) -> list[dict]:
         kv = eng.kv_blocks(pool.model, pool.device)
     except ConfigError as e:
         return [{"replicas": r, "screen": "pruned", "reason": f"does not fit: {e}"} for r in replicas]
-    step_model = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv))[0]
+    step_model = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv,
+                                                            base_dir=scn.base_dir))[0]
     step = step_model.step_time
     kv_tokens = kv * eng.block_size
     P, O = w["prompt"], w["output"]
@@ -159,13 +160,12 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     if not isinstance(gpus, int) or gpus < 1:
         raise ConfigError("--gpus", gpus, "an integer >= 1")
     sp = space if isinstance(space, Space) else load_space(space)
-    where = str(scenario) if not isinstance(scenario, dict) else "<scenario>"
-    doc = read_scenario_file(scenario) if not isinstance(scenario, dict) else scenario
-    base_dir = Path(scenario).resolve().parent if not isinstance(scenario, dict) else None
-    doc = _as_pool(doc, where)
-    if base_dir is not None:            # relative paths (traces, LUTs) keep pointing where the file said
-        doc = _rebase(doc, base_dir)
-    base = load_scenario(doc, list(overrides))
+    src = scenario if isinstance(scenario, dict) else str(scenario)
+    overrides = _pool_overrides(src, str(scenario) if not isinstance(scenario, dict) else "<scenario>") \
+        + list(overrides)
+    if out is not None:
+        ensure_out_dir(out)                 # an unwritable --out fails now, not after the simulations
+    base = load_scenario(src, overrides)
     w = _workload_stats(base)
     cands = []
     for tp, knobs in sp.families():
@@ -175,13 +175,13 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
         ovs = list(overrides) + as_overrides([(TP_KEY, tp)] + list(knobs))
         fam = {"tensor_parallel_size": tp, **dict(knobs)}
         try:
-            scn = load_scenario(doc, ovs)
+            scn = load_scenario(src, ovs)
             rows = screen_family(scn, w, reps, slos)
         except ConfigError as e:
             rows = [{"replicas": r, "screen": "pruned", "reason": str(e)} for r in reps]
         for row in rows:
             cands.append({**fam, **row, "gpus": tp * row["replicas"], "_ovs": ovs})
-    _simulate(doc, cands, slos, warmup, min_goodput, rounds, jobs, backend, address)
+    _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address)
     sims = [c for c in cands if "pass" in c]
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
     for i in pareto_front(sims, [("efficiency_output_tokens_per_s_per_gpu", "max"),
@@ -194,24 +194,34 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
            "pruned": sum(1 for c in cands if c["screen"] == "pruned"), "simulated": len(sims),
            "passed": len(ok), "keys": keys, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
-        best_doc = load_scenario(doc, res["best"]["_ovs"] + [f"{REPLICAS_KEY}={res['best']['replicas']}"]).raw
-        res["best_scenario"] = best_doc
+        best = load_scenario(src, res["best"]["_ovs"] + [f"{REPLICAS_KEY}={res['best']['replicas']}"])
+        res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
     if out is not None:
         _write(res, Path(out), base)
     return res
 
 
-def _rebase(doc: dict, base_dir: Path) -> dict:
-    wl = doc.get("workload")
-    if isinstance(wl, dict) and isinstance(wl.get("path"), str) and not Path(wl["path"]).is_absolute():
-        wl["path"] = str(base_dir / wl["path"])
-    lat = doc.get("latency")
-    if isinstance(lat, dict) and isinstance(lat.get("path"), str) and not Path(lat["path"]).is_absolute():
-        lat["path"] = str(base_dir / lat["path"])
+# keys whose values are files, relative to the scenario's folder
+_PATH_KEYS = (("workload", "path"), ("workload", "prompt_tokens", "path"), ("workload", "output_tokens", "path"),
+              ("latency", "path"), ("latency", "coefficients"), ("model", "config"), ("hardware", "profile"))
+
+
+def absolute_paths(raw: dict, base_dir) -> dict:
+    """The scenario with its file paths made absolute, so it can be saved in another folder."""
+    import copy
+    doc = copy.deepcopy(raw)
+    if base_dir is None:
+        return doc
+    for keys in _PATH_KEYS:
+        node = doc
+        for k in keys[:-1]:
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str) and not Path(node[keys[-1]]).is_absolute():
+            node[keys[-1]] = str(Path(base_dir) / node[keys[-1]])
     return doc
 
 
-def _simulate(doc, cands, slos, warmup, min_goodput, rounds, jobs, backend, address) -> None:
+def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address) -> None:
     """Per family: the fewest kept replicas, then one more per round until a run passes."""
     fams: dict = {}
     for c in cands:
@@ -225,7 +235,7 @@ def _simulate(doc, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
         batch = [(k, rows[0]) for k, rows in pending.items() if rows]
         if not batch:
             break
-        calls = [(doc, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], slos, warmup, min_goodput) for _, c in batch]
+        calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], slos, warmup, min_goodput) for _, c in batch]
         for (k, c), row in zip(batch, run_calls(probe, calls, jobs, backend, address)):
             c.update({kk: v for kk, v in row.items() if kk not in ("status",)})
             c["reasons"] = "; ".join(row.get("reasons", []))

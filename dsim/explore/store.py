@@ -14,17 +14,23 @@ from pathlib import Path
 from ..config.errors import ConfigError
 
 
+def ensure_out_dir(out, sub: str | None = None) -> Path:
+    """Create (and check) an output folder up front, so a bad --out fails before any simulation."""
+    d = Path(out)
+    if d.exists() and not d.is_dir():
+        raise ConfigError(str(out), None, "an output folder (this is a file)", show_value=False)
+    try:
+        (d / sub if sub else d).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(str(out), None, f"an output folder that can be written ({e.strerror})",
+                          show_value=False) from None
+    return d
+
+
 class PointStore:
     def __init__(self, out):
-        self.dir = Path(out)
-        if self.dir.exists() and not self.dir.is_dir():
-            raise ConfigError(str(out), None, "an output folder (this is a file)", show_value=False)
+        self.dir = ensure_out_dir(out, "points")
         self.points = self.dir / "points"
-        try:
-            self.points.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(str(out), None, f"an output folder that can be written ({e.strerror})",
-                              show_value=False) from None
 
     def _file(self, key: str) -> Path:
         return self.points / f"{key}.json"

@@ -131,11 +131,10 @@ def _title(spec: SweepSpec) -> str:
 
 
 def _parquet(rows, lead, path: Path) -> None:
-    try:
-        import pandas as pd
-        import pyarrow  # noqa: F401
-    except ImportError:
-        return
+    import importlib.util
+    if importlib.util.find_spec("pandas") is None or importlib.util.find_spec("pyarrow") is None:
+        return                                  # Parquet needs pandas with pyarrow: CSV only
+    import pandas as pd
     cols = list(lead) + sorted({k for r in rows for k in r if not k.startswith("_")} - set(lead))
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
     for c in cols:                          # mixed-type columns (grid values) as text
