@@ -305,3 +305,18 @@ def test_stage2_nelder_mead_moves_toward_the_truth(tmp_path):
     b, a, l0, l1, n = refine([run], "unified5", U5_BETA, U5_ALPHA, max_evals=25)
     assert n <= 25 + 1 and l1 < 0.5 * l0
     assert np.mean(b) > np.mean(U5_BETA)        # moved up, toward the 1.4x truth
+
+
+def test_inference_perf_message_gaps_are_not_compared_as_itl(tmp_path):
+    """inference-perf's ITL times SSE messages (two per token in the shipped H100 run, median gap
+    ~0.03 ms): it must not be compared with the simulator's per-token gaps (that gave 5,000 % MAPE)."""
+    run = load_real(ROOT / "examples" / "real" / "h100-llama-2-7b-tp1-general")
+    for st in run.stages:
+        assert "itl" not in st.real
+        x = st.itl_not_compared
+        assert x["p50"] < 0.25 * x["mean"]
+        assert x["per_token"] / x["mean"] == pytest.approx(2.0, abs=0.05)
+    assert any("messages per token" in n for n in run.notes)
+    rep = cosimulate(run, overrides=["workload.stages[0].duration_s=20", "workload.stages[1].duration_s=20"],
+                     out_dir=tmp_path / "c", plots=False)
+    assert all("itl" not in st["metrics"] for st in rep["stages"])

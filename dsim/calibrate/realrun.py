@@ -28,6 +28,7 @@ from ..config.files import parse_json, read_text
 
 QUANTS = ("mean", "p50", "p90", "p95", "p99")
 METRICS = ("ttft", "tpot", "itl", "e2e")
+COALESCED = 0.25      # an ITL median below this share of its mean: chunks were read together
 # substrings of torch's device name -> our device profile
 DEVICE_NAMES = (("H100", "H100-SXM"), ("A100-SXM4-40GB", "A100-40GB"), ("A100", "A100-80GB"), ("L40S", "L40S"),
                 ("A40", "A40"), ("4090", "RTX4090"), ("PRO 6000", "RTXPRO6000"), ("RTXPRO6000", "RTXPRO6000"))
@@ -45,6 +46,7 @@ class Stage:
     rate: float | None = None       # offered req/s
     failures: int = 0
     overloaded: bool = False
+    itl_not_compared: dict | None = None    # the source's ITL (p50, mean, per-token time) when it times messages
 
 
 @dataclass
@@ -263,7 +265,13 @@ def read_inference_perf(folder: Path, hardware: str | None = None) -> RealRun:
     notes = ["arrivals regenerated from the profile's load stages (no per-request data); compared per stage",
              "TPOT derived as (E2E - TTFT) / (output_len - 1) at the mean and median: inference-perf's own "
              "time_per_output_token counts streamed chunks, not tokens",
-             "ITL as inference-perf reports it: gaps between streamed chunks, near-zero gaps included",
+             "ITL left out where inference-perf's median gap is under "
+             f"{COALESCED:.0%} of its mean: it times SSE messages as they are read, and gaps of microseconds "
+             "(a token's text split over messages, or messages read together) make it measure message framing, "
+             "not engine steps: " + ("; ".join(
+                 f"{st.name} p50 {x['p50']:.3f} ms, mean {x['mean']:.2f} ms vs {x['per_token']:.2f} ms per token "
+                 f"({x['per_token'] / x['mean']:.1f} messages per token)"
+                 for st in stages if (x := st.itl_not_compared)) or "none here"),
              "multi-turn chat history is not replayed (each question is a fresh request on its group's prefix)"]
     return RealRun(folder.name, "inference-perf", str(folder), scn, stages, None, notes, {"app": exp.get("app")})
 
@@ -283,10 +291,19 @@ def _iperf_stage(d: dict, f: Path, name: str, t0: float, t1: float, rate: float,
                 out[ours] = float(L[theirs]) * 1e3
         return out
     real = {"ttft": q("time_to_first_token"), "e2e": q("request_latency"), "itl": q("inter_token_latency")}
+    itl = real.pop("itl")
     if out_len > 1:
         real["tpot"] = {"count": real["e2e"]["count"],
                         **{k: (real["e2e"][k] - real["ttft"][k]) / (out_len - 1) for k in ("mean", "p50")
                            if k in real["e2e"] and k in real["ttft"]}}
+    if itl.get("p50") is not None and itl.get("mean") and itl["p50"] >= COALESCED * itl["mean"]:
+        real["itl"] = itl
+    else:
+        # inference-perf times SSE messages as they are read; when a token's text comes in more than one
+        # message, or messages arrive in one read, the gaps between them are microseconds: its ITL then
+        # measures the server's message framing, not engine steps, and is left out of the comparison.
+        dropped_itl = {"p50": itl.get("p50"), "mean": itl.get("mean"),
+                       "per_token": real.get("tpot", {}).get("mean")}
     fails = int((d.get("failures") or {}).get("count", 0) or 0)
     thr = succ.get("throughput") or {}
     n = real["e2e"]["count"] + fails
@@ -294,7 +311,7 @@ def _iperf_stage(d: dict, f: Path, name: str, t0: float, t1: float, rate: float,
     over = fails > 0.01 * max(n, 1) or (thr.get("requests_per_sec", rate) < 0.9 * rate)
     return Stage(name, t0, t1, real, {}, {"requests_per_s": thr.get("requests_per_sec"),
                                           "output_tokens_per_s": thr.get("output_tokens_per_sec")},
-                 rate, fails, over)
+                 rate, fails, over, None if "itl" in real else dropped_itl)
 
 
 # ---- vllm bench serve --save-result --save-detailed -------------------------------------------------
