@@ -10,7 +10,8 @@ from helpers import scenario
 
 import dsim
 from dsim.calibrate.cosim import cosimulate, replay_rows, replay_scenario
-from dsim.calibrate.fit import fit_traces, refine, system_loss
+from dsim.calibrate.calibrate import UNIFIED5, loss_of, evaluate, stage2
+from dsim.calibrate.fit import fit_traces
 from dsim.calibrate.realrun import load_real, read_generic, read_vllm_bench
 from dsim.calibrate.vllm_traces import alpha_table, beta_table, read_otlp
 from dsim.cli import main
@@ -301,9 +302,10 @@ def test_stage2_nelder_mead_moves_toward_the_truth(tmp_path):
     run = read_generic(tmp_path / "real" / "requests.csv", cols, model="meta-llama/Llama-3.1-8B",
                        hardware="H100-SXM", engine={"max_num_seqs": 64, "max_num_batched_tokens": 512})
     lat0 = {"model": "unified5", "beta": U5_BETA, "alpha": U5_ALPHA}
-    assert system_loss([run], {**lat0, "beta": truth}) < 1e-3
-    b, a, l0, l1, n = refine([run], "unified5", U5_BETA, U5_ALPHA, max_evals=25)
-    assert n <= 25 + 1 and l1 < 0.5 * l0
+    assert loss_of(evaluate([run], None, (), 42, {**lat0, "beta": truth})) < 1e-3
+    s2 = stage2([run], None, (), 42, lat0, UNIFIED5, max_evals=25)
+    b = s2["latency"]["beta"]
+    assert s2["evaluations"] <= 25 + 1 and s2["loss"] < 0.5 * s2["loss_start"]
     assert np.mean(b) > np.mean(U5_BETA)        # moved up, toward the 1.4x truth
 
 
@@ -320,3 +322,16 @@ def test_inference_perf_message_gaps_are_not_compared_as_itl(tmp_path):
     rep = cosimulate(run, overrides=["workload.stages[0].duration_s=20", "workload.stages[1].duration_s=20"],
                      out_dir=tmp_path / "c", plots=False)
     assert all("itl" not in st["metrics"] for st in rep["stages"])
+
+
+def test_fit_cli_stage2_is_calibrates_and_stays_physical(tmp_path, capsys):
+    """`dsim fit RUN` refines unified5 with `dsim calibrate`'s stage 2: betas stay in their physical
+    range (>= 1 x the roofline time), even from seed 003's sub-roofline start."""
+    out = tmp_path / "u5.yaml"
+    assert main(["fit", str(ROOT / "examples" / "real" / "RTX4090_Llama-3.1-8B"), "--model", "unified5",
+                 "--max-evals", "3", "--out", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())["unified5_coefficients"]
+    s2 = doc["fit"]["stage2"]
+    assert s2["evaluations"] <= 4 and s2["loss"] <= s2["loss_start"] and "converged" in s2
+    assert all(b >= 1.0 for b in doc["beta"][:3])
+    assert "stage 2: loss" in capsys.readouterr().out

@@ -22,6 +22,7 @@ import numpy as np
 from ..config.errors import ConfigError
 from .realrun import RealRun
 
+MAX_WINDOW_PREFILLS = 20_000_000     # (window, prefill) pairs stage 1 holds in memory
 TARGETS = (("e2e", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("tpot", "p50"))
 
 
@@ -78,14 +79,15 @@ def start_latency(kind: str, ctx) -> dict:
 
 
 # ---- stage 1: step time from per-request decode windows --------------------------------------------
-def stage1(run: RealRun, ctx, lat: dict) -> dict | None:
-    """Robust regression of each request's mean decode step time on its window's batch (roofline);
-    None when the run has no per-request first/last token times."""
-    from scipy.optimize import least_squares
-
+def window_terms(run: RealRun, ctx) -> dict | None:
+    """Per decode window of ``run``: its mean step time and the physical terms of its steps at peak
+    hardware (seconds of HBM traffic and of decode FLOPs, TP communication), and each prefill that
+    completed inside it (its FLOP time), so the fit can cost a prefill step as the roofline does,
+    max(memory, decode + prefill compute), instead of averaging compute over the window.  None
+    without per-request first/last token times or with fewer than 8 windows."""
     from .windows import decode_windows
     t = run.meta.get("token_times")
-    if not t or lat["model"] != "roofline":
+    if not t:
         return None
     w = decode_windows(t["first_s"], t["last_s"], t["prompt"], t["output"])
     if len(w.tpot_s) < 8:
@@ -96,20 +98,68 @@ def stage1(run: RealRun, ctx, lat: dict) -> dict | None:
     weights = (m.layer_weight_bytes(m.experts_per_token if m.is_moe else None)
                + m.lm_head_params * m.bytes_per_param) / tp     # read once per decode step
     mem = (weights + kv_tok * (w.ctx_sum + w.batch)) / d.hbm_bytes_s             # s at peak bandwidth
-    flops = ((m.flops_per_token_linear + m.flops_lm_head) * w.batch + m.attn_flops_per_pair * w.ctx_sum
-             + (m.flops_per_token_linear * w.prefill_tokens + m.attn_flops_per_pair * w.prefill_pairs) / w.steps)
-    comp = flops / tp / d.peak_flops                                                 # s at peak FLOP/s
+    comp = ((m.flops_per_token_linear + m.flops_lm_head) * w.batch
+            + m.attn_flops_per_pair * w.ctx_sum) / tp / d.peak_flops                 # s at peak FLOP/s
+    # the prefill steps inside each window: first tokens that came in (first, last] of it; first tokens
+    # closer together than a tenth of the median step came from one step, which costs their summed FLOPs
+    f = np.asarray(t["first_s"], float)
+    new = np.asarray(t["prompt"], float) - np.asarray(t.get("cached") or np.zeros(len(f)), float)
+    order = np.argsort(f, kind="stable")
+    fs, pf = f[order], new[order]
+    flops = m.flops_per_token_linear * pf + m.attn_flops_per_pair * pf * (pf + 1) / 2 + m.flops_lm_head
+    group = np.concatenate([[0], np.cumsum(np.diff(fs) > 0.1 * float(np.median(w.tpot_s)))])
+    g_time = fs[np.searchsorted(group, np.arange(group[-1] + 1))]
+    g_comp = np.bincount(group, flops) / tp / d.peak_flops
+    first = f[w.index]
+    last = np.asarray(t["last_s"], float)[w.index]
+    lo, hi = np.searchsorted(g_time, first, side="right"), np.searchsorted(g_time, last, side="right")
+    count = hi - lo
+    if int(count.sum()) > MAX_WINDOW_PREFILLS:
+        raise ConfigError("calibrate", None, f"at most {MAX_WINDOW_PREFILLS} (window, prefill step) pairs in "
+                          f"stage 1 (this run has {int(count.sum())}); calibrate on a shorter slice", show_value=False)
+    owner = np.repeat(np.arange(len(count)), count)
+    which = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count) + np.repeat(lo, count)
+    pf_comp = g_comp[which]
     known = np.zeros_like(w.tpot_s)
     if tp > 1:          # the ring all-reduce the roofline adds, per step
         ring = 2.0 * (tp - 1) / tp
         known += 2 * m.num_layers * (d.interconnect_latency_s + ring * w.batch * m.hidden_size
                                      * m.bytes_per_param / d.interconnect_bytes_s)
-    y = w.tpot_s - known
+    return {"tpot": w.tpot_s, "batch": w.batch, "mem": mem, "comp": comp, "known": known,
+            "steps": w.steps, "prefills": count.astype(float), "owner": owner, "pf_comp": pf_comp}
+
+
+def stage1(runs, ctxs, lat: dict) -> dict | None:
+    """Robust regression of each request's mean decode step time on its window's batch, jointly over
+    every run with per-request timestamps (roofline): one host step cost, per-sequence cost, HBM and
+    compute efficiency for all of them.  A window's steps are its decode-only steps plus one step per
+    prefill that completed inside it, each costed max(memory, compute) as the roofline costs it.
+    Runs of one model cannot separate the host step from the HBM efficiency (both scale every decode
+    step alike); runs of models with different weight sizes on the same GPU and engine can.  None
+    when no run has per-request first/last token times."""
+    from scipy.optimize import least_squares
+    if lat["model"] != "roofline":
+        return None
+    parts = [(r.name, t) for r, c in zip(runs, ctxs) if (t := window_terms(r, c)) is not None]
+    if not parts:
+        return None
+    shift = np.cumsum([0] + [len(t["tpot"]) for _, t in parts[:-1]])
+    cat = {k: np.concatenate([t[k] + (s if k == "owner" else 0) for s, (_, t) in zip(shift, parts)])
+           for k in parts[0][1]}
+    y = cat["tpot"] - cat["known"]
+    batch, mem, comp, steps = cat["batch"], cat["mem"], cat["comp"], cat["steps"]
+    plain = np.maximum(steps - cat["prefills"], 0.0)
+    owner, pf_comp = cat["owner"], cat["pf_comp"]
     serial = 1.0 - float(lat.get("overlap", 1.0))
 
+    def gpu(tm, tc):
+        return np.maximum(tm, tc) + serial * np.minimum(tm, tc)
+
     def model(c):
-        tm, tc = c[2] * mem, c[3] * comp
-        return c[0] + c[1] * w.batch + np.maximum(tm, tc) + serial * np.minimum(tm, tc)
+        tm = c[2] * mem
+        with_pf = gpu(tm[owner], c[3] * (comp[owner] + pf_comp))
+        total = plain * gpu(tm, c[3] * comp) + np.bincount(owner, with_pf, minlength=len(y))
+        return c[0] + c[1] * batch + total / np.maximum(plain + cat["prefills"], 1.0)
 
     def resid(c):
         return (model(c) - y) / y
@@ -124,12 +174,13 @@ def stage1(run: RealRun, ctx, lat: dict) -> dict | None:
     except np.linalg.LinAlgError:
         se = np.full(4, np.nan)
     c = sol.x
-    return {"requests": int(len(y)), "mape": float(np.mean(np.abs(r))), "used": True,
+    return {"requests": int(len(y)), "runs": [n for n, _ in parts], "mape": float(np.mean(np.abs(r))),
+            "used": True,
             "values": {"host.step_us": c[0] * 1e6, "host.per_seq_us": c[1] * 1e6,
                        "memory_efficiency": 1.0 / c[2], "compute_efficiency": 1.0 / c[3]},
             "stderr": {"host.step_us": se[0] * 1e6, "host.per_seq_us": se[1] * 1e6,
                        "memory_efficiency": se[2] / c[2] ** 2, "compute_efficiency": se[3] / c[3] ** 2},
-            "batch_range": [float(w.batch.min()), float(w.batch.max())]}
+            "batch_range": [float(batch.min()), float(batch.max())]}
 
 
 # ---- stage 2: simulator in the loop ----------------------------------------------------------------

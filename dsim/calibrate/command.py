@@ -21,7 +21,7 @@ from ..metrics.writers import AtomicOutput, to_json
 from .cosim import _merge, assumed_settings, replay_rows, trace_text
 
 
-def _context(run, base, overrides):
+def replica_context(run, base=None, overrides=()):
     """LatencyContext of the replica that replays ``run``."""
     from ..config.scenario import load_scenario
     from ..latency.base import LatencyContext
@@ -43,10 +43,10 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     # --set latency.* shapes the starting point (the fit replaces the replay's latency section)
     lat_sets = [o for o in overrides if o.strip().startswith("latency.")]
     overrides = [o for o in overrides if o not in lat_sets]
-    ctxs = [_context(r, base, overrides) for r in runs]       # every run replayable, or an error first
+    ctxs = [replica_context(r, base, overrides) for r in runs]       # every run replayable, or an error first
     ao = AtomicOutput(Path(out_dir))                          # an unwritable --out fails before any simulation
     try:
-        report = _fit(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical,
+        report = fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical,
                       loro, log, warn)
         scn = _scenario(runs[0], base, overrides, report["fitted"], seed)
         if runs[0].trace_rows is not None:
@@ -62,9 +62,10 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     return report
 
 
-def _fit(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical, loro, log,
-         warn) -> dict:
-    """Stages 1 and 2, the physical check and the errors before/after (no files)."""
+def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical, loro, log,
+             warn) -> dict:
+    """Stages 1 and 2, the physical check and the errors before/after (no files); ``ctxs`` from
+    ``replica_context``.  The report's ``fitted`` is the calibrated latency section."""
     ctx = ctxs[0]
     assumed = {r.name: assumed_settings(r, base, overrides) for r in runs}
     for name, lines in assumed.items():
@@ -79,16 +80,13 @@ def _fit(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, all
             raise ConfigError("--set latency.model", lat0.get("model"), f"the --latency-model being fitted ({kind})")
         physical_issues(lat0, ctx)          # builds the model: a bad key or value is an error here
     before = evaluate(runs, base, overrides, seed, lat0, jobs)
-    s1 = None
     lat1 = copy.deepcopy(lat0)
-    for r, c in zip(runs, ctxs):
-        s1 = stage1(r, c, lat0)
-        if s1 is not None:
-            for k, v in s1["values"].items():
-                set_value(lat1, k, min(max(v, 0.0), 1.0) if k.endswith("efficiency") else v)
-            log(f"stage 1 ({r.name}): {s1['requests']} decode windows, relative MAPE {s1['mape']:.1%}: "
-                + ", ".join(f"{k} {v:.4g}" for k, v in s1["values"].items()))
-            break
+    s1 = stage1(runs, ctxs, lat0)
+    if s1 is not None:
+        for k, v in s1["values"].items():
+            set_value(lat1, k, min(max(v, 0.0), 1.0) if k.endswith("efficiency") else v)
+        log(f"stage 1 ({', '.join(s1['runs'])}): {s1['requests']} decode windows, relative MAPE {s1['mape']:.1%}: "
+            + ", ".join(f"{k} {v:.4g}" for k, v in s1["values"].items()))
     space = SPACES[kind]
     if all(r.meta.get("clock") == "engine" for r in runs):
         # engine-side timestamps carry no API-server time: a0 is not observable, keep the default

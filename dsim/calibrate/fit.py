@@ -9,10 +9,11 @@ outliers (|relative residual| > 5 MADs of a first fit) dropped before the final 
 Alpha from journey events: API delay (QUEUED - ARRIVED), output-token overhead (FIRST_RESPONSE -
 FIRST_TOKEN), departure overhead (DEPARTED - FINISHED).
 
-Stage 2 (system level, simulator in the loop): Nelder-Mead over log-scales of the five betas and
-a0, loss = MAPE(E2E mean) + 0.3 x MAPE(TTFT p50) over the stages of non-overloaded real runs, the
-runs simulated in parallel with joblib.  Overloaded runs are left out of the loss and used to
-check the saturation cliff (the rate where TTFT exceeds 3x its low-load value).
+Stage 2 (system level, simulator in the loop) is `dsim calibrate`'s (dsim.calibrate.calibrate.stage2):
+Nelder-Mead over the five betas and a0 within their physical ranges, on E2E mean, TTFT p50/p90 and
+TPOT p50 of the non-overloaded stages, with the runs simulated in parallel by joblib.  Overloaded
+runs are left out of the loss; `saturation_cliff` checks them (the rate where TTFT exceeds 3x its
+low-load value).
 """
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ from ..latency.unified5 import SPEC_VERSION as SPEC
 WARMUP_STEPS = 5
 OUTLIER_MADS = 5.0
 PREEMPT_WEIGHT = 0.25
-TTFT_WEIGHT = 0.3
 
 
 # ---- cleaning --------------------------------------------------------------------------------------
@@ -227,65 +227,6 @@ def _step_models(ctxs: dict, kind: str) -> dict:
 
 
 # ---- stage 2: simulator in the loop -------------------------------------------------------------------
-def _latency(kind: str, beta, alpha) -> dict:
-    return {"model": kind, "beta": [float(b) for b in beta], "alpha": [float(a) for a in alpha]}
-
-
-def _run_stats(run, latency, overrides, seed):
-    from .cosim import cosim_report, simulate_run
-    res, scn = simulate_run(run, None, overrides, seed, latency)
-    rep = cosim_report(run, res, scn)
-    return [(st["metrics"].get("e2e"), st["metrics"].get("ttft")) for st in rep["stages"] if not st["overloaded"]]
-
-
-def system_loss(runs, latency, overrides=(), seed=42, jobs: int = 1) -> float:
-    """MAPE(E2E mean) + 0.3 x MAPE(TTFT p50) over the stages of the non-overloaded runs."""
-    from joblib import Parallel, delayed
-    per_run = Parallel(n_jobs=jobs)(delayed(_run_stats)(r, latency, overrides, seed) for r in runs)
-    e2e, ttft = [], []
-    for stages in per_run:
-        for e, t in stages:
-            if e and "mean" in e["error"]:
-                e2e.append(abs(e["error"]["mean"]))
-            if t and "p50" in t["error"]:
-                ttft.append(abs(t["error"]["p50"]))
-    if not e2e:
-        return math.inf
-    return float(np.mean(e2e) + TTFT_WEIGHT * (np.mean(ttft) if ttft else 0.0))
-
-
-def refine(runs, kind: str, beta, alpha, max_evals: int = 60, jobs: int = 1, overrides=(), seed=42, log=None):
-    """Nelder-Mead over log multipliers of beta (all) and a0; returns (beta, alpha, loss0, loss, evals)."""
-    from scipy.optimize import minimize
-    usable = [r for r in runs if not r.overloaded]
-    if not usable:
-        raise ConfigError("runs", None, "at least one real run that is not overloaded for stage 2", show_value=False)
-    beta0 = np.asarray(beta, float)
-    a0 = max(float(alpha[0]), 1.0)
-    n = len(beta0) + 1
-    hist = []
-
-    def params(x):
-        b = beta0 * np.exp(x[:-1])
-        a = list(alpha)
-        a[0] = a0 * math.exp(x[-1])
-        return b, a
-
-    def f(x):
-        b, a = params(x)
-        lo = system_loss(usable, _latency(kind, b, a), overrides, seed, jobs)
-        hist.append(lo)
-        if log:
-            log(f"eval {len(hist)}: loss {lo:.4f}")
-        return lo
-    x0 = np.zeros(n)
-    simplex = np.vstack([x0] + [x0 + 0.3 * np.eye(n)[i] for i in range(n)])
-    opt = minimize(f, x0, method="Nelder-Mead",
-                   options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3, "fatol": 1e-4})
-    b, a = params(opt.x)
-    return [float(v) for v in b], [float(v) for v in a], hist[0], float(opt.fun), len(hist)
-
-
 def saturation_cliff(run, latency, rates=None, seed: int = 42, factor: float = 3.0, duration_s: float = 120.0):
     """Lowest offered rate (req/s, one constant stage of ``duration_s``) at which simulated TTFT p50
     exceeds ``factor`` x its low-load value; None when no tested rate does.  Staged runs only."""
@@ -408,15 +349,18 @@ def fit_cli(args) -> int:
     if real:
         if args.model != "unified5":
             raise ConfigError("--refine", True, "--model unified5 (stage 2 refines unified5's beta and a0)")
+        from .calibrate import UNIFIED5, stage2
         runs = [load_real(p) for p in real]
-        b, a, l0, l1, n = refine(runs, "unified5", res["beta"], res["alpha"], args.max_evals, args.jobs,
-                                 log=lambda m: print(m, flush=True))
-        res["beta"], res["alpha"] = b, a
-        res["fit"]["stage2"] = {"runs": [r.name for r in runs], "loss_start": l0, "loss": l1, "evaluations": n,
-                                "loss_definition": "MAPE(E2E mean) + 0.3 MAPE(TTFT p50), non-overloaded stages"}
-        res["method"] += "; then Nelder-Mead with dsim in the loop on real runs"
+        lat = {"model": "unified5", "beta": list(res["beta"]), "alpha": list(res["alpha"])}
+        s2 = stage2(runs, base, (), 42, lat, UNIFIED5, args.max_evals, args.jobs, log=lambda m: print(m, flush=True))
+        res["beta"], res["alpha"] = s2["latency"]["beta"], s2["latency"]["alpha"]
+        res["fit"]["stage2"] = {"runs": [r.name for r in runs], "loss_start": s2["loss_start"], "loss": s2["loss"],
+                                "evaluations": s2["evaluations"], "converged": s2["converged"],
+                                "loss_definition": "mean |log(sim/real)| over E2E mean, TTFT p50/p90, TPOT p50 "
+                                                   "of the non-overloaded stages (as dsim calibrate)"}
+        res["method"] += "; then Nelder-Mead with dsim in the loop on real runs (dsim calibrate's stage 2)"
         trained["data"] = list(trained.get("data", [])) + [r.path for r in runs]
-        print(f"stage 2: loss {l0:.4f} -> {l1:.4f} in {n} simulations")
+        print(f"stage 2: loss {s2['loss_start']:.4f} -> {s2['loss']:.4f} in {s2['evaluations']} simulations")
     write_coeffs(Path(args.out), args.model, res, trained)
     print(f"wrote {args.out}")
     return 0
