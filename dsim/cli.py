@@ -102,7 +102,7 @@ def _calibrate_parser(sub) -> None:
     k.add_argument("--time-unit", type=float, default=1.0, help="seconds per time unit of a generic file")
     k.add_argument("--hardware", default=None, help="device profile when the runs do not name their GPU")
     k.add_argument("--model", default=None, help="model when the runs do not name it")
-    k.add_argument("--latency-model", default="roofline", choices=("roofline", "unified5"),
+    k.add_argument("--latency-model", default="roofline", choices=("roofline", "unified5", "physics"),
                    help="latency model to fit (default roofline)")
     k.add_argument("--max-evals", type=int, default=40, help="stage-2 simulations (default 40)")
     k.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")

@@ -324,7 +324,7 @@ def test_inference_perf_message_gaps_are_not_compared_as_itl(tmp_path):
     assert all("itl" not in st["metrics"] for st in rep["stages"])
 
 
-def test_fit_cli_stage2_is_calibrates_and_stays_physical(tmp_path, capsys):
+def test_fit_cli_uses_calibrates_stage2_and_stays_physical(tmp_path, capsys):
     """`dsim fit RUN` refines unified5 with `dsim calibrate`'s stage 2: betas stay in their physical
     range (>= 1 x the roofline time), even from seed 003's sub-roofline start."""
     out = tmp_path / "u5.yaml"

@@ -147,3 +147,30 @@ def test_calibrated_scenario_runs_and_cosims(tmp_path, capsys):
     co = json.loads((tmp_path / "co" / "cosim.json").read_text())
     from dsim.metrics.writers import _rounded
     assert co["latency"] == _rounded(scn["latency"])     # JSON reports write 12 significant digits
+
+
+def test_calibrate_physics_fits_its_four_scales(tmp_path):
+    """--latency-model physics fits the four scales of its prior (compute, memory, step bias, queue
+    bias) inline; data from physics with compute x1.5, memory x1.6, 2 ms per step."""
+    from dsim.calibrate.calibrate import get_value, set_value, start_latency
+    truth = start_latency("physics", None)
+    for k, v in (("beta.0,1,3", 1.5), ("beta.2,4", 1.6), ("beta.15", 0.002)):
+        set_value(truth, k, v)
+    dsim.run(scenario(seed=3, latency=truth, engine={"max_num_seqs": 64, "enable_prefix_caching": False},
+                      workload={"type": "poisson", "rate": 12, "num_requests": 400,
+                                "prompt_tokens": {"dist": "uniform", "min": 64, "max": 512},
+                                "output_tokens": {"dist": "uniform", "min": 16, "max": 256}}),
+             tmp_path / "o", plots=False)
+    run = read_generic(tmp_path / "o" / "requests.csv", COLS, model="meta-llama/Llama-3.1-8B", hardware="H100-SXM",
+                       engine={"max_num_seqs": 64, "enable_prefix_caching": False})
+    rep = calibrate([run], tmp_path / "cal", None, [], "physics", max_evals=40, loro=False,
+                    log=lambda m: None, warn=lambda m: None)
+    assert rep["loss"]["after"] < rep["loss"]["before"] / 10          # measured 0.318 -> 0.010
+    fit = rep["fitted"]
+    assert fit["beta"][0] == fit["beta"][1] == fit["beta"][3] and fit["beta"][2] == fit["beta"][4]
+    assert get_value(fit, "beta.2,4") > 1.3          # the memory scale moved from its 1.2 start toward 1.6
+    assert not rep["physical_issues"]
+    scn = yaml.safe_load((tmp_path / "cal" / "calibrated.yaml").read_text())
+    assert scn["latency"]["model"] == "physics" and len(scn["latency"]["beta"]) == 16
+    assert main(["run", str(tmp_path / "cal" / "calibrated.yaml"), "--out", str(tmp_path / "r"), "--no-plots",
+                 "--quiet"]) == 0

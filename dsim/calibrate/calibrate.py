@@ -40,13 +40,18 @@ ROOFLINE = (Param("compute_efficiency", 0.05, 1.0), Param("memory_efficiency", 0
 UNIFIED5 = tuple(Param(f"beta.{i}", lo, hi) for i, (lo, hi) in
                  enumerate(((1.0, 20.0), (1.0, 20.0), (1.0, 20.0), (0.0, 2000.0), (0.0, 2000.0)))) \
     + (Param("alpha.0", 0.0, 200000.0),)
-SPACES = {"roofline": ROOFLINE, "unified5": UNIFIED5}
+# physics: the four scales its default coefficients were fitted with (compute terms, memory terms,
+# a fixed time per step, a fixed time before queueing), so the fit stays a scaled physical prior
+PHYSICS = (Param("beta.0,1,3", 1.0, 20.0), Param("beta.2,4", 1.0, 20.0), Param("beta.15", 0.0, 0.05),
+           Param("alpha.3", 0.0, 0.2))
+SPACES = {"roofline": ROOFLINE, "unified5": UNIFIED5, "physics": PHYSICS}
 
 
 def get_value(lat: dict, name: str) -> float:
+    """A fitted scalar; ``beta.0,1,3`` names one value shared by several coefficients."""
     head, _, rest = name.partition(".")
     if head in ("alpha", "beta"):
-        return float(lat[head][int(rest)])
+        return float(lat[head][int(rest.split(",")[0])])
     if head == "host":
         return float(lat.get("host", {}).get(rest, 0.0))
     return float(lat[name])
@@ -55,7 +60,8 @@ def get_value(lat: dict, name: str) -> float:
 def set_value(lat: dict, name: str, v: float) -> None:
     head, _, rest = name.partition(".")
     if head in ("alpha", "beta"):
-        lat[head][int(rest)] = float(v)
+        for i in rest.split(","):
+            lat[head][int(i)] = float(v)
     elif head == "host":
         lat.setdefault("host", {})[rest] = float(v)
     else:
@@ -64,8 +70,8 @@ def set_value(lat: dict, name: str, v: float) -> None:
 
 def start_latency(kind: str, ctx) -> dict:
     """The complete latency mapping a replica of ``ctx`` uses by default (every fitted key explicit)."""
-    gen = ctx.engine.generation
     if kind == "roofline":
+        gen = ctx.engine.generation
         from ..latency.roofline import RooflineModel
         lat = {"model": "roofline", **RooflineModel.DEFAULTS, "alpha": list(gen.alpha_us),
                "host": {"step_us": gen.host.step_us, "per_seq_us": gen.host.per_seq_us}}
@@ -73,8 +79,14 @@ def start_latency(kind: str, ctx) -> dict:
         from ..latency.unified5 import Unified5Model
         lat = {"model": "unified5", "beta": [max(b, p.lo) for b, p in zip(Unified5Model.BETA, UNIFIED5)],
                "alpha": list(Unified5Model.ALPHA_US)}
+    elif kind == "physics":
+        from ..latency.physics import DEFAULT_COEFFS, load_coefficients
+        c = load_coefficients(DEFAULT_COEFFS)
+        lat = {"model": "physics", "beta": list(c.beta), "alpha": list(c.alpha)}
+        for p in PHYSICS:           # the shipped prior is below the physical floor in places: start at it
+            set_value(lat, p.name, min(max(get_value(lat, p.name), p.lo), p.hi))
     else:
-        raise ConfigError("--latency-model", kind, "roofline or unified5")
+        raise ConfigError("--latency-model", kind, "roofline, unified5 or physics")
     return lat
 
 
@@ -227,6 +239,12 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
         u = min(max((v - p.lo) / (p.hi - p.lo), 1e-4), 1 - 1e-4)
         return math.log(u / (1 - u))
 
+    def vertex(p, v):
+        # the initial simplex steps in value space (25 % of the value, at least 5 % of the range, away
+        # from the nearer bound): a fixed step in logistic space barely moves a start next to a bound
+        step = max(0.25 * abs(v), 0.05 * (p.hi - p.lo))
+        return position(p, v + step if v + step <= p.hi else v - step)
+
     def latency(x):
         out = copy.deepcopy(lat)
         for p, xi in zip(space, x):
@@ -242,7 +260,9 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
         return lo
     x0 = np.array([position(p, get_value(lat, p.name)) for p in space])
     n = len(x0)
-    simplex = np.vstack([x0] + [x0 + 0.4 * np.eye(n)[i] for i in range(n)])
+    simplex = np.vstack([x0] + [x0 for _ in range(n)])
+    for i, p in enumerate(space):
+        simplex[i + 1, i] = vertex(p, get_value(lat, p.name))
     opt = minimize(f, x0, method="Nelder-Mead",
                    options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3, "fatol": 2e-4})
     sim = opt.final_simplex

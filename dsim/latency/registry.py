@@ -82,6 +82,10 @@ def _physics(s, ctx):
     from .physics import DEFAULT_COEFFS, PhysicsConfig, PhysicsModel, load_coefficients
     p = _path(s, "coefficients", ctx)
     coeffs = load_coefficients(p or DEFAULT_COEFFS, s.sub("coefficients"))
+    if s.raw("beta", None) is not None or s.raw("alpha", None) is not None:   # inline keys win (dsim calibrate)
+        from dataclasses import replace
+        coeffs = replace(coeffs, beta=tuple(_coeffs(s, "beta", len(coeffs.beta), list(coeffs.beta), "see BETA_NAMES")),
+                         alpha=tuple(_coeffs(s, "alpha", len(coeffs.alpha), list(coeffs.alpha), "see ALPHA_NAMES")))
     cpu_blocks = s.int("cpu_offload_blocks", 0, lo=0)
     e, d = ctx.engine, ctx.device
     cfg = PhysicsConfig.build(
