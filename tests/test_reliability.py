@@ -211,3 +211,18 @@ def test_hostile_files_are_one_line_errors(tmp_path, capsys, kind, ext):
         err = capsys.readouterr().err.strip()
         assert rc == 2 and err.startswith("dsim: error:") and "\n" not in err, (args[0], err[-200:])
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("text,ext,where", [
+    ("name: x\nworkload:\n  type: poisson\n  rate: 5\n  rate: 50\n", ".yaml", ":5"),
+    ("name: x\ncluster:\n  pools:\n    - name: a\n      replicas: 1\n      replicas: 4\n", ".yaml", ":6"),
+    ('{"name": "x", "workload": {"rate": 5, "rate": 50}}', ".json", ": rate"),
+])
+def test_a_repeated_key_is_an_error_not_a_silent_override(tmp_path, capsys, text, ext, where):
+    p = tmp_path / f"dup{ext}"
+    p.write_text(text)
+    for argv in (["validate", str(p)], ["run", str(p), "--out", str(tmp_path / "o")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "each key once" in err and f"{p}{where}" in err
+    assert not (tmp_path / "o").exists()

@@ -39,6 +39,58 @@ def parse_json(text: str, shown: str):
         raise ConfigError(shown, None, f"valid JSON ({str(e).split(';')[0]})", show_value=False) from None
 
 
+def _unique_pairs(shown: str):
+    def hook(pairs):
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise ConfigError(f"{shown}: {k}", None, "each key once in a mapping (it is repeated; the "
+                                  "second would silently replace the first)", show_value=False)
+            out[k] = v
+        return out
+    return hook
+
+
+def load_yaml(text: str, shown: str):
+    """yaml.safe_load that refuses a key repeated in one mapping (PyYAML keeps the last one silently,
+    so a scenario with two `rate:` lines runs with whichever came second)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:           # an unhashable key: the base constructor reports it
+                break
+            if first is not None:
+                raise ConfigError(f"{shown}:{key_node.start_mark.line + 1}", None,
+                                  f"each key once in a mapping ({key!r} is repeated; first at line {first}; "
+                                  "the second would silently replace the first)", show_value=False)
+            seen[key] = key_node.start_mark.line + 1
+        return loader.construct_mapping(node, deep=deep)
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=Loader)   # noqa: S506 - a SafeLoader subclass
+
+
+def parse_json_unique(text: str, shown: str):
+    """parse_json that refuses a key repeated in one object."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs(shown))
+    except ConfigError:
+        raise
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{shown}:{e.lineno}", None, f"valid JSON ({e.msg})", show_value=False) from None
+    except RecursionError:
+        raise ConfigError(shown, None, "JSON nested less than ~1,000 levels deep", show_value=False) from None
+    except ValueError as e:
+        raise ConfigError(shown, None, f"valid JSON ({str(e).split(';')[0]})", show_value=False) from None
+
+
 def input_error(e: BaseException) -> str | None:
     """A one-line message for the content errors a reader did not attribute to its file."""
     if isinstance(e, UnicodeDecodeError):
