@@ -35,15 +35,15 @@ def test_token_budget_chunks_a_long_prompt(tmp_path):
     reqs, res = run_trace(tmp_path, [(0.0, 150, 2)], engine={"max_num_batched_tokens": 64, "max_model_len": 4096})
     # 64 + 64 + 22 prompt tokens, first token at the end of step 3, second at step 4
     assert ms(reqs[0].t_first_token) == 3.0 and ms(reqs[0].t_completion) == 4.0
-    assert res.instance.log.prefill_tokens == [64, 64, 22, 0]
+    assert list(res.instance.log.prefill_tokens) == [64, 64, 22, 0]
 
 
 def test_running_first_then_waiting_with_leftover_budget(tmp_path):
     reqs, res = run_trace(tmp_path, [(0.0, 80, 3), (0.0, 50, 2)],
                           engine={"max_num_batched_tokens": 100, "max_model_len": 4096})
     # step 1: A 80 + B 20 (chunk); step 2: A decodes 1, B gets its last 30; step 3: both decode
-    assert res.instance.log.prefill_tokens[:2] == [100, 30]
-    assert res.instance.log.decode_tokens[:3] == [0, 1, 2]
+    assert list(res.instance.log.prefill_tokens[:2]) == [100, 30]
+    assert list(res.instance.log.decode_tokens[:3]) == [0, 1, 2]
     assert ms(reqs[0].t_first_token) == 1.0 and ms(reqs[1].t_first_token) == 2.0
     assert ms(reqs[1].t_completion) == 3.0 and ms(reqs[0].t_completion) == 3.0
 
@@ -93,8 +93,8 @@ def test_chunked_prefill_off_runs_prefill_only_steps(tmp_path):
                           engine={"enable_chunked_prefill": False, "max_num_batched_tokens": 8192})
     log = res.instance.log
     # step 1 prefill A; step 2 decode A (B arrives at 1.5 ms); step 3 prefill-only B; then decodes
-    assert log.prefill_tokens[:3] == [100, 0, 100]
-    assert log.decode_tokens[:4] == [0, 1, 0, 2]
+    assert list(log.prefill_tokens[:3]) == [100, 0, 100]
+    assert list(log.decode_tokens[:4]) == [0, 1, 0, 2]
     # A's token 3 waited through B's prefill step: that ITL sample is 2 steps long
     assert any(abs(v - 0.002) < 1e-12 and w == 1 for v, w in res.instance.itl_extra)
 
@@ -106,13 +106,13 @@ def test_v0_token_budget_skips_decoders_in_running_order(tmp_path):
     reqs, res = run_trace(tmp_path, [(0.0, 1, 3)] * 6,
                           engine={"enable_chunked_prefill": False, "max_num_batched_tokens": 4, "max_model_len": 4,
                                   "max_num_seqs": 8})
-    assert res.instance.log.prefill_tokens == [4, 2, 0, 0, 0, 0]
-    assert res.instance.log.decode_tokens == [0, 0, 4, 4, 2, 2]
+    assert list(res.instance.log.prefill_tokens) == [4, 2, 0, 0, 0, 0]
+    assert list(res.instance.log.decode_tokens) == [0, 0, 4, 4, 2, 2]
     assert [ms(reqs[i].t_completion) for i in range(6)] == [4.0, 4.0, 4.0, 4.0, 6.0, 6.0]
     # ITL: A-D's 2nd token waited through E/F's prefill (2 ms); E/F's 2nd token waited 3 ms
     extra = sorted((round(v * 1e3, 9), w) for v, w in res.instance.itl_extra)
     assert extra == [(2.0, 4), (3.0, 1), (3.0, 1)]
-    assert res.instance.log.itl_count == [0, 0, 0, 4, 0, 2]
+    assert list(res.instance.log.itl_count) == [0, 0, 0, 4, 0, 2]
 
 
 @st.composite
