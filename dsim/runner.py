@@ -50,7 +50,9 @@ class Result:
         write_otlp(Path(path), reps, self.requests)
 
     def latencies(self) -> dict:
-        return request_latencies(self.requests)
+        """Per completed request, in ms: lists ``ttft_ms``, ``tpot_ms`` (requests with > 1 token),
+        ``e2e_ms``, ``queue_ms``."""
+        return {k: v.tolist() for k, v in request_latencies(self.requests).items()}
 
     @property
     def metrics(self) -> dict:
@@ -335,7 +337,7 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
             title = plots_mod.title_of(scn)
             slos = {"ttft_ms": scn.slo_ttft_ms, "tpot_ms": scn.slo_tpot_ms}
             arrivals = [r.arrival for r in res.requests if r.state != PENDING]
-            plots_mod.latency_cdfs(res.latencies(), ao.path("plots/latency_cdf.png"), title,
+            plots_mod.latency_cdfs(request_latencies(res.requests), ao.path("plots/latency_cdf.png"), title,
                                    {k: v for k, v in slos.items() if v is not None})
             if res.fleet.network is not None:
                 plots_mod.network_timeline(res.fleet.network, ao.path("plots/network.png"), title=title)

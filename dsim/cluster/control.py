@@ -106,9 +106,9 @@ class Window:
             "rejected": len(f.rejected) - self.n_rej,
             "in_flight": f.arrived - len(f.completed) - len(f.rejected),
             "throughput_rps": len(new) / dt,
-            "ttft_p50_ms": float(np.percentile(ttft, 50)) if ttft else None,
-            "ttft_p95_ms": float(np.percentile(ttft, 95)) if ttft else None,
-            "tpot_mean_ms": float(np.mean(tpot)) if tpot else None,
+            "ttft_p50_ms": float(np.percentile(ttft, 50)) if len(ttft) else None,
+            "ttft_p95_ms": float(np.percentile(ttft, 95)) if len(ttft) else None,
+            "tpot_mean_ms": float(np.mean(tpot)) if len(tpot) else None,
             "pools": pools,
         }
         self.t = now

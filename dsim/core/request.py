@@ -35,13 +35,13 @@ class Request:
         self.state = PENDING
         self.t_queued = self.t_scheduled = self.t_first_token = self.t_completion = None
         self.t_last_token = None
-        self.preempt_times: list[float] = []
+        self.preempt_times: tuple = ()    # immutable and shared while empty: no list per request
         self.cached_tokens = 0       # prefix-cache hit tokens at first scheduling
         self.num_computed = 0        # tokens whose KV is computed (explicit while prefilling)
         self.n_out = 0               # output tokens emitted
         self.d0 = 0                  # lazy decode: instance decode-step counter at rebase
         self.c0 = 0                  # lazy decode: num_computed at rebase
-        self.hashes: list = []       # hashed (cache-registered or hit) blocks held, in order
+        self.hashes: list | tuple = ()   # hashed (cache-registered or hit) blocks held, in order; () = none
         self.plain_blocks = 0        # unhashed blocks held (explicit while prefilling)
         self.block_hashes = None     # hashes of full blocks of the token sequence (lazy)
         self.prefilling = False

@@ -61,7 +61,7 @@ class StepLog:
 
     def __init__(self):
         for k in self.__slots__:
-            setattr(self, k, array("d" if k in self.FLOATS else "q"))
+            setattr(self, k, array("d" if k in self.FLOATS else "i"))     # counts fit in int32
 
 
 ROLES = ("mixed", "prefill", "decode")
@@ -232,6 +232,8 @@ class Instance:
         returns how many anonymous blocks remain.  Stops at the first hash already cached."""
         hashes = r.hashes
         if full > len(hashes) and plain:
+            if not isinstance(hashes, list):
+                hashes = r.hashes = list(hashes)
             hs = block_hashes(r, full, self.bs)
             register = self.kv.register
             for i in range(len(hashes), full):
@@ -247,7 +249,7 @@ class Instance:
         if keep_content:
             plain = self._register_full(r, comp // self.bs, plain)
         self.kv.free(plain, r.hashes)
-        r.hashes = []
+        r.hashes = ()
         r.plain_blocks = 0
 
     def _preempt(self, victim, now: float) -> None:
@@ -271,7 +273,7 @@ class Instance:
         victim.kv_ready = 0              # recomputed here (vLLM does not re-fetch remote KV)
         victim.itl_gap = victim.n_out > 0
         victim.state = PREEMPTED
-        victim.preempt_times.append(now)
+        victim.preempt_times += (now,)
         self.num_preemptions += 1
         self.waiting.appendleft(victim)
 
