@@ -245,3 +245,44 @@ def test_generated_valid_scenarios_simulate_with_invariants_checked():
         assert what in ("ok", "refused"), f"{base.stem} {changes}: {what}: {detail}"
         seen[what] = seen.get(what, 0) + 1
     assert seen.get("ok", 0) >= 30
+
+
+def _kill_when(cmd, ready, timeout: float = 60.0):
+    """Start ``dsim CMD...`` and SIGKILL it once ``ready()`` holds (it is mid-work)."""
+    import subprocess
+    import sys
+    import time
+    p = subprocess.Popen([sys.executable, "-m", "dsim.cli", *cmd], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while not ready() and p.poll() is None and time.time() - t0 < timeout:
+        time.sleep(0.02)
+    p.kill()
+    p.wait()
+    return p.returncode
+
+
+@pytest.mark.parametrize("kind", ["calibrate", "sweep"])
+def test_sigkill_mid_run_leaves_no_output_and_the_next_run_cleans_up(tmp_path, kind):
+    out = tmp_path / "o"
+    if kind == "calibrate":
+        cmd = ["calibrate", str(ROOT / "examples" / "real" / "RTX4090_Llama-3.1-8B"), "--max-evals", "200"]
+
+        def ready():            # its temp output folder exists: it is fitting
+            return any(p.name.startswith(".o.tmp-") for p in tmp_path.iterdir())
+    else:
+        cmd = ["sweep", str(ROOT / "scenarios" / "quickstart.yaml"), "--grid",
+               "workload.rate=5,10,15,20,25,30,35,40", "--set", "workload.num_requests=400", "--jobs", "1"]
+
+        def ready():            # at least one point is done
+            return (out / "points").is_dir() and any((out / "points").iterdir())
+    assert _kill_when(cmd + ["--out", str(out)], ready) == -9
+    if kind == "calibrate":
+        assert not out.exists()                                   # nothing half-written in place
+        assert [p.name.startswith(".o.tmp-") for p in tmp_path.iterdir()] == [True]
+        again = cmd[:2] + ["--max-evals", "2", "--no-loro", "--out", str(out)]
+    else:
+        assert not (out / "results.csv").exists()
+        again = cmd + ["--out", str(out)]                         # a sweep resumes into its folder
+    assert main(again) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]    # no temp folder left behind
