@@ -3,6 +3,7 @@ terabytes now end with a one-line, key-naming error (exit 2) or a normal report.
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dsim.cli import main
 
@@ -175,6 +176,34 @@ def test_overloaded_or_empty_runs_say_so():
                                                                       "workload.rate=200"])
     g = res.summary["goodput"]
     assert g["fraction"] == g["requests_meeting_slo"] / res.summary["requests"]["submitted"]
+
+
+@pytest.mark.parametrize("cluster,drain", [(None, True), (None, False),
+                                           ({"router": "jsq", "pools": [{"name": "p", "replicas": 4}]}, True),
+                                           ({"router": "jsq", "admission": {"policy": "queue_cap", "max_waiting": 64},
+                                             "pools": [{"name": "p", "replicas": 4}]}, False)])
+def test_ten_times_capacity_finishes_conserves_and_says_overloaded(cluster, drain):
+    """quickstart serves ~123 req/s per replica; offer 10x that (3,000 requests here; 10^5 in
+    experiments/overload.py): every request is accounted for and the summary says overloaded."""
+    import dsim
+    reps = 4 if cluster else 1
+    over = [f"workload.rate={1230 * reps}", "workload.num_requests=3000", f"drain={str(drain).lower()}"]
+    if not drain:
+        over.append("horizon_s=2")
+    doc = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+    if cluster:
+        doc["cluster"] = cluster
+    res = dsim.run(doc, overrides=over)
+    q = res.summary["requests"]
+    assert q["completed"] + q["rejected"] + q["unfinished"] == q["submitted"]        # submitted = arrived
+    assert q["submitted"] + q["not_arrived"] == 3000
+    if cluster and "admission" in cluster:
+        assert q["rejected"] > 0
+    else:
+        assert res.summary["stability"]["overloaded"]
+        assert any(w.startswith("overloaded") or "unfinished" in w for w in res.summary["warnings"])
+    healthy = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=["workload.num_requests=300"])
+    assert not healthy.summary["stability"]["overloaded"] and "warnings" not in healthy.summary
 
 
 def test_fuzzed_keys_of_four_scenarios_end_cleanly():

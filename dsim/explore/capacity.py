@@ -19,16 +19,12 @@ import numpy as np
 from ..config.errors import ConfigError
 from .backends import run_calls
 from .evaluate import resolve, summary_row
+from ..metrics.summary import GROWTH_LIMIT, queue_delay_trend
 from .points import as_overrides
 from .store import ensure_out_dir, write_atomic
 
 _SLO = re.compile(r"^(?:(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e)_ms|(ttft|tpot|itl|e2el|e2e)_"
                   r"(mean|median|p\d+(?:\.\d+)?)_ms)$")
-# Tolerated trend of the queueing delay over the window, seconds of extra wait per second of
-# arrivals.  A deployment overloaded by a share e adds e seconds of wait per second of arrivals, so
-# this is the overload a finite window lets pass; unlike a growing backlog, it does not mistake a
-# rising arrival rate (traces are not stationary) for instability.
-GROWTH_LIMIT = 0.02
 
 
 def parse_slos(specs) -> dict:
@@ -89,7 +85,7 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
             reasons.append(f"{key} {'n/a' if v is None else f'{v:.1f}'} > {bound:g}")
     offered = (len(arr) - 1) / (t1 - t0) if t1 > t0 else math.inf
     end = max([r.t_completion for r in reqs if r.t_completion is not None] + [t1])
-    growth = _queue_trend(win, end)
+    growth = queue_delay_trend(win, end)
     row.update(offered_rate=offered, queue_delay_trend=growth)
     if growth > GROWTH_LIMIT:
         reasons.append(f"queueing delay grows {growth * 1e3:.0f} ms per s of arrivals (> {GROWTH_LIMIT * 1e3:.0f})")
@@ -103,19 +99,6 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
     row["pass"] = not reasons
     row["reasons"] = reasons
     return row
-
-
-def _queue_trend(win, end: float) -> float:
-    """Least-squares slope of each request's queueing delay (arrival to first scheduling; to the
-    end of the run if never scheduled) against its arrival time: ~0 when the deployment keeps up,
-    ~ the overload share when it does not."""
-    if len(win) < 3:
-        return 0.0
-    t = np.array([r.arrival for r in win])
-    q = np.array([(r.t_scheduled if r.t_scheduled is not None else end) - r.arrival for r in win])
-    if t.max() <= t.min():
-        return 0.0
-    return float(np.polyfit(t - t.min(), q, 1)[0])
 
 
 def _get(doc, key: str):

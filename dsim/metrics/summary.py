@@ -87,6 +87,28 @@ def request_latencies(reqs) -> dict:
     return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "queue_ms": queue}
 
 
+# Tolerated trend of the queueing delay, seconds of extra wait per second of arrivals.  A deployment
+# overloaded by a share e adds e seconds of wait per second of arrivals, so this is the overload a
+# finite run lets pass; unlike a growing backlog, it does not mistake a rising arrival rate (traces
+# are not stationary) for instability.  `dsim capacity` and the summary's overload warning share it.
+GROWTH_LIMIT = 0.02
+
+
+def queue_delay_trend(reqs, end: float) -> float:
+    """Least-squares slope of each request's queueing delay (arrival to first scheduling; to ``end``
+    if never scheduled) against its arrival time, rejected requests left out: ~0 when the deployment
+    keeps up, ~ the overload share when it does not."""
+    kept = [r for r in reqs if not r.reject_reason]
+    if len(kept) < 3:
+        return 0.0
+    t = np.fromiter((r.arrival for r in kept), dtype=float, count=len(kept))
+    q = np.fromiter(((r.t_scheduled if r.t_scheduled is not None else end) - r.arrival for r in kept),
+                    dtype=float, count=len(kept))
+    if not t.max() > t.min() or not np.isfinite(t).all() or not np.isfinite(q).all():
+        return 0.0
+    return float(np.polyfit(t - t.min(), q, 1)[0])
+
+
 def meets_slo(r, ttft_ms, tpot_ms) -> bool:
     """A completed request meets the TTFT and TPOT SLOs (None = no bound)."""
     if ttft_ms is not None and (r.t_first_token - r.arrival) * 1e3 > ttft_ms:
@@ -201,11 +223,28 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     fair = fairness(reqs, done, ttft_slo, tpot_slo)
     if fair is not None:
         summary["fairness"] = fair
+    summary["stability"] = stability(reqs, last if t_end is None else max(t_end, last))
     summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
     warn = health_warnings(summary, lat)
     if warn:
         summary["warnings"] = warn
     return summary
+
+
+def stability(reqs, end: float, warmup: float = 0.1) -> dict:
+    """Offered load and the trend of the queueing delay over the arrivals after the first ``warmup``
+    share of the arrival span: a drained run of an overloaded deployment finishes every request,
+    and only this says its percentiles describe a growing queue."""
+    arr = sorted(r.arrival for r in reqs if r.arrival <= end)
+    if len(arr) < 3 or not arr[-1] > arr[0]:
+        return {"offered_requests_per_s": None, "queue_delay_trend_ms_per_s": None, "overloaded": False}
+    t0, t1 = arr[0], arr[-1]
+    tw = t0 + warmup * (t1 - t0)
+    # requests a stopped run never scheduled have no queueing delay yet (their wait is censored at
+    # the stop, which would bend the trend down): the trend is over the scheduled ones
+    trend = queue_delay_trend([r for r in reqs if tw <= r.arrival <= t1 and r.t_scheduled is not None], end)
+    return {"offered_requests_per_s": (len(arr) - 1) / (t1 - t0), "queue_delay_trend_ms_per_s": trend * 1e3,
+            "overloaded": trend > GROWTH_LIMIT}
 
 
 def health_warnings(summary: dict, lat: dict) -> list[str]:
@@ -217,9 +256,14 @@ def health_warnings(summary: dict, lat: dict) -> list[str]:
     if req["unfinished"]:
         out.append(f"{req['unfinished']} of {req['submitted']} requests were still unfinished when the run "
                    "stopped: the deployment may be overloaded, and percentiles cover finished requests only")
+    st = summary.get("stability") or {}
+    if st.get("overloaded"):
+        out.append(f"overloaded: the queueing delay grows {st['queue_delay_trend_ms_per_s']:.0f} ms per second of "
+                   f"arrivals at {st['offered_requests_per_s']:.3g} req/s offered (limit {GROWTH_LIMIT * 1e3:.0f}); "
+                   "latency percentiles describe a growing queue, not a steady state")
     if req["rejected"] and req["rejected"] * 10 >= req["submitted"]:
         out.append(f"{req['rejected']} of {req['submitted']} requests were rejected")
-    bad = sum(1 for k in ("ttft_ms", "tpot_ms", "e2e_ms") for v in lat[k] if not (0 <= v < float("inf")))
+    bad = sum(int(np.count_nonzero(~((lat[k] >= 0) & (lat[k] < np.inf)))) for k in ("ttft_ms", "tpot_ms", "e2e_ms"))
     if bad:
         out.append(f"{bad} latency values are negative, infinite or NaN (check the inputs: infinite arrival "
                    "times or RTTs?)")
