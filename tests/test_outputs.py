@@ -162,3 +162,29 @@ def test_models_fitted_on_another_gpu_are_flagged():
     assert any("fitted on H100-SXM" in w and "A100-80GB" in w for w in res.summary["warnings"])
     res = dsim.run({**base, "hardware": "H100-SXM", "latency": {"model": "roofline", "fitted_on": "H100-SXM"}})
     assert "warnings" not in res.summary
+
+
+def test_rerun_into_an_existing_folder_swaps_it_in_one_step(tmp_path):
+    """A report replacing an older one in the same folder: the folder's own files stay, report files
+    the new run did not write go, and on Linux the swap is one renameat2(RENAME_EXCHANGE), so a kill
+    can never leave a mix of two runs (the folder's inode changes: it is the new directory)."""
+    import os
+
+    from dsim.cli import main
+    from dsim.metrics.writers import _renameat2
+    out = tmp_path / "r"
+    q = str(Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml")
+    assert main(["run", q, "--set", "workload.num_requests=20", "--out", str(out), "--quiet", "--no-plots",
+                 "--emit-vllm-traces"]) == 0
+    (out / "notes.txt").write_text("mine")
+    (out / "sub").mkdir()
+    (out / "sub" / "more.txt").write_text("also mine")
+    before = os.stat(out).st_ino
+    old_summary = (out / "summary.json").read_text()
+    assert main(["run", q, "--set", "workload.num_requests=30", "--out", str(out), "--quiet", "--no-plots"]) == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "sub" / "more.txt").read_text() == "also mine"
+    assert not (out / "vllm_traces.otlp.jsonl").exists()            # the older run's, not this one's
+    assert (out / "summary.json").read_text() != old_summary
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]       # no temp folder left
+    if _renameat2() is not None:
+        assert os.stat(out).st_ino != before

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -116,6 +117,9 @@ class AtomicOutput:
         if not self.out.exists():
             os.replace(self.tmp, self.out)
             return self.out
+        if self._swap_in():
+            return self.out
+        # no atomic exchange on this system: replace the report's files one by one
         for rel in self.REPORT_FILES:
             if not (self.tmp / rel).exists() and (self.out / rel).is_file():
                 (self.out / rel).unlink()
@@ -127,5 +131,53 @@ class AtomicOutput:
         shutil.rmtree(self.tmp, ignore_errors=True)
         return self.out
 
+    def _swap_in(self) -> bool:
+        """Put the new report in place of an existing folder in one step: the folder's other files
+        (not a report's) are hard-linked (or copied) into the temp folder, which is then exchanged
+        with the folder by Linux's renameat2(RENAME_EXCHANGE); a kill at any point leaves either the
+        old folder or the new one, never a mix.  False where the exchange is not available."""
+        exchange = _renameat2()
+        if exchange is None or not self.out.is_dir() or self.out.is_symlink():
+            return False
+        report = set(self.REPORT_FILES)
+        for src in sorted(self.out.rglob("*")):
+            rel = src.relative_to(self.out)
+            dst = self.tmp / rel
+            if src.is_dir() and not src.is_symlink():
+                dst.mkdir(exist_ok=True)
+            elif rel.as_posix() not in report and not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                if src.is_symlink():
+                    os.symlink(os.readlink(src), dst)
+                else:
+                    try:
+                        os.link(src, dst)
+                    except OSError:
+                        shutil.copy2(src, dst)
+        os.chmod(self.tmp, stat.S_IMODE(self.out.stat().st_mode))
+        if exchange(str(self.tmp), str(self.out)) != 0:
+            return False
+        shutil.rmtree(self.tmp, ignore_errors=True)       # the old folder, now under the temp name
+        return True
+
     def abort(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _renameat2():
+    """``exchange(a, b) -> 0 | -1`` swapping two paths atomically (Linux renameat2 with
+    RENAME_EXCHANGE, glibc >= 2.28), or None where the C library has no such call."""
+    import ctypes
+    import sys
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+
+    def exchange(a: str, b: str) -> int:
+        return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return exchange

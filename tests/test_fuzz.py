@@ -1,0 +1,49 @@
+"""Property-based fuzzing of scenario keys (hypothesis): any key path of a shipped scenario set to a
+hostile value, deleted, or replaced by the wrong kind of container must end with exit 0 or a
+one-line exit-2 error -- never a traceback, a hang or another exit code.
+
+CI draws a fixed example set (the "ci" profile in conftest.py derandomizes); a wider search:
+``DSIM_FUZZ_EXAMPLES=5000 pytest tests/test_fuzz.py --hypothesis-profile=explore``.
+experiments/fuzz_keys.py is the exhaustive sweep of every (scenario, key, listed value) case."""
+import os
+import sys
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+from fuzz_keys import leaves, run_case  # noqa: E402
+
+SCENARIOS = ("quickstart", "pd_network", "router_comparison", "hybrid_rtt", "staged_shared_prefix",
+             "closed_loop")
+KEYS = {n: [k for k in leaves(yaml.safe_load((ROOT / "scenarios" / f"{n}.yaml").read_text()))
+            if k not in ("name", "description") and not k.startswith("workload.path")] for n in SCENARIOS}
+
+HOSTILE = st.one_of(
+    st.sampled_from(["null", ".nan", ".inf", "-.inf", "-1", "0", "''", "[]", "{}", "[1, 2]", "{a: 1}", "true"]),
+    st.integers(min_value=-10 ** 30, max_value=10 ** 30).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(lambda x: yaml.safe_dump(x).split("\n")[0]),
+    st.text(max_size=12).map(lambda t: yaml.safe_dump(t, allow_unicode=False).split("\n")[0]),
+)
+
+
+@st.composite
+def mutation(draw):
+    name = draw(st.sampled_from(SCENARIOS))
+    key = draw(st.sampled_from(KEYS[name]))
+    value = draw(HOSTILE)
+    return name, key, value
+
+
+@settings(max_examples=int(os.environ.get("DSIM_FUZZ_EXAMPLES", "120")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(mutation())
+def test_any_key_set_to_a_hostile_value_ends_cleanly(m):
+    name, key, value = m
+    path = ROOT / "scenarios" / f"{name}.yaml"
+    small = ["workload.num_requests=30"] if key != "workload.num_requests" else []
+    what, text = run_case(path, small + [f"{key}={value}"])
+    assert what is None, f"{name}: --set {key}={value}: {what}: {text}"
