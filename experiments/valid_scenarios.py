@@ -71,7 +71,8 @@ def mutate(doc: dict, rng: random.Random) -> list:
     done = []
     eng = doc.setdefault("engine", {})
     for _ in range(rng.randint(1, 4)):
-        kind = rng.choice(("scale", "scale", "toggle", "kv", "version", "latency", "router", "load", "seqs"))
+        kind = rng.choice(("scale", "scale", "toggle", "kv", "version", "latency", "router", "load", "seqs",
+                           "admission", "loss", "gamma", "mode"))
         if kind == "scale":
             leaves = list(numeric_leaves(doc))
             if not leaves:
@@ -110,6 +111,23 @@ def mutate(doc: dict, rng: random.Random) -> list:
             if isinstance(r, (int, float)):
                 doc["workload"]["rate"] = r * rng.choice((0.2, 3.0, 10.0))
                 done.append(f"workload.rate={doc['workload']['rate']}")
+        elif kind == "admission" and isinstance(doc.get("cluster"), dict):
+            doc["cluster"]["admission"] = rng.choice((
+                {"policy": "queue_cap", "max_waiting": rng.choice((0, 4, 64))},
+                {"policy": "token_bucket", "rate": rng.choice((1.0, 20.0)), "burst": 5},
+                {"policy": "slo_guard"}))
+            done.append(f"cluster.admission={doc['cluster']['admission']}")
+        elif kind == "loss" and isinstance(doc.get("network"), dict):
+            doc["network"]["loss_pct"] = rng.choice((1.0, 20.0))
+            doc["network"]["max_retries"] = rng.choice((0, 1, 3))
+            done.append(f"network.loss_pct={doc['network']['loss_pct']} max_retries={doc['network']['max_retries']}")
+        elif kind == "gamma" and isinstance(doc.get("speculation"), dict):
+            pol = rng.choice(("static", "acceptance_backoff", "specpp", "backpressure", "pid", "bandit"))
+            doc["speculation"]["gamma"] = {"policy": pol} if pol != "static" else {"policy": "static", "k": rng.randint(1, 8)}
+            done.append(f"speculation.gamma={doc['speculation']['gamma']}")
+        elif kind == "mode" and isinstance(doc.get("speculation"), dict):
+            doc["speculation"]["mode"] = rng.choice(("fused", "distributed", "hybrid", "off"))
+            done.append(f"speculation.mode={doc['speculation']['mode']}")
         elif kind == "seqs":
             eng["max_num_seqs"] = rng.choice((1, 2, 8, 64))
             done.append(f"engine.max_num_seqs={eng['max_num_seqs']}")
