@@ -315,3 +315,23 @@ def test_sigkill_mid_run_leaves_no_output_and_the_next_run_cleans_up(tmp_path, k
         again = cmd + ["--out", str(out)]                         # a sweep resumes into its folder
     assert main(again) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]    # no temp folder left behind
+
+
+def test_watchdog_stops_a_zero_delay_loop_and_names_it():
+    from dsim.core.simulation import Simulation
+    sim = Simulation(1)
+    sim.stall_limit = 200_000
+
+    def ticking(env):
+        while True:
+            yield env.timeout(1.0)
+
+    def spinning(env):
+        while True:
+            yield env.timeout(0)
+    sim.process(ticking(sim.env))
+    sim.run(until=5.0)                       # a healthy model runs to its horizon
+    assert sim.now == 5.0
+    sim.process(spinning(sim.env))
+    with pytest.raises(RuntimeError, match=r"stuck at 5\.0 s .*next: .*spinning"):
+        sim.run(until=10.0)
