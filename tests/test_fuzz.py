@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +38,12 @@ def mutation(draw):
     return name, key, value
 
 
+WIDE = "DSIM_FUZZ_EXAMPLES" in os.environ          # a long search: report the first failure unshrunk
+
+
 @settings(max_examples=int(os.environ.get("DSIM_FUZZ_EXAMPLES", "120")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+          suppress_health_check=[HealthCheck.too_slow],
+          phases=[Phase.explicit, Phase.reuse, Phase.generate] if WIDE else list(Phase))
 @given(mutation())
 def test_any_key_set_to_a_hostile_value_ends_cleanly(m):
     name, key, value = m

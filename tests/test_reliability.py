@@ -38,6 +38,10 @@ CASES = [
     ("router_comparison", ["cluster.pools[0].replicas=1000000000000"], "cluster.pools[0].replicas"),
     ("mobile_cloud_distributed", ["speculation.drafts[0].bw_mbps=1.0e-300"], "speculation.drafts[0].bw_mbps"),
     ("hybrid_rtt", ["speculation.drafts[0].count=1000000000000"], "speculation.drafts[0].count"),
+    # found by tests/test_fuzz.py's explore profile: a tiny link bandwidth made transfers last ~1e180 s
+    ("pd_network", ["network.clos.spine_bw_mbps=9.73943196017507e-174"], "network.clos.spine_bw_mbps"),
+    ("pd_disagg", ["cluster.disaggregation.kv_transfer.bandwidth_gb_s=1.0e-300"],
+     "cluster.disaggregation.kv_transfer.bandwidth_gb_s"),
 ]
 
 

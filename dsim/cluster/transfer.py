@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..config.fields import Section
+from ..config.limits import MIN_BW_MBPS
 
 
 class TransferRecord(NamedTuple):
@@ -52,6 +53,6 @@ def build_transfer(raw, path: str, env) -> DirectTransfer:
     """``kv_transfer: {latency_ms: 0.1, bandwidth_gb_s: 25}`` (defaults: one 200 Gb/s RDMA NIC)."""
     s = Section(raw or {}, path)
     lat = s.num("latency_ms", 0.1, lo=0)
-    bw = s.num("bandwidth_gb_s", 25.0, lo=0, lo_open=True)
+    bw = s.num("bandwidth_gb_s", 25.0, lo=MIN_BW_MBPS / 8e3)          # >= 1 kbit/s, as network links
     s.done()
     return DirectTransfer(env, lat / 1e3, bw * 1e9)

@@ -11,7 +11,9 @@ import networkx as nx
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
-from ..config.limits import MAX_NODES, MAX_TIME_S
+from ..config.limits import MAX_NODES, MAX_TIME_S, MIN_BW_MBPS
+
+BW_RULE = f"a bandwidth >= {MIN_BW_MBPS:g} Mb/s (1 kbit/s)"
 
 MBPS = 1e6 / 8          # bytes/s per Mb/s
 
@@ -75,8 +77,8 @@ class Topology:
 
 
 def _edge(g, u, v, latency_s, bw_mbps, where):
-    if bw_mbps <= 0:
-        raise ConfigError(where, bw_mbps, "a bandwidth > 0 (Mb/s)")
+    if not bw_mbps >= MIN_BW_MBPS:
+        raise ConfigError(where, bw_mbps, BW_RULE)
     g.add_edge(u, v, latency_s=latency_s, bw=bw_mbps * MBPS)
 
 
@@ -106,8 +108,8 @@ def build_topology(s: Section, path: str) -> Topology:
     if kind == "complete":
         lat = c.num("rtt_ms", lo=0, hi=MAX_TIME_S * 1e3) / 2e3
         bw = c.num("bw_mbps") * MBPS
-        if bw <= 0:
-            raise ConfigError(c.sub("bw_mbps"), bw / MBPS, "a bandwidth > 0 (Mb/s)")
+        if not bw >= MIN_BW_MBPS * MBPS:
+            raise ConfigError(c.sub("bw_mbps"), bw / MBPS, BW_RULE)
         devices = c.raw("devices", [])
         if not isinstance(devices, list):
             raise ConfigError(c.sub("devices"), devices, "a list of device names")
@@ -128,8 +130,8 @@ def build_topology(s: Section, path: str) -> Topology:
     fabric_bw = c.num("spine_bw_mbps", 400_000) * MBPS
     edge_bw = c.num("edge_bw_mbps", 400_000) * MBPS
     for key, v in (("spine_bw_mbps", fabric_bw), ("edge_bw_mbps", edge_bw)):
-        if v <= 0:
-            raise ConfigError(c.sub(key), v / MBPS, "a bandwidth > 0 (Mb/s)")
+        if not v >= MIN_BW_MBPS * MBPS:
+            raise ConfigError(c.sub(key), v / MBPS, BW_RULE)
     attach_map = c.raw("attach", {})
     if not isinstance(attach_map, dict):
         raise ConfigError(c.sub("attach"), attach_map, "a mapping device -> leaf index")
