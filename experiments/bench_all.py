@@ -1,0 +1,62 @@
+"""Every speed figure of the README and the speed issue in one command: simulated requests per
+wall-second and peak RSS of `dsim bench` (single replica and 4 replicas) and of the network and
+speculative scenarios at 10x their request count, no plots.
+
+    python experiments/bench_all.py [--repeat 3] [--pythonpath OTHER_CHECKOUT]
+
+Each figure is the median of --repeat runs, each in its own process (`dsim bench` times from
+process start, imports included).  --pythonpath runs another checkout of dsim the same way, for a
+before/after table (pair the two with a tool that alternates them when the machine is noisy).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = [("bench", []), ("bench --replicas 4", ["--replicas", "4"])] + [
+    (name, ["--scenario", str(ROOT / "scenarios" / f"{name}.yaml")])
+    for name in ("pd_network", "hybrid_rtt", "mobile_cloud_distributed", "datacenter_fused")]
+
+
+def requests_x10(args) -> list:
+    """--requests at 10x the scenario's own num_requests (bench cases keep their 20,000)."""
+    if "--scenario" not in args:
+        return []
+    doc = yaml.safe_load(Path(args[args.index("--scenario") + 1]).read_text())
+    n = (doc.get("workload") or {}).get("num_requests")
+    return ["--requests", str(10 * n)] if n else []
+
+
+def one(args, pythonpath) -> dict:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run([sys.executable, "-m", "dsim.cli", "bench", *args, *requests_x10(args)], env=env,
+                         capture_output=True, text=True, cwd="/tmp", check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--pythonpath", default=None)
+    a = ap.parse_args(argv)
+    print("| case | requests | sim req/s (median) | runs | peak RSS MB |")
+    print("|---|---|---|---|---|")
+    for name, args in CASES:
+        runs = [one(args, a.pythonpath) for _ in range(a.repeat)]
+        rates = [r["sim_req_per_wall_s"] for r in runs]
+        print(f"| {name} | {runs[0]['requests']} | {statistics.median(rates):,.0f} | "
+              f"{' / '.join(f'{x:,.0f}' for x in rates)} | {max(r['peak_rss_mb'] for r in runs):.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
