@@ -27,10 +27,13 @@ def read_text(path, shown: str | None = None) -> str:
                           show_value=False) from None
 
 
-def parse_json(text: str, shown: str):
-    """json.loads with the failures of hostile input as ConfigErrors."""
+def parse_json(text: str, shown: str, unique_keys: bool = False):
+    """json.loads with the failures of hostile input as ConfigErrors; ``unique_keys`` refuses a key
+    repeated in one object (json keeps the last one silently)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_pairs(shown) if unique_keys else None)
+    except ConfigError:
+        raise
     except json.JSONDecodeError as e:
         raise ConfigError(f"{shown}:{e.lineno}", None, f"valid JSON ({e.msg})", show_value=False) from None
     except RecursionError:
@@ -75,20 +78,6 @@ def load_yaml(text: str, shown: str):
         return loader.construct_mapping(node, deep=deep)
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     return yaml.load(text, Loader=Loader)   # noqa: S506 - a SafeLoader subclass
-
-
-def parse_json_unique(text: str, shown: str):
-    """parse_json that refuses a key repeated in one object."""
-    try:
-        return json.loads(text, object_pairs_hook=_unique_pairs(shown))
-    except ConfigError:
-        raise
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{shown}:{e.lineno}", None, f"valid JSON ({e.msg})", show_value=False) from None
-    except RecursionError:
-        raise ConfigError(shown, None, "JSON nested less than ~1,000 levels deep", show_value=False) from None
-    except ValueError as e:
-        raise ConfigError(shown, None, f"valid JSON ({str(e).split(';')[0]})", show_value=False) from None
 
 
 def input_error(e: BaseException) -> str | None:

@@ -13,7 +13,7 @@ import yaml
 from .cluster import FleetSpec, check_tp, load_fleet, single_pool
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
-from .files import load_yaml, parse_json_unique, read_text
+from .files import load_yaml, parse_json, read_text
 from .fields import Section, check_number, unknown_key_hint
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
@@ -57,7 +57,7 @@ def read_scenario_file(path) -> dict:
         raise ConfigError(str(path), None, "an existing scenario file (YAML or JSON)", show_value=False)
     text = read_text(p, str(path))
     try:
-        data = parse_json_unique(text, str(path)) if p.suffix == ".json" else load_yaml(text, str(path))
+        data = parse_json(text, str(path), unique_keys=True) if p.suffix == ".json" else load_yaml(text, str(path))
     except ConfigError:
         raise
     except json.JSONDecodeError as e:
