@@ -27,6 +27,7 @@ class EngineConfig:
     enable_expert_parallel: bool = False     # MoE experts split over the TP group (latency models)
     vllm_version: str | None = None          # engine generation preset (host costs, defaults); None = newest
     enforce_eager: bool = False              # no CUDA graphs: every step pays kernel launch gaps
+    scheduling_policy: str = "fcfs"          # fcfs | priority (vLLM --scheduling-policy)
 
     @property
     def generation(self):
@@ -85,6 +86,7 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         enable_expert_parallel=s.bool("enable_expert_parallel", False),
         vllm_version=None if version is None else str(version),
         enforce_eager=s.bool("enforce_eager", not gen.cuda_graphs),
+        scheduling_policy=s.str("scheduling_policy", "fcfs", choices=("fcfs", "priority")),
     )
     s.done()
     if not e.enable_chunked_prefill and e.max_num_batched_tokens < e.max_model_len:

@@ -20,7 +20,7 @@ class Request:
         "preempt_times", "cached_tokens", "num_computed", "n_out",
         "d0", "c0", "hashes", "plain_blocks", "block_hashes", "prefilling", "itl_gap",
         "session", "tenant", "replica", "prefill_replica", "kv_ready", "reject_reason", "t_handoff", "t_kv_ready",
-        "spec",
+        "spec", "priority",
     )
 
     def __init__(self, rid: int, arrival: float, prompt_len: int, max_tokens: int,
@@ -55,6 +55,7 @@ class Request:
         self.t_handoff = None        # P/D: prefill done, KV transfer starts
         self.t_kv_ready = None       # P/D: KV transfer done, request reaches the decode replica
         self.spec = None             # speculative decoding round state (dsim.specdec), None = plain
+        self.priority = 0            # engine.scheduling_policy priority: lower is served first (vLLM)
 
     @property
     def num_tokens(self) -> int:

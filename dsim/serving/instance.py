@@ -49,6 +49,7 @@ from ..core.request import COMPLETED, HANDOFF, PREEMPTED, QUEUED, REJECTED, RUNN
 from ..latency.base import BatchShape, LoadView
 from .kvcache import KVCache
 from .prefix import block_hashes
+from .queues import PriorityWaiting, priority_key
 from ..core.invariant import check
 
 
@@ -96,7 +97,8 @@ class Instance:
         self.kv = KVCache(num_blocks, engine.block_size)
         self.cache_on = engine.enable_prefix_caching
         self.check = check_invariants
-        self.waiting: deque = deque()
+        self.by_priority = engine.scheduling_policy == "priority"
+        self.waiting = PriorityWaiting() if self.by_priority else deque()
         self.running: dict = {}          # rid -> Request, in admission order
         self.n_prefilling = 0
         # lazy decode state
@@ -359,8 +361,13 @@ class Instance:
             if not v0:
                 self._admit(budget, prefills, now, False)
             return prefills, n_dec, skipped, gap_dec
-        # slow path: walk the running list in order, exactly as vLLM does
+        # slow path: walk the running list in order, exactly as vLLM does; under the priority policy
+        # in (priority, arrival) order, so the request preempted from the end is vLLM's priority
+        # victim, the largest (priority, arrival) (vLLM keeps admission order and un-schedules the
+        # victim if it was already scheduled; here a step's budget also goes to the higher class first)
         order = list(self.running.values())
+        if self.by_priority:
+            order.sort(key=priority_key)
         bs = self.bs
         thr = e.long_prefill_token_threshold
         preempted = False
@@ -673,6 +680,8 @@ class Instance:
         step uses them; KV capacity and block size stay as built."""
         if engine.block_size != self.bs:
             raise ValueError("block_size cannot change on a running replica")
+        if engine.scheduling_policy != self.engine.scheduling_policy:
+            raise ValueError("scheduling_policy cannot change on a running replica")
         self.engine = engine
 
     @property

@@ -203,17 +203,21 @@ def _mix(s: Section, rng, base_dir, desc) -> list:
         names.add(name)
         if c.get("type") == "mix":
             raise ConfigError(f"{path}.type", "mix", "a workload type other than mix")
+        prio = c.pop("priority", 0)
+        if isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) > 1_000_000:
+            raise ConfigError(f"{path}.priority", prio, "an integer in [-1e6, 1e6] (lower is served first)")
         reqs, d = build_requests(c, _PrefixedRNG(rng, f"workload.{name}."), base_dir, path)
-        parts.append((name, reqs))
+        parts.append((name, reqs, prio))
         desc.setdefault("classes", {})[name] = d
-    order = sorted(((r.arrival, k, j) for k, (_, reqs) in enumerate(parts) for j, r in enumerate(reqs)))
+    order = sorted(((r.arrival, k, j) for k, (_, reqs, _) in enumerate(parts) for j, r in enumerate(reqs)))
     new_id = {(k, j): i for i, (_, k, j) in enumerate(order)}
     out = []
     for i, (_, k, j) in enumerate(order):
-        name, reqs = parts[k]
+        name, reqs, prio = parts[k]
         r = reqs[j]
         r.rid = i
         r.tenant = name
+        r.priority = prio
         if r.session >= 0:
             r.session += k << 32
         if r.segments is not None:
