@@ -231,8 +231,8 @@ def fmt(x):
     return "n/a" if x is None else f"{x:.1%}"
 
 
-def _grouped(runs, results: dict, key) -> list:
-    lines = ["| " + key.__doc__ + " | stages | E2E mean | TTFT p50 | TPOT p50 |", "|---|---|---|---|---|"]
+def _grouped(runs, results: dict, key, header: str) -> list:
+    lines = [f"| {header} | stages | E2E mean | TTFT p50 | TPOT p50 |", "|---|---|---|---|---|"]
     for g in sorted({key(r) for r in runs if r.name in results}):
         rows = [st for r in runs if r.name in results and key(r) == g for st in results[r.name]]
         n = sum(1 for st in rows if not st["overloaded"])
@@ -243,12 +243,10 @@ def _grouped(runs, results: dict, key) -> list:
 
 
 def by_gpu(r):
-    """GPU"""
     return r.hardware
 
 
 def by_model(r):
-    """GPU, model"""
     return f"{r.hardware}, {r.model}"
 
 
@@ -278,7 +276,8 @@ def write(path, runs, zero, same, same_fit, lomo, lomo_fit, cliffs, step, rt, a,
          "run and predicting the other runs of the same deployment: E2E mean <= 8 %, TTFT p50 <= 12 %, "
          "TPOT p50 <= 8 %.", "", "## 1. Zero-shot", ""]
     for name, res in zero.items():
-        L += [f"**{name}**", ""] + _grouped(runs, res, by_gpu) + [""] + _grouped(runs, res, by_model) + [""]
+        L += [f"**{name}**", ""] + _grouped(runs, res, by_gpu, "GPU") + [""]
+        L += _grouped(runs, res, by_model, "GPU, model") + [""]
     L += ["## 2. Calibrated on one run, predicting the same deployment's other runs", "",
           "`dsim calibrate` (roofline; stage 1 needs per-request timestamps, which these aggregate-only runs "
           "lack, so stage 2 does the work) on the deployment's `general` run; the other runs differ in "
@@ -286,10 +285,10 @@ def write(path, runs, zero, same, same_fit, lomo, lomo_fit, cliffs, step, rt, a,
           "| trained on | fitted |", "|---|---|"]
     L += [f"| {k} | {_fitted(v)} |" for k, v in same_fit.items()]
     res2 = {k: v["stages"] for k, v in same.items()}
-    L += [""] + _grouped(runs, res2, by_model) + [""] + _per_stage(runs, res2) + [""]
+    L += [""] + _grouped(runs, res2, by_model, "GPU, model") + [""] + _per_stage(runs, res2) + [""]
     L += ["## 3. Leave one model out (same GPU)", "", "| fitted on | fitted |", "|---|---|"]
     L += [f"| {k} | {_fitted(v)} |" for k, v in lomo_fit.items()]
-    L += [""] + _grouped(runs, lomo, by_model) + [""] + _per_stage(runs, lomo) + [""]
+    L += [""] + _grouped(runs, lomo, by_model, "GPU, model") + [""] + _per_stage(runs, lomo) + [""]
     L += ["## 4. Saturation cliff (overloaded runs, roofline defaults)", "",
           "The offered rate at which simulated TTFT p50 exceeds 3x its low-load value, against the rate at "
           "which the real server's requests failed.", "",

@@ -3,12 +3,12 @@
 from types import SimpleNamespace as R
 
 import dsim
-from dsim.serving.queues import PriorityWaiting, priority_victim
+from dsim.serving.queues import PriorityWaiting
 
 from helpers import scenario
 
 
-def test_waiting_order_and_victim_by_hand():
+def test_waiting_order_by_hand():
     q = PriorityWaiting()
     a, b, c, d = (R(priority=p, arrival=t, rid=i) for i, (p, t) in enumerate([(1, 0.0), (0, 1.0), (1, 2.0), (0, 3.0)]))
     for r in (a, b, c, d):
@@ -19,7 +19,6 @@ def test_waiting_order_and_victim_by_hand():
     assert q[0] is b and len(q) == 4
     del q[1]
     assert [r.rid for r in q] == [1, 0, 2]
-    assert priority_victim([a, b, c, d]) is c                          # lowest priority, latest arrival
 
 
 def _mix(policy, **engine):
@@ -78,3 +77,16 @@ def test_the_victim_is_the_lowest_priority_not_the_last_admitted(tmp_path):
     assert not chat.preempt_times
     for res in (fcfs, prio):
         assert res.summary["requests"]["completed"] == 4
+
+
+def test_bad_policy_or_priority_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
+    from pathlib import Path
+
+    from dsim.cli import main
+    scn = str(Path(__file__).resolve().parents[1] / "scenarios" / "priority_classes.yaml")
+    for setting, key in (("engine.scheduling_policy=lifo", "engine.scheduling_policy"),
+                         ("workload.classes[0].priority=1.5", "workload.classes[0].priority")):
+        assert main(["run", scn, "--set", setting, "--out", str(tmp_path / "o"), "--quiet", "--no-plots"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(f"dsim: error: {key}:")
+        assert not any(tmp_path.iterdir())

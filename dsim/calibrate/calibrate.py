@@ -127,7 +127,7 @@ def window_terms(run: RealRun, ctx) -> dict | None:
     lo, hi = np.searchsorted(g_time, first, side="right"), np.searchsorted(g_time, last, side="right")
     count = hi - lo
     if int(count.sum()) > MAX_WINDOW_PREFILLS:
-        raise ConfigError("calibrate", None, f"at most {MAX_WINDOW_PREFILLS} (window, prefill step) pairs in "
+        raise ConfigError(run.path, None, f"at most {MAX_WINDOW_PREFILLS} (window, prefill step) pairs in "
                           f"stage 1 (this run has {int(count.sum())}); calibrate on a shorter slice", show_value=False)
     owner = np.repeat(np.arange(len(count)), count)
     which = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count) + np.repeat(lo, count)
@@ -146,9 +146,9 @@ def stage1(runs, ctxs, lat: dict) -> dict | None:
     every run with per-request timestamps (roofline): one host step cost, per-sequence cost, HBM and
     compute efficiency for all of them.  A window's steps are its decode-only steps plus one step per
     prefill that completed inside it, each costed max(memory, compute) as the roofline costs it.
-    Runs of one model cannot separate the host step from the HBM efficiency (both scale every decode
-    step alike); runs of models with different weight sizes on the same GPU and engine can.  None
-    when no run has per-request first/last token times."""
+    The KV read (growing with each window's context) separates the HBM efficiency from the host step
+    within one run; runs of models with different weight sizes on one GPU and engine add leverage.
+    None when no run has per-request first/last token times."""
     from scipy.optimize import least_squares
     if lat["model"] != "roofline":
         return None

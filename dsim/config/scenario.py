@@ -58,10 +58,8 @@ def read_scenario_file(path) -> dict:
     text = read_text(p, str(path))
     try:
         data = parse_json(text, str(path), unique_keys=True) if p.suffix == ".json" else load_yaml(text, str(path))
-    except ConfigError:
+    except ConfigError:                     # parse_json's and load_yaml's own, already path-qualified
         raise
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}:{e.lineno}", None, f"valid JSON: {e.msg}", show_value=False) from None
     except (RecursionError, ValueError) as e:
         raise ConfigError(str(path), None, f"a scenario nested less deeply, with ordinary numbers ({type(e).__name__})",
                           show_value=False) from None

@@ -5,7 +5,7 @@ vLLM's default policy.  ``engine.scheduling_policy: priority`` mirrors vLLM's ``
 priority``: the waiting queue is ordered by (priority, arrival time), lower first, preempted
 requests included, and under KV pressure the running request with the largest (priority, arrival)
 is preempted: the replica walks its running requests in ``priority_key`` order and preempts from
-the end, which picks ``priority_victim``.
+the end of that order.
 """
 from __future__ import annotations
 
@@ -51,7 +51,3 @@ def priority_key(r) -> tuple:
     """The priority policy's order: lower priority value first, then earlier arrival."""
     return (r.priority, r.arrival, r.rid)
 
-
-def priority_victim(candidates):
-    """vLLM's priority-policy victim: the largest (priority, arrival) among ``candidates``."""
-    return max(candidates, key=priority_key)
