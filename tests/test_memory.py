@@ -1,8 +1,8 @@
 """Memory held by a finished simulation, per request (tracemalloc, not wall time).
 
 Before the typed step log and the release of finished requests' block hashes, the bench workload
-kept 3.1 KB per request (measured at 39f6e11); it keeps ~0.9 KB now (the request object and ~7 step-log rows).  This is
-a regression bound, not yet the O(requests in flight) the speed issue asks for."""
+kept 3.1 KB per request (measured at 39f6e11); it keeps ~0.9 KB now (the request object and ~7
+step-log rows).  This is a regression bound, not yet the O(requests in flight) issue 17 asks for."""
 import gc
 import json
 import tracemalloc
