@@ -8,8 +8,9 @@ sent again; retries are counted.  During an outage a link carries nothing: flows
 (``outage_policy: wait``) or move to the best path that avoids every down link (``failover``;
 they wait if there is none).  Only the transfer phase waits; bytes already propagating arrive.
 
-The whole fabric is driven by one timer (the next flow completion), rescheduled whenever the
-set of flows or links changes: O(flows x links) per change, nothing per byte or per packet.
+The whole fabric is driven by one timer (the earliest projected flow completion).  A flow start
+or end re-solves only the flows that share a link with it, directly or through other flows: in a
+star of access links that is one flow; nothing is done per byte or per packet.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .topology import Topology, build_topology
 
 
 class Link:
-    __slots__ = ("u", "v", "bw", "latency_s", "flows", "up", "bytes", "busy_s", "bins", "edge")
+    __slots__ = ("u", "v", "bw", "latency_s", "flows", "up", "bytes", "busy_s", "bins", "edge", "since")
 
     def __init__(self, u, v, bw, latency_s):
         self.u, self.v, self.bw, self.latency_s = u, v, bw, latency_s
@@ -35,11 +36,12 @@ class Link:
         self.busy_s = 0.0
         self.bins: dict = {}
         self.edge = frozenset((u, v))
+        self.since = None               # start of the current busy stretch (up and carrying a flow)
 
 
 class _Flow:
     __slots__ = ("fid", "src", "dst", "nbytes", "eff", "remaining", "rate", "links", "nodes", "done",
-                 "start", "retries", "prop", "waited")
+                 "start", "retries", "prop", "waited", "t", "seq", "ver")
 
 
 class _Jitter:
@@ -88,8 +90,11 @@ class Network:
         self.policy = policy
         self.bin_s = bin_s
         self.links: dict = {}
+        self._link_paths: dict = {}     # (src, dst) -> (route's node list, its links)
         self.active: dict = {}          # fid -> flow
-        self.t_last = 0.0
+        self.heap: list = []            # (projected finish, seq, version, flow)
+        self.timer_at = math.inf
+        self.seq = 0
         self.gen = 0
         self.next_fid = 0
         self.down: set = set()
@@ -113,7 +118,11 @@ class Network:
         nodes = self.topo.route(src, dst, frozenset(self.down) if (avoid_down and self.down) else frozenset())
         if nodes is None:
             return None, None
-        return nodes, tuple(self.link(u, v) for u, v in zip(nodes, nodes[1:]))
+        hit = self._link_paths.get((src, dst))
+        if hit is not None and hit[0] is nodes:    # the topology's cached route: same links
+            return hit
+        hit = self._link_paths[src, dst] = nodes, tuple(self.link(u, v) for u, v in zip(nodes, nodes[1:]))
+        return hit
 
     def latency_s(self, src, dst) -> float:
         return self.topo.latency_s(src, dst)
@@ -144,6 +153,7 @@ class Network:
         f.start = self.env.now
         f.retries = 0
         f.waited = 0.0
+        f.ver = 0
         self.count += 1
         if self.overhead_s > 0:
             ev = self.env.timeout(self.overhead_s)
@@ -153,44 +163,53 @@ class Network:
         return f.done
 
     # ---- fluid engine ---------------------------------------------------------------------------
+    # Lazy and incremental: a flow's bytes are settled only when its rate changes or it ends, and
+    # a start or end re-solves only the connected component of flows that share a link with it
+    # (max-min fairness is independent across components, so the rates are those a global solve
+    # gives).  Completions sit in a heap of projected finish times (stale entries skipped by
+    # version), so an event costs O(component), not O(all flows x links).
     def _begin(self, f) -> None:
         if not f.links:                            # src == dst: nothing crosses a link
             self._deliver(f, 0.0)
             return
-        self._advance()
+        now = self.env.now
         f.remaining = f.eff
         f.rate = 0.0
+        f.t = now
+        f.seq = self.seq
+        self.seq += 1
         self.active[f.fid] = f
         for lk in f.links:
+            if not lk.flows and lk.up:
+                lk.since = now
             lk.flows[f.fid] = f
-        self._reallocate()
+        self._resolve(f.links)
 
-    def _advance(self) -> None:
-        now = self.env.now
-        dt = now - self.t_last
+    def _settle(self, f, now: float) -> None:
+        """Move ``f``'s bytes from its last settlement to ``now`` at its current rate."""
+        dt = now - f.t
         if dt <= 0:
             return
-        b = self.bin_s
-        busy = {}                                  # links carrying a flow (idle links are not visited)
+        r = f.rate
+        if r > 0:
+            moved = r * dt
+            f.remaining -= moved
+            for lk in f.links:
+                lk.bytes += moved
+                if self.bin_s:
+                    self._bin(lk, f.t, now, r)
+        elif any(not lk.up for lk in f.links):
+            f.waited += dt
+        f.t = now
+
+    def _settle_all(self) -> None:
+        now = self.env.now
         for f in self.active.values():
-            r = f.rate
-            if r > 0:
-                moved = r * dt
-                f.remaining -= moved
-                for lk in f.links:
-                    lk.bytes += moved
-                    busy[lk.edge, lk.u] = lk
-                    if b:
-                        self._bin(lk, self.t_last, now, r)
-            else:
-                for lk in f.links:
-                    busy[lk.edge, lk.u] = lk
-                if any(not lk.up for lk in f.links):
-                    f.waited += dt
-        for lk in busy.values():
-            if lk.up:
-                lk.busy_s += dt
-        self.t_last = now
+            self._settle(f, now)
+        for lk in self.links.values():
+            if lk.since is not None:
+                lk.busy_s += now - lk.since
+                lk.since = now
 
     def _bin(self, lk, t0, t1, rate) -> None:
         b = self.bin_s
@@ -201,23 +220,57 @@ class Network:
             t0 = edge
             i += 1
 
-    def _reallocate(self) -> None:
-        """Max-min fair rates (water filling) over the links that are up; schedule the next completion.
+    def _component(self, links) -> list:
+        """Flows connected to ``links`` through shared links, in the order they started."""
+        if len(links) == 1 and len(links[0].flows) <= 1:
+            return list(links[0].flows.values())   # an access link carrying one flow
+        seen = set()
+        comp: dict = {}
+        stack = list(links)
+        while stack:
+            lk = stack.pop()
+            if lk in seen:
+                continue
+            seen.add(lk)
+            for fid, f in lk.flows.items():
+                if fid not in comp:
+                    comp[fid] = f
+                    stack.extend(f.links)
+        flows = list(comp.values())
+        if len(flows) > 1:
+            flows.sort(key=lambda f: f.seq)
+        return flows
+
+    def _resolve(self, links) -> None:
+        flows = self._component(links)
+        now = self.env.now
+        for f in flows:
+            self._settle(f, now)
+        self._fill(flows)
+        heap = self.heap
+        for f in flows:
+            f.ver += 1
+            if f.rate > 0:
+                heapq.heappush(heap, (f.t + f.remaining / f.rate, f.seq, f.ver, f))
+        self._schedule_next()
+
+    @staticmethod
+    def _fill(flows) -> None:
+        """Max-min fair rates (water filling) over the links that are up.
 
         Progressive filling with a heap of link fair shares: the link whose share cap / unfixed
         flows is smallest saturates first, its flows get that share, and only the links those flows
         cross change.  Ties go to the link first met in flow order, and every cap is reduced in the
         same order as a full rescan would, so rates are bit-identical to the textbook loop, in
-        O(F x path x log L) instead of O(L^2) per event."""
-        if len(self.active) == 1:                 # fast path: one flow gets its bottleneck
-            (f,) = self.active.values()
+        O(F x path x log L) instead of O(L^2)."""
+        if len(flows) == 1:                        # fast path: one flow gets its bottleneck
+            f = flows[0]
             f.rate = 0.0 if any(not lk.up for lk in f.links) else min(lk.bw for lk in f.links)
-            self._schedule_next()
             return
         cap: dict = {}
         users: dict = {}                           # link -> {fid: flow}, in flow order
         order: dict = {}                           # link -> first-seen index (tie-break)
-        for f in self.active.values():
+        for f in flows:
             f.rate = -1.0
             if any(not lk.up for lk in f.links):
                 f.rate = 0.0
@@ -251,37 +304,56 @@ class Network:
             for other in touched:
                 if other in users:
                     heapq.heappush(heap, (cap[other] / len(users[other]), order[other], other))
-        self._schedule_next()
 
     def _schedule_next(self) -> None:
-        nxt = math.inf
-        for f in self.active.values():
-            if f.rate > 0:
-                t = f.remaining / f.rate
-                if t < nxt:
-                    nxt = t
-        self.gen += 1
-        if nxt < math.inf:
+        """One timer, at the earliest projected completion (re-armed only when that moves earlier;
+        a timer that fires early finds nothing due and re-arms)."""
+        heap = self.heap
+        while heap and heap[0][2] != heap[0][3].ver:
+            heapq.heappop(heap)                    # stale: the flow's rate changed or it ended
+        if not heap:
+            return
+        t = heap[0][0]
+        if t < self.timer_at:
+            self.timer_at = t
+            self.gen += 1
             gen = self.gen
-            ev = self.env.timeout(max(0.0, nxt))
+            ev = self.env.timeout(max(0.0, t - self.env.now))
             ev.callbacks.append(lambda _e, gen=gen: self._tick(gen))
 
     def _tick(self, gen: int) -> None:
         if gen != self.gen:
             return
-        self._advance()
+        self.timer_at = math.inf
+        now = self.env.now
         # flows within 1 ns of finishing are done (float sums of the clock are not exact; a
         # byte-based tolerance would stall once rate x clock ulp exceeds it)
         # at large simulated times the clock's own step exceeds 1 ns: allow one ulp of it too, or a
         # flow whose last byte is due "now" could be re-ticked forever at the same time
-        tol = max(1e-9, 4 * math.ulp(self.env.now))
-        finished = [f for f in self.active.values() if f.rate > 0 and f.remaining <= f.rate * tol]
+        due = now + max(1e-9, 4 * math.ulp(now))
+        heap = self.heap
+        finished = []
+        while heap and heap[0][0] <= due:
+            _, _, ver, f = heapq.heappop(heap)
+            if ver == f.ver:
+                finished.append(f)
+        finished.sort(key=lambda f: f.seq)
+        touched = []
         for f in finished:
+            self._settle(f, now)
+            f.ver += 1
             del self.active[f.fid]
             for lk in f.links:
                 del lk.flows[f.fid]
+                if not lk.flows and lk.since is not None:
+                    lk.busy_s += now - lk.since
+                    lk.since = None
+                touched.append(lk)
             self._sent(f)
-        self._reallocate()
+        if touched:
+            self._resolve(touched)
+        else:
+            self._schedule_next()
 
     def _sent(self, f) -> None:
         """The last byte left the sender: lost (retry after the timeout) or delivered after the
@@ -328,10 +400,15 @@ class Network:
 
     # ---- outages --------------------------------------------------------------------------------
     def _set_link(self, edge: frozenset, up: bool) -> None:
-        self._advance()
+        self._settle_all()
+        now = self.env.now
         u, v = tuple(edge)
         for a, b in ((u, v), (v, u)):
-            self.link(a, b).up = up
+            lk = self.link(a, b)
+            lk.up = up
+            if not up and lk.since is not None:
+                lk.busy_s += now - lk.since
+            lk.since = now if (up and lk.flows) else None
         (self.down.discard if up else self.down.add)(edge)
         if not up and self.policy == "failover":
             for f in list(self.active.values()):
@@ -340,10 +417,16 @@ class Network:
                     if nodes is not None:
                         for lk in f.links:
                             del lk.flows[f.fid]
+                            if not lk.flows and lk.since is not None:
+                                lk.busy_s += now - lk.since
+                                lk.since = None
                         f.nodes, f.links = nodes, links
                         for lk in links:
+                            if not lk.flows and lk.up:
+                                lk.since = now
                             lk.flows[f.fid] = f
-        self._reallocate()
+        self.timer_at = math.inf                   # re-arm from scratch: rates may have dropped
+        self._resolve([lk for f in self.active.values() for lk in f.links])
 
     def _outage(self, edge, start, end):
         env = self.env
@@ -355,6 +438,7 @@ class Network:
 
     # ---- report ---------------------------------------------------------------------------------
     def summary(self, span: float) -> dict:
+        self._settle_all()
         links = {}
         for (u, v), lk in sorted(self.links.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
             if not lk.bytes and not lk.busy_s:

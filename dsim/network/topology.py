@@ -25,6 +25,7 @@ class Topology:
         self.path = path
         self._auto = auto_attach        # callable(device) -> attach a new device, or None
         self._paths: dict = {}
+        self._latency: dict = {}
 
     def has(self, device: str) -> bool:
         return device in self.g
@@ -38,6 +39,7 @@ class Topology:
         """Attach a link at run time (draft devices' access links); cached paths are dropped."""
         self.g.add_edge(u, v, latency_s=latency_s, bw=bw_bytes_s)
         self._paths.clear()
+        self._latency.clear()
 
     def ensure(self, device: str, where: str) -> None:
         """Make sure ``device`` is a node (auto-attaching where the preset allows)."""
@@ -48,6 +50,7 @@ class Topology:
             raise ConfigError(where, device, f"a device of the {self.kind} topology at {self.path} ({known})")
         self._auto(device)
         self._paths.clear()
+        self._latency.clear()
 
     def route(self, src: str, dst: str, down=frozenset()) -> list:
         """Nodes on the lowest-latency path avoiding ``down`` edges (frozensets {u, v})."""
@@ -68,8 +71,11 @@ class Topology:
         return p
 
     def latency_s(self, src: str, dst: str) -> float:
-        p = self.route(src, dst)
-        return sum(self.g.edges[u, v]["latency_s"] for u, v in zip(p, p[1:]))
+        lat = self._latency.get((src, dst))
+        if lat is None:
+            p = self.route(src, dst)
+            lat = self._latency[src, dst] = sum(self.g.edges[u, v]["latency_s"] for u, v in zip(p, p[1:]))
+        return lat
 
     def bottleneck_bytes_s(self, src: str, dst: str) -> float:
         p = self.route(src, dst)
