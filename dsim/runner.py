@@ -20,7 +20,7 @@ from .metrics import plots as plots_mod
 from .metrics.summary import request_latencies, summarize
 from .metrics.writers import COLUMNS, AtomicOutput, request_rows, requests_csv, to_json
 from .serving.instance import Instance
-from .workload.generator import build_requests
+from .workload.generator import apply_slo_targets, build_requests
 from .core.invariant import check
 
 
@@ -108,6 +108,11 @@ class Session:
         self.sim = sim = Simulation(scn.seed)
         self.recorders: list = []          # (instance, StepRecorder) when emitting vLLM traces
         self.reqs, wdesc = build_requests(scn.raw["workload"], sim.rng, scn.base_dir)
+        apply_slo_targets(self.reqs, scn.slo_classes, scn.slo_ttft_ms, scn.slo_tpot_ms)
+        if (any(p.engine.scheduling_policy == "edf" for p in scn.fleet.pools)
+                and all(r.ttft_slo_ms is None for r in self.reqs)):
+            raise ConfigError("engine.scheduling_policy", "edf", "a TTFT target to order by: slo.ttft_ms, "
+                              "slo.classes.*.ttft_ms or a ttft_slo_ms trace column")
         self.network = None
         if scn.raw.get("network") is not None:
             from .network.fabric import build_network

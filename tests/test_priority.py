@@ -3,6 +3,7 @@
 from types import SimpleNamespace as R
 
 import dsim
+from dsim.serving.policies import Priority
 from dsim.serving.queues import PriorityWaiting
 
 from helpers import scenario
@@ -12,6 +13,7 @@ def test_waiting_order_by_hand():
     q = PriorityWaiting()
     a, b, c, d = (R(priority=p, arrival=t, rid=i) for i, (p, t) in enumerate([(1, 0.0), (0, 1.0), (1, 2.0), (0, 3.0)]))
     for r in (a, b, c, d):
+        r.sched_key = Priority().key(r)
         q.append(r)
     assert [q[i].rid for i in range(len(q))] == [1, 3, 0, 2]          # (priority, arrival)
     assert q.popleft() is b

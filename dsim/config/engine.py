@@ -11,6 +11,10 @@ from .model import ModelSpec
 GIB = 1024 ** 3
 
 
+# dsim.serving.policies implements them
+SCHEDULING_POLICIES = ("fcfs", "priority", "edf", "age_weighted")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     tensor_parallel_size: int = 1
@@ -27,7 +31,8 @@ class EngineConfig:
     enable_expert_parallel: bool = False     # MoE experts split over the TP group (latency models)
     vllm_version: str | None = None          # engine generation preset (host costs, defaults); None = newest
     enforce_eager: bool = False              # no CUDA graphs: every step pays kernel launch gaps
-    scheduling_policy: str = "fcfs"          # fcfs | priority (vLLM --scheduling-policy)
+    scheduling_policy: str = "fcfs"          # fcfs | priority (vLLM --scheduling-policy) | edf | age_weighted
+    age_weight: float = 1.0                  # age_weighted: priority units gained per second waited
 
     @property
     def generation(self):
@@ -86,8 +91,12 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         enable_expert_parallel=s.bool("enable_expert_parallel", False),
         vllm_version=None if version is None else str(version),
         enforce_eager=s.bool("enforce_eager", not gen.cuda_graphs),
-        scheduling_policy=s.str("scheduling_policy", "fcfs", choices=("fcfs", "priority")),
+        scheduling_policy=s.str("scheduling_policy", "fcfs", choices=SCHEDULING_POLICIES),
+        age_weight=s.num("age_weight", 1.0, lo=0, hi=1e6),
     )
+    if "age_weight" in s.data and e.scheduling_policy != "age_weighted":
+        raise ConfigError(f"{path}.age_weight", s.data["age_weight"],
+                          "only with scheduling_policy: age_weighted (the other policies do not age)")
     s.done()
     if not e.enable_chunked_prefill and e.max_num_batched_tokens < e.max_model_len:
         raise ConfigError(f"{path}.max_num_batched_tokens", e.max_num_batched_tokens,

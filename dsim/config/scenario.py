@@ -5,7 +5,7 @@ import copy
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -43,6 +43,7 @@ class Scenario:
     slo_tvt_ms: float | None = None
     spec: object = None              # dsim.specdec.config.SpecConfig when speculation is configured
     percentiles: tuple = (50, 90, 95, 99)   # output.percentiles: reported in summary.json
+    slo_classes: dict = field(default_factory=dict)   # slo.classes: name -> (ttft_ms, tpot_ms), None = no bound
     overrides: tuple = ()            # the --set strings applied to the file (recorded in manifest.json)
 
     @property
@@ -147,6 +148,7 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     ttft = slo.num("ttft_ms", None, lo=0, lo_open=True)
     tpot = slo.num("tpot_ms", None, lo=0, lo_open=True)
     tvt = slo.num("tvt_ms", None, lo=0, lo_open=True)
+    classes = _slo_classes(slo.raw("classes", {}), slo.sub("classes"))
     slo.done()
     horizon = s.num("horizon_s", None, lo=0, lo_open=True)
     drain = s.bool("drain", True)
@@ -167,7 +169,24 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     return Scenario(raw=data, base_dir=base_dir, seed=sd, name=name, model=model, device=device,
                     engine=engine, slo_ttft_ms=ttft, slo_tpot_ms=tpot, horizon_s=horizon, drain=drain,
                     plots=plots, timeline=timeline, source=shown, fleet=fleet, slo_tvt_ms=tvt, spec=spec,
-                    percentiles=pcts, overrides=tuple(overrides or ()))
+                    percentiles=pcts, overrides=tuple(overrides or ()), slo_classes=classes)
+
+
+def _slo_classes(raw, path: str) -> dict:
+    """slo.classes: {name: {ttft_ms, tpot_ms}}; requests join one by their slo_class (mix tenant key
+    or trace column) and are then judged against its targets instead of slo.ttft_ms / tpot_ms."""
+    if not isinstance(raw, dict):
+        raise ConfigError(path, raw, "a mapping class name -> {ttft_ms, tpot_ms}")
+    out = {}
+    for name, body in raw.items():
+        c = Section(body, f"{path}.{name}")
+        ttft = c.num("ttft_ms", None, lo=0, lo_open=True)
+        tpot = c.num("tpot_ms", None, lo=0, lo_open=True)
+        c.done()
+        if ttft is None and tpot is None:
+            raise ConfigError(f"{path}.{name}", body, "at least one of ttft_ms, tpot_ms")
+        out[str(name)] = (ttft, tpot)
+    return out
 
 
 def _percentiles(v, path: str) -> tuple:

@@ -20,7 +20,7 @@ class Request:
         "preempt_times", "cached_tokens", "num_computed", "n_out",
         "d0", "c0", "hashes", "plain_blocks", "block_hashes", "prefilling", "itl_gap",
         "session", "tenant", "replica", "prefill_replica", "kv_ready", "reject_reason", "t_handoff", "t_kv_ready",
-        "spec", "priority",
+        "spec", "priority", "sched_key", "slo_class", "ttft_slo_ms", "tpot_slo_ms",
     )
 
     def __init__(self, rid: int, arrival: float, prompt_len: int, max_tokens: int,
@@ -56,6 +56,10 @@ class Request:
         self.t_kv_ready = None       # P/D: KV transfer done, request reaches the decode replica
         self.spec = None             # speculative decoding round state (dsim.specdec), None = plain
         self.priority = 0            # engine.scheduling_policy priority: lower is served first (vLLM)
+        self.sched_key = None        # the replica's scheduling-policy key, set when it queues (not FCFS)
+        self.slo_class = ""          # slo.classes name ("" = none)
+        self.ttft_slo_ms = None      # this request's targets: its own, else its class's, else slo.*
+        self.tpot_slo_ms = None
 
     @property
     def num_tokens(self) -> int:

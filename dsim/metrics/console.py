@@ -36,7 +36,8 @@ def summary_lines(name: str, s: dict) -> list[str]:
     extra = []
     if "goodput" in s:
         g = s["goodput"]
-        bounds = ", ".join(f"{k} <= {g[f'slo_{k}_ms']:g} ms" for k in ("ttft", "tpot") if g.get(f"slo_{k}_ms"))
+        bounds = ("their class's SLO" if g.get("per_request_targets") else
+                  ", ".join(f"{k} <= {g[f'slo_{k}_ms']:g} ms" for k in ("ttft", "tpot") if g.get(f"slo_{k}_ms")))
         extra.append(f"goodput {g['requests_per_s']:.2f} req/s ({g['fraction']:.1%} of requests meet {bounds})")
     if req.get("rejected"):
         why = ", ".join(f"{k} {v}" for k, v in req.get("rejected_by", {}).items())
@@ -55,5 +56,11 @@ def summary_lines(name: str, s: dict) -> list[str]:
         extra.append("scale events: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(kinds.items())))
     if extra:
         lines.append("  " + "; ".join(extra))
+    for name, c in s.get("slo_classes", {}).items():
+        t, tp = c["ttft_ms"], c["tpot_ms"]
+        met = "n/a" if c["slo_attainment"] is None else f"{c['slo_attainment']:.1%}"
+        lines.append(f"  class {name}: {c['completed']}/{c['requests']} done, TTFT p50 {t.get('p50', float('nan')):.1f} "
+                     f"p99 {t.get('p99', float('nan')):.1f} ms, TPOT p99 {tp.get('p99', float('nan')):.1f} ms, "
+                     f"{met} meet SLO, goodput {c['goodput_requests_per_s']:.2f} req/s")
     lines += [f"  warning: {w}" for w in s.get("warnings", [])]
     return lines

@@ -109,8 +109,13 @@ def queue_delay_trend(reqs, end: float) -> float:
     return float(np.polyfit(t - t.min(), q, 1)[0])
 
 
-def meets_slo(r, ttft_ms, tpot_ms) -> bool:
-    """A completed request meets the TTFT and TPOT SLOs (None = no bound)."""
+def meets_slo(r, ttft_ms=None, tpot_ms=None) -> bool:
+    """A completed request meets its TTFT and TPOT SLOs: its own targets (``r.ttft_slo_ms``, set
+    from its class or the scenario), else the ones given (None = no bound)."""
+    if r.ttft_slo_ms is not None:
+        ttft_ms = r.ttft_slo_ms
+    if r.tpot_slo_ms is not None:
+        tpot_ms = r.tpot_slo_ms
     if ttft_ms is not None and (r.t_first_token - r.arrival) * 1e3 > ttft_ms:
         return False
     if tpot_ms is not None and r.n_out > 1 and (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) > tpot_ms:
@@ -167,7 +172,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
             reasons[r.reject_reason] = reasons.get(r.reject_reason, 0) + 1
         summary["requests"]["rejected_by"] = dict(sorted(reasons.items()))
     ttft_slo, tpot_slo = scn.slo_ttft_ms, scn.slo_tpot_ms
-    if ttft_slo is not None or tpot_slo is not None:
+    if any(r.ttft_slo_ms is not None or r.tpot_slo_ms is not None for r in reqs):
         good = sum(1 for r in done if meets_slo(r, ttft_slo, tpot_slo))
         summary["goodput"] = {
             "slo_ttft_ms": ttft_slo, "slo_tpot_ms": tpot_slo,
@@ -176,6 +181,10 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
             "fraction": good / max(1, fleet.arrived),
             "requests_per_s": good / span,
         }
+        if scn.slo_classes:
+            summary["goodput"]["per_request_targets"] = True     # each judged by its class's SLO
+    if scn.slo_classes:
+        summary["slo_classes"] = class_sections(reqs, scn.slo_classes, span, pcts)
     durs = [np.asarray(i.log.dur) for i in insts]
     busy = [float(d.sum()) for d in durs]
     used_t = sum(float((np.asarray(i.log.kv_used, dtype=float) * d).sum() / i.kv.total) for i, d in zip(insts, durs))
@@ -229,6 +238,29 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     if warn:
         summary["warnings"] = warn
     return summary
+
+
+def class_sections(reqs, classes: dict, span: float, pcts) -> dict:
+    """Per SLO class (and "(none)" for requests without one): targets, latency percentiles, SLO
+    attainment (share of the class's arrived requests meeting the class's SLO) and goodput."""
+    names = list(classes) + (["(none)"] if any(not r.slo_class for r in reqs) else [])
+    out = {}
+    for name in names:
+        key = "" if name == "(none)" else name
+        arrived = [r for r in reqs if r.slo_class == key and r.state != PENDING]
+        done = [r for r in arrived if r.t_completion is not None]
+        lat = request_latencies(done)
+        good = sum(1 for r in done if meets_slo(r))
+        ttft, tpot = classes.get(key, (None, None))
+        out[name] = {
+            "slo_ttft_ms": ttft, "slo_tpot_ms": tpot,
+            "requests": len(arrived), "completed": len(done),
+            "ttft_ms": stats(lat["ttft_ms"], pcts), "tpot_ms": stats(lat["tpot_ms"], pcts),
+            "requests_meeting_slo": good,
+            "slo_attainment": good / len(arrived) if arrived else None,
+            "goodput_requests_per_s": good / span,
+        }
+    return out
 
 
 def stability(reqs, end: float, warmup: float = 0.1) -> dict:

@@ -16,7 +16,8 @@ from ..core.request import STATE_NAMES
 COLUMNS = ("request_id", "label", "state", "arrival_s", "queued_s", "scheduled_s", "first_token_s",
            "completion_s", "prompt_tokens", "output_tokens", "generated_tokens", "ttft_ms", "tpot_ms",
            "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group",
-           "tenant", "session", "replica", "prefill_replica", "kv_ready_s", "reject_reason")
+           "tenant", "session", "replica", "prefill_replica", "kv_ready_s", "reject_reason",
+           "priority", "slo_class")
 
 
 def _f(x, scale=1.0):
@@ -44,7 +45,8 @@ def request_rows(reqs, raw: bool = False):
                f(None if r.t_scheduled is None else r.t_scheduled - r.arrival, 1e3),
                len(r.preempt_times), ";".join(f"{t:.6f}" for t in r.preempt_times) or empty,
                r.cached_tokens, opt(r.prefix_group), r.tenant or empty, opt(r.session), r.replica or empty,
-               r.prefill_replica or empty, f(r.t_kv_ready), r.reject_reason or empty)
+               r.prefill_replica or empty, f(r.t_kv_ready), r.reject_reason or empty, r.priority,
+               r.slo_class or empty)
 
 
 def requests_csv(reqs) -> str:

@@ -49,7 +49,8 @@ from ..core.request import COMPLETED, HANDOFF, PREEMPTED, QUEUED, REJECTED, RUNN
 from ..latency.base import BatchShape, LoadView
 from .kvcache import KVCache
 from .prefix import block_hashes
-from .queues import PriorityWaiting, priority_key
+from .policies import make_policy
+from .queues import PriorityWaiting
 from ..core.invariant import check
 
 
@@ -66,6 +67,10 @@ class StepLog:
 
 
 ROLES = ("mixed", "prefill", "decode")
+
+
+def _sched_key(r):
+    return r.sched_key
 
 
 def _noop(*_a) -> None:
@@ -97,7 +102,8 @@ class Instance:
         self.kv = KVCache(num_blocks, engine.block_size)
         self.cache_on = engine.enable_prefix_caching
         self.check = check_invariants
-        self.by_priority = engine.scheduling_policy == "priority"
+        self.policy = make_policy(engine, step_model)     # None = FCFS
+        self.by_priority = self.policy is not None
         self.waiting = PriorityWaiting() if self.by_priority else deque()
         self.running: dict = {}          # rid -> Request, in admission order
         self.n_prefilling = 0
@@ -169,6 +175,8 @@ class Instance:
         r.state = QUEUED
         if r.t_queued is None:           # P/D and rebalancing: keep the first queueing time
             r.t_queued = self.env.now
+        if self.by_priority:
+            r.sched_key = self.policy.key(r)
         self.waiting.append(r)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -361,13 +369,13 @@ class Instance:
             if not v0:
                 self._admit(budget, prefills, now, False)
             return prefills, n_dec, skipped, gap_dec
-        # slow path: walk the running list in order, exactly as vLLM does; under the priority policy
-        # in (priority, arrival) order, so the request preempted from the end is vLLM's priority
-        # victim, the largest (priority, arrival) (vLLM keeps admission order and un-schedules the
+        # slow path: walk the running list in order, exactly as vLLM does; under a keyed policy
+        # in key order, so the request preempted from the end is the largest key (priority: vLLM's
+        # victim, the largest (priority, arrival); vLLM keeps admission order and un-schedules the
         # victim if it was already scheduled; here a step's budget also goes to the higher class first)
         order = list(self.running.values())
         if self.by_priority:
-            order.sort(key=priority_key)
+            order.sort(key=_sched_key)
         bs = self.bs
         thr = e.long_prefill_token_threshold
         preempted = False
@@ -680,8 +688,8 @@ class Instance:
         step uses them; KV capacity and block size stay as built."""
         if engine.block_size != self.bs:
             raise ValueError("block_size cannot change on a running replica")
-        if engine.scheduling_policy != self.engine.scheduling_policy:
-            raise ValueError("scheduling_policy cannot change on a running replica")
+        if (engine.scheduling_policy, engine.age_weight) != (self.engine.scheduling_policy, self.engine.age_weight):
+            raise ValueError("scheduling_policy and age_weight cannot change on a running replica")
         self.engine = engine
 
     @property

@@ -1,11 +1,8 @@
 """Waiting queues of a replica: the order in which waiting requests are admitted.
 
 FCFS is a ``collections.deque`` (arrivals at the back, preempted requests back at the front), as in
-vLLM's default policy.  ``engine.scheduling_policy: priority`` mirrors vLLM's ``--scheduling-policy
-priority``: the waiting queue is ordered by (priority, arrival time), lower first, preempted
-requests included, and under KV pressure the running request with the largest (priority, arrival)
-is preempted: the replica walks its running requests in ``priority_key`` order and preempts from
-the end of that order.
+vLLM's default policy.  Every other policy (``dsim.serving.policies``) gives each queued request a
+key, ``r.sched_key``, and the waiting queue is kept sorted by it, preempted requests included.
 """
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from bisect import bisect_right
 
 
 class PriorityWaiting:
-    """The deque operations the replica uses, over a list kept sorted by (priority, arrival, rid)."""
+    """The deque operations the replica uses, over a list kept sorted by ``sched_key``."""
 
     __slots__ = ("_keys", "_items")
 
@@ -22,7 +19,7 @@ class PriorityWaiting:
         self._items: list = []
 
     def append(self, r) -> None:
-        k = priority_key(r)
+        k = r.sched_key
         i = bisect_right(self._keys, k)
         self._keys.insert(i, k)
         self._items.insert(i, r)
@@ -45,9 +42,3 @@ class PriorityWaiting:
 
     def __iter__(self):
         return iter(self._items)
-
-
-def priority_key(r) -> tuple:
-    """The priority policy's order: lower priority value first, then earlier arrival."""
-    return (r.priority, r.arrival, r.rid)
-

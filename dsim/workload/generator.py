@@ -92,10 +92,12 @@ def _from_trace(s: Section, base_dir, desc) -> list:
     scale = scale or 1.0
     block = s.int("hash_block_tokens", 512, lo=1)
     out = []
-    for i, (t, pr, o, g, rid, ids) in enumerate(rows):
+    for i, (t, pr, o, g, rid, ids, service) in enumerate(rows):
         r = Request(i, (t - t0) / scale, pr, o, None, g, rid)
         if ids:
             r.segments = _hash_segments(ids, pr, block, i)
+        if service is not None:
+            r.priority, r.slo_class, r.ttft_slo_ms, r.tpot_slo_ms = service
         out.append(r)
     # a trace says which requests share a prefix but not how long it is: requests of one group
     # share their first ``prefix_tokens`` tokens (default: the shortest prompt of the group)
@@ -203,21 +205,27 @@ def _mix(s: Section, rng, base_dir, desc) -> list:
         names.add(name)
         if c.get("type") == "mix":
             raise ConfigError(f"{path}.type", "mix", "a workload type other than mix")
-        prio = c.pop("priority", 0)
-        if isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) > 1_000_000:
+        prio = c.pop("priority", None)          # None: the requests keep their own (a trace's column)
+        if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) > 1_000_000):
             raise ConfigError(f"{path}.priority", prio, "an integer in [-1e6, 1e6] (lower is served first)")
+        cls = c.pop("slo_class", None)
+        if cls is not None and (not isinstance(cls, str) or not cls):
+            raise ConfigError(f"{path}.slo_class", cls, "the name of a class of slo.classes")
         reqs, d = build_requests(c, _PrefixedRNG(rng, f"workload.{name}."), base_dir, path)
-        parts.append((name, reqs, prio))
+        parts.append((name, reqs, (prio, cls)))
         desc.setdefault("classes", {})[name] = d
     order = sorted(((r.arrival, k, j) for k, (_, reqs, _) in enumerate(parts) for j, r in enumerate(reqs)))
     new_id = {(k, j): i for i, (_, k, j) in enumerate(order)}
     out = []
     for i, (_, k, j) in enumerate(order):
-        name, reqs, prio = parts[k]
+        name, reqs, (prio, cls) = parts[k]
         r = reqs[j]
         r.rid = i
         r.tenant = name
-        r.priority = prio
+        if prio is not None:                      # a tenant's keys apply to all its requests
+            r.priority = prio
+        if cls is not None:
+            r.slo_class = cls
         if r.session >= 0:
             r.session += k << 32
         if r.segments is not None:
@@ -235,3 +243,20 @@ def _remap(sid: int, k: int, new_id: dict) -> int:
     if sid >= _QUESTION_BASE:                 # the question of request sid - base
         return _QUESTION_BASE + new_id[(k, sid - _QUESTION_BASE)]
     return sid + k * _GROUP_SHIFT             # a shared system prompt (group)
+
+
+def apply_slo_targets(reqs, classes: dict, ttft_ms, tpot_ms) -> None:
+    """Give every request its SLO targets: its own (trace columns), else its class's (``classes``:
+    name -> (ttft_ms, tpot_ms)), else the scenario's.  An unknown class is an error."""
+    for r in reqs:
+        ttft, tpot = ttft_ms, tpot_ms
+        if r.slo_class:
+            if r.slo_class not in classes:
+                where = f"workload (request {r.label or r.rid}).slo_class"
+                raise ConfigError(where, r.slo_class, "a class of slo.classes" + (
+                    f" ({', '.join(sorted(classes))})" if classes else " (there is none)"))
+            ttft, tpot = classes[r.slo_class]
+        if r.ttft_slo_ms is None:
+            r.ttft_slo_ms = ttft
+        if r.tpot_slo_ms is None:
+            r.tpot_slo_ms = tpot

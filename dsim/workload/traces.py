@@ -1,6 +1,8 @@
 """Trace readers, told apart by their columns:
 
-- dsim JSONL/CSV: arrival_s, prompt_tokens, output_tokens[, prefix_group, request_id];
+- dsim JSONL/CSV: arrival_s, prompt_tokens, output_tokens[, prefix_group, request_id, priority,
+  slo_class, ttft_slo_ms, tpot_slo_ms] (the last four: scheduling priority, a class of
+  ``slo.classes``, and this request's own SLO targets; empty = none);
 - Azure LLM inference trace 2023 CSV: TIMESTAMP, ContextTokens, GeneratedTokens;
 - BurstGPT CSV: Timestamp (s), Model, Request tokens, Response tokens, ... (rows with 0 response
   tokens are failed requests in that trace and are dropped);
@@ -8,7 +10,8 @@
   prompt, equal ids = equal content: they become prefix-cache identity).
 
 Every reader returns rows (arrival_s, prompt, output, prefix_group or -1, request_id, hash_ids or
-None) sorted by arrival, the first arrival at its own time (Azure: shifted to 0).
+None, service or None) sorted by arrival, service being (priority, slo_class, ttft_slo_ms,
+tpot_slo_ms), the first arrival at its own time (Azure: shifted to 0).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from ..config.errors import ConfigError
 from ..config.files import read_text
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
-OPTIONAL = ("prefix_group", "request_id")
+OPTIONAL = ("prefix_group", "request_id", "priority", "slo_class", "ttft_slo_ms", "tpot_slo_ms")
 
 
 def _int(v, where, name, lo=1):
@@ -48,7 +51,33 @@ def _row(rec: dict, where: str):
     g = rec.get("prefix_group")
     g = -1 if g in (None, "") else _int(g, where, "prefix_group", lo=0)
     return (t, _int(rec["prompt_tokens"], where, "prompt_tokens"),
-            _int(rec["output_tokens"], where, "output_tokens"), g, str(rec.get("request_id") or ""), None)
+            _int(rec["output_tokens"], where, "output_tokens"), g, str(rec.get("request_id") or ""), None,
+            _service(rec, where))
+
+
+def _service(rec: dict, where: str):
+    """(priority, slo_class, ttft_slo_ms, tpot_slo_ms) from the optional columns, or None."""
+    vals = [rec.get(k) for k in OPTIONAL[2:]]
+    if all(v in (None, "") for v in vals):
+        return None
+    prio, cls, ttft, tpot = vals
+    prio = 0 if prio in (None, "") else _int(prio, where, "priority", lo=-1_000_000)
+    if abs(prio) > 1_000_000:
+        raise ConfigError(f"{where}.priority", prio, "an integer in [-1e6, 1e6] (lower is served first)")
+    cls = "" if cls is None else str(cls)
+    slo = []
+    for name, v in (("ttft_slo_ms", ttft), ("tpot_slo_ms", tpot)):
+        if v in (None, ""):
+            slo.append(None)
+            continue
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}.{name}", v, "a number of milliseconds") from None
+        if not 0 < x < float("inf"):
+            raise ConfigError(f"{where}.{name}", v, "a time > 0 ms")
+        slo.append(x)
+    return (prio, cls, slo[0], slo[1])
 
 
 def _mooncake(rec: dict, where: str):
@@ -59,7 +88,7 @@ def _mooncake(rec: dict, where: str):
     if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in ids):
         raise ConfigError(f"{where}.hash_ids", ids, "a list of integer block ids >= 0")
     return (t / 1e3, _int(rec.get("input_length"), where, "input_length"),
-            _int(rec.get("output_length"), where, "output_length"), -1, "", tuple(ids))
+            _int(rec.get("output_length"), where, "output_length"), -1, "", tuple(ids), None)
 
 
 def read_trace(path: Path, shown: str) -> list:
@@ -115,7 +144,7 @@ def _azure(reader, path: Path) -> list:
         if t0 is None:
             t0 = t
         rows.append((t - t0, _int(rec.get("ContextTokens"), where, "ContextTokens"),
-                     _int(rec.get("GeneratedTokens"), where, "GeneratedTokens"), -1, "", None))
+                     _int(rec.get("GeneratedTokens"), where, "GeneratedTokens"), -1, "", None, None))
     if not rows:
         raise ConfigError(str(path), None, "an Azure trace with at least one row", show_value=False)
     rows.sort(key=lambda r: r[0])
@@ -136,7 +165,7 @@ def _burstgpt(reader, path: Path) -> list:
         out = _int(rec.get("Response tokens"), where, "Response tokens", lo=0)
         if prompt == 0 or out == 0:          # failed or empty requests: nothing was served
             continue
-        rows.append((t, prompt, out, -1, "", None))
+        rows.append((t, prompt, out, -1, "", None, None))
     if not rows:
         raise ConfigError(str(path), None, "a BurstGPT trace with at least one served request", show_value=False)
     rows.sort(key=lambda r: r[0])
