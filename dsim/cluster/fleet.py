@@ -18,6 +18,7 @@ from ..core.request import COMPLETED, REJECTED
 from ..latency.base import BatchShape, LatencyContext
 from ..latency.registry import build_latency
 from ..serving.instance import Instance
+from ..serving.offload import build_tier
 from .admission import build_admission
 from .transfer import build_transfer
 from .views import ClusterView, LiveView, RouterSlot
@@ -158,7 +159,9 @@ class Pool:
         inst = Instance(sim, self.engine, step, queueing, self.kv_blocks, name=name,
                         check_invariants=f.check, role=self.role,
                         on_done=lambda r: f._on_done(holder[0], r),
-                        on_handoff=lambda r: f._on_handoff(holder[0], r))
+                        on_handoff=lambda r: f._on_handoff(holder[0], r),
+                        cpu_tier=build_tier(sim.env, self.engine.kv_offload, self.spec.model, self.spec.device,
+                                            self.engine))
         if f.tracer_factory is not None:
             inst.tracer = f.tracer_factory(inst)
         rep = Replica(f, self, i, inst, sim.now)

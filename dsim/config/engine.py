@@ -11,6 +11,28 @@ from .model import ModelSpec
 GIB = 1024 ** 3
 
 
+OFFLOAD_POLICIES = ("write_through", "on_evict")
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    cpu_gb: float
+    policy: str = "write_through"
+    overlap: bool = True             # loads run while other requests compute (vLLM); False: the step waits
+
+
+def load_offload(raw, path: str) -> "OffloadConfig | None":
+    """``engine.kv_offload: {cpu_gb, policy, overlap}`` (None when absent)."""
+    if raw is None:
+        return None
+    s = Section(raw, path)
+    cfg = OffloadConfig(cpu_gb=s.num("cpu_gb", lo=0, lo_open=True, hi=1e6),
+                        policy=s.str("policy", "write_through", choices=OFFLOAD_POLICIES),
+                        overlap=s.bool("overlap", True))
+    s.done()
+    return cfg
+
+
 # dsim.serving.policies implements them
 SCHEDULING_POLICIES = ("fcfs", "priority", "edf", "age_weighted")
 
@@ -33,6 +55,7 @@ class EngineConfig:
     enforce_eager: bool = False              # no CUDA graphs: every step pays kernel launch gaps
     scheduling_policy: str = "fcfs"          # fcfs | priority (vLLM --scheduling-policy) | edf | age_weighted
     age_weight: float = 1.0                  # age_weighted: priority units gained per second waited
+    kv_offload: OffloadConfig | None = None  # CPU tier of the prefix cache (dsim.serving.offload)
 
     @property
     def generation(self):
@@ -93,11 +116,15 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         enforce_eager=s.bool("enforce_eager", not gen.cuda_graphs),
         scheduling_policy=s.str("scheduling_policy", "fcfs", choices=SCHEDULING_POLICIES),
         age_weight=s.num("age_weight", 1.0, lo=0, hi=1e6),
+        kv_offload=load_offload(s.raw("kv_offload", None), f"{path}.kv_offload"),
     )
     if "age_weight" in s.data and e.scheduling_policy != "age_weighted":
         raise ConfigError(f"{path}.age_weight", s.data["age_weight"],
                           "only with scheduling_policy: age_weighted (the other policies do not age)")
     s.done()
+    if e.kv_offload is not None and not e.enable_prefix_caching:
+        raise ConfigError(f"{path}.kv_offload", "kv_offload", "enable_prefix_caching: true (the CPU tier holds "
+                          "prefix-cache blocks)", show_value=False)
     if not e.enable_chunked_prefill and e.max_num_batched_tokens < e.max_model_len:
         raise ConfigError(f"{path}.max_num_batched_tokens", e.max_num_batched_tokens,
                           f">= max_model_len ({e.max_model_len}) when enable_chunked_prefill is false "

@@ -199,6 +199,12 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         "prefix_hit_rate": hits / queries if queries else 0.0,
         "prefix_hit_tokens": int(sum(r.cached_tokens for r in reqs)),
     }
+    tiers = [i.tier for i in insts if i.tier is not None]
+    if tiers:
+        cpu = {k: sum(t.summary()[k] for t in tiers) for k in tiers[0].summary()}
+        cpu["hit_rate"] = cpu["hit_tokens"] / queries if queries else 0.0
+        summary["kv_cache"]["gpu_hit_tokens"] = hits
+        summary["kv_cache"]["cpu_tier"] = cpu
     tok = [np.asarray(i.log.prefill_tokens) + np.asarray(i.log.decode_tokens) for i in insts]
     n_steps = sum(i.num_steps for i in insts)
     summary["scheduler"] = {

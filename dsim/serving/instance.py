@@ -82,7 +82,8 @@ class Instance:
     ``on_handoff(r)`` when a prefill replica has produced a request's first token."""
 
     def __init__(self, sim, engine, step_model, queueing, num_blocks: int, name: str = "replica0",
-                 check_invariants: bool = False, role: str = "mixed", on_done=None, on_handoff=None):
+                 check_invariants: bool = False, role: str = "mixed", on_done=None, on_handoff=None,
+                 cpu_tier=None):
         if role not in ROLES:
             raise ValueError(f"role {role!r} not in {ROLES}")
         self.sim = sim
@@ -100,6 +101,10 @@ class Instance:
         self.alpha_state = getattr(queueing, "needs_state", False)
         self.bs = engine.block_size
         self.kv = KVCache(num_blocks, engine.block_size)
+        self.tier = self.kv.tier = cpu_tier          # dsim.serving.offload.CpuTier or None
+        self.offload_held: dict = {}     # rid -> request holding blocks loaded from the CPU tier, not running
+        self.loading = 0                 # of those, loads still in flight
+        self._load_wait = 0.0            # kv_offload.overlap false: this step waits for its loads
         self.cache_on = engine.enable_prefix_caching
         self.check = check_invariants
         self.policy = make_policy(engine, step_model)     # None = FCFS
@@ -297,14 +302,20 @@ class Instance:
         max_seqs = e.max_num_seqs
         thr = e.long_prefill_token_threshold
         watermark = int(0.01 * kv.total) if whole_prompts else 0
+        tier = self.tier
         while waiting and budget > 0:
             if len(running) >= max_seqs:
                 break
             r = waiting[0]
             n_tok = r.num_tokens
             hit_hashes = ()
+            loaded = ()                  # blocks loaded from the CPU tier for this admission (sync)
+            held = 0                     # blocks held since an asynchronous load from the CPU tier
             hit = r.kv_ready             # P/D: prompt KV delivered by a prefill replica
-            if self.cache_on and not hit:
+            if tier is not None and r.rid in self.offload_held:
+                hit = r.num_computed
+                held = len(r.hashes)
+            elif self.cache_on and not hit:
                 full = (n_tok - 1) // bs
                 if full:
                     hs = block_hashes(r, full, bs)
@@ -313,6 +324,13 @@ class Instance:
                     if nh:
                         hit_hashes = hs[:nh]
                         hit = nh * bs
+                    if tier is not None and nh < full:
+                        loaded = tier.lookup(hs, nh, kv.cached)
+                        if loaded and tier.overlap:
+                            if not self._start_load(r, hit_hashes, loaded, watermark, now):
+                                break
+                            continue
+                        hit += len(loaded) * bs
             need = n_tok - hit
             if whole_prompts:
                 if need > budget:
@@ -322,16 +340,22 @@ class Instance:
                     need = thr
                 if need > budget:
                     need = budget
-            new_blocks = -(-(hit + need) // bs) - len(hit_hashes)
+            new_blocks = -(-(hit + need) // bs) - len(hit_hashes) - len(loaded) - held
             evictable = kv.evictable_among(hit_hashes) if hit_hashes else 0
-            if new_blocks + evictable > kv.free_count - watermark:
+            if new_blocks + len(loaded) + evictable > kv.free_count - watermark:
                 break
             waiting.popleft()
             if hit_hashes:
                 kv.touch(hit_hashes)
-                kv.hits += hit
+                kv.hits += len(hit_hashes) * bs
             kv.allocate(new_blocks)
-            r.hashes = list(hit_hashes)
+            if held:
+                del self.offload_held[r.rid]
+            else:
+                r.hashes = list(hit_hashes)
+                if loaded:                   # overlap false: the copy is part of this step
+                    self._take_loaded(r, loaded)
+                    self._load_wait = max(self._load_wait, tier.load(loaded, bs) - now)
             r.plain_blocks = new_blocks
             r.num_computed = hit
             if r.t_scheduled is None:
@@ -344,6 +368,55 @@ class Instance:
             prefills.append((r, need))
             budget -= need
         return budget
+
+    # ---- the CPU tier (engine.kv_offload) ------------------------------------------------------
+    def _take_loaded(self, r, loaded) -> None:
+        """GPU blocks for content coming back from the CPU tier, held by r and cached again."""
+        kv = self.kv
+        kv.allocate(len(loaded))
+        for h in loaded:
+            kv.register(h)
+        r.hashes.extend(loaded)
+
+    def _start_load(self, r, hit_hashes, loaded, watermark: int, now: float) -> bool:
+        """vLLM's asynchronous load: r takes its blocks, leaves the queue while the copy runs and
+        comes back to its head with the loaded tokens computed.  Only started when the whole
+        prompt's blocks are free now, so a loaded request is not left holding half of what it needs."""
+        kv, bs = self.kv, self.bs
+        m = len(loaded)
+        rest = -(-r.num_tokens // bs) - len(hit_hashes) - m
+        evictable = kv.evictable_among(hit_hashes) if hit_hashes else 0
+        if m + rest + evictable > kv.free_count - watermark:
+            return False
+        self.waiting.popleft()
+        if hit_hashes:
+            kv.touch(hit_hashes)
+            kv.hits += len(hit_hashes) * bs
+        r.hashes = list(hit_hashes)
+        self._take_loaded(r, loaded)
+        r.plain_blocks = 0
+        r.num_computed = len(r.hashes) * bs
+        self.offload_held[r.rid] = r
+        self.loading += 1
+        ev = self.env.timeout(self.tier.load(loaded, bs) - now)
+        ev.callbacks.append(lambda _e, r=r: self._loaded(r))
+        return True
+
+    def _loaded(self, r) -> None:
+        self.loading -= 1
+        self.waiting.appendleft(r)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _drop_loaded(self) -> None:
+        """Nothing runs and no waiting request fits beside the loaded ones: give their blocks back
+        (the contents stay cached on the GPU, so they hit there when admitted)."""
+        for r in list(self.offload_held.values()):
+            if r.rid in self.offload_held and r in self.waiting:
+                self.kv.free(0, r.hashes)
+                r.hashes = ()
+                r.num_computed = 0
+                del self.offload_held[r.rid]
 
     # ---- one scheduler iteration -------------------------------------------------------------
     def _schedule(self, now: float):
@@ -460,12 +533,16 @@ class Instance:
                     yield self._wake
                     self._wake = None
                     continue
-                if self.transferring and not self.running:
+                if (self.transferring or self.loading) and not self.running:
                     # blocks held by outgoing KV transfers free up when they finish
-                    # (release_handoff wakes us): wait for that instead of declaring a stall
+                    # (release_handoff wakes us), loads from the CPU tier bring requests back
+                    # (_loaded wakes us): wait for that instead of declaring a stall
                     self._wake = env.event()
                     yield self._wake
                     self._wake = None
+                    continue
+                if self.offload_held and not self.running:
+                    self._drop_loaded()
                     continue
                 if self.running or self.waiting:
                     raise RuntimeError(f"{self.name}: scheduler made no progress at t={now}")
@@ -517,6 +594,9 @@ class Instance:
             shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
                                p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx)
             dur = step_time(shape) + extra
+            if self._load_wait:
+                dur += self._load_wait
+                self._load_wait = 0.0
             if self.tracer is not None:
                 snap = self.tracer.before(self, prefills, skipped, shape)
                 n_done0 = len(self.completed) + self.handed_off + len(self.transferring)
@@ -677,7 +757,7 @@ class Instance:
         w = self.waiting
         for i in range(len(w) - 1, -1, -1):
             r = w[i]
-            if r.t_scheduled is None and not r.kv_ready:
+            if r.t_scheduled is None and not r.kv_ready and r.rid not in self.offload_held:
                 del w[i]
                 self.moved_out += 1
                 return r
@@ -695,13 +775,15 @@ class Instance:
     @property
     def idle(self) -> bool:
         """Nothing waiting, running, in the arrival delay or in KV transfer."""
-        return not (self.running or self.waiting or self.in_alpha or self.transferring)
+        return not (self.running or self.waiting or self.in_alpha or self.transferring or self.offload_held)
 
     # ---- invariants ---------------------------------------------------------------------------
     def held_blocks(self) -> int:
         """Blocks in use by running requests (shared cached blocks counted once)."""
         plain = 0
         shared = set()
+        for r in self.offload_held.values():
+            shared.update(r.hashes)
         for r in self.transferring.values():
             plain += -(-r.num_computed // self.bs) - len(r.hashes)
             shared.update(r.hashes)
@@ -722,8 +804,9 @@ class Instance:
         self._last_now = now
         check(len(self.running) <= self.engine.max_num_seqs)
         self.kv.check(self.held_blocks())
-        for h, c in self.kv.cached.items():
-            check(c >= 0)
+        if self.tier is not None:
+            self.tier.check()
+        check(min(self.kv.cached.values(), default=0) >= 0)
         check(self.n_dec + self.n_prefilling + len(self.spec_dec) == len(self.running))
         check(self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0)
         # pool isolation: a decode replica never produces a first token, a prefill replica

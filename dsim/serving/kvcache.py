@@ -12,7 +12,7 @@ from ..core.invariant import check
 
 
 class KVCache:
-    __slots__ = ("total", "block_size", "free_q", "free_count", "cached", "_run_id", "hits", "queries")
+    __slots__ = ("total", "block_size", "free_q", "free_count", "cached", "_run_id", "hits", "queries", "tier")
 
     def __init__(self, total_blocks: int, block_size: int):
         self.total = total_blocks
@@ -24,6 +24,7 @@ class KVCache:
         self.cached: dict = {}      # content hash -> reference count (0 = free but hittable)
         self.hits = 0               # prefix-cache hit tokens (stats)
         self.queries = 0            # prefix-cache queried tokens (stats)
+        self.tier = None            # dsim.serving.offload.CpuTier: told of new and evicted contents
 
     @property
     def used(self) -> int:
@@ -48,6 +49,8 @@ class KVCache:
                 n -= cnt
             else:                         # cached block: evict its content
                 del cached[key]
+                if self.tier is not None and not self.tier.write_through:
+                    self.tier.store(key)
                 n -= 1
         return True
 
@@ -80,6 +83,8 @@ class KVCache:
         if h in self.cached:
             return False
         self.cached[h] = 1
+        if self.tier is not None and self.tier.write_through:
+            self.tier.store(h)
         return True
 
     def free(self, plain: int, hashes) -> None:
@@ -100,6 +105,7 @@ class KVCache:
 
     def check(self, held_by_requests: int) -> None:
         """KV block conservation (BC-13): allocated + free == total, free queue consistent."""
-        free_in_q = sum(c if c else 1 for c in self.free_q.values())
+        vals = list(self.free_q.values())          # a run's length, or 0 for one cached block
+        free_in_q = sum(vals) + vals.count(0)
         check(free_in_q == self.free_count, (free_in_q, self.free_count))
         check(self.free_count + held_by_requests == self.total, (self.free_count, held_by_requests, self.total))

@@ -1,0 +1,129 @@
+"""A CPU tier for the prefix cache (``engine.kv_offload``), after vLLM's native CPU offloading.
+
+vLLM 0.11 added an ``OffloadingConnector`` (``vllm/distributed/kv_transfer/kv_connector/v1/
+offloading_connector.py``, ``vllm/v1/kv_offload/``).  Its scheduler side stores every newly
+computed full block to pinned host memory with an asynchronous DMA, keeps the host blocks in an
+LRU, and, when a new request's prefix misses in the GPU cache but continues in host memory,
+allocates GPU blocks, starts an asynchronous load and lets the request wait (WAITING_FOR_REMOTE_
+KVS) while other requests run.  The loaded tokens then count as computed.
+
+This module holds the host side: an LRU of block contents with a capacity in blocks and the two
+PCIe directions as FIFO channels (a block's copy takes ``block_bytes / effective PCIe bandwidth``,
+every GPU of the TP group copying its shard in parallel).  A stored block becomes hittable when
+its copy finishes.  ``policy: write_through`` stores blocks as the GPU cache registers them
+(vLLM); ``on_evict`` stores a block only when the GPU cache reuses it (LMCache-style eviction
+spill: fewer copies, the same capacity).  The replica (dsim.serving.instance) calls ``lookup``
+and ``load`` at admission.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from ..config.engine import OffloadConfig
+from ..config.errors import ConfigError
+
+class CpuTier:
+    """Host-memory KV blocks: LRU contents, stores in flight, and the PCIe channels."""
+
+    __slots__ = ("env", "capacity", "block_s", "write_through", "overlap", "lru", "pending", "in_flight",
+                 "d2h_free", "h2d_free", "stored", "loaded", "evicted", "hit_tokens", "load_s", "loads")
+
+    def __init__(self, env, capacity_blocks: int, block_s: float, cfg: OffloadConfig):
+        if capacity_blocks < 1:
+            raise ConfigError("engine.kv_offload.cpu_gb", cfg.cpu_gb, "room for at least one KV block")
+        self.env = env
+        self.capacity = capacity_blocks
+        self.block_s = block_s           # PCIe time of one block (each GPU copies its shard)
+        self.write_through = cfg.policy == "write_through"
+        self.overlap = cfg.overlap
+        self.lru: OrderedDict = OrderedDict()     # resident contents, least recently used first
+        self.pending: deque = deque()             # (copy done at, hash), in completion order
+        self.in_flight: set = set()
+        self.d2h_free = 0.0
+        self.h2d_free = 0.0
+        self.stored = 0                  # blocks that reached host memory
+        self.loaded = 0                  # blocks copied back to a GPU
+        self.evicted = 0                 # host blocks dropped for room
+        self.hit_tokens = 0
+        self.load_s = 0.0                # PCIe time spent loading
+        self.loads = 0                   # requests that loaded from the tier
+
+    def store(self, h) -> None:
+        """Copy GPU block content ``h`` to host memory (no-op if resident or already on its way)."""
+        lru = self.lru
+        if h in lru:
+            lru.move_to_end(h)
+            return
+        if h in self.in_flight:
+            return
+        now = self.env.now
+        t = (self.d2h_free if self.d2h_free > now else now) + self.block_s
+        self.d2h_free = t
+        self.pending.append((t, h))
+        self.in_flight.add(h)
+
+    def _settle(self, now: float) -> None:
+        p, lru = self.pending, self.lru
+        while p and p[0][0] <= now:
+            _, h = p.popleft()
+            self.in_flight.discard(h)
+            lru[h] = None
+            self.stored += 1
+            if len(lru) > self.capacity:
+                lru.popitem(last=False)
+                self.evicted += 1
+
+    def lookup(self, hashes, start: int, gpu_cached) -> list:
+        """The blocks ``hashes[start:]`` resident here, up to the first one that is not (or that
+        the GPU cache holds after all: it is hit there, not loaded)."""
+        self._settle(self.env.now)
+        lru = self.lru
+        out = []
+        for h in hashes[start:]:
+            if h not in lru or h in gpu_cached:
+                break
+            out.append(h)
+        return out
+
+    def load(self, hashes, bs: int) -> float:
+        """Start copying ``hashes`` back to the GPU; returns when the copy ends."""
+        lru = self.lru
+        for h in hashes:
+            lru.move_to_end(h)
+        now = self.env.now
+        d = len(hashes) * self.block_s
+        t = (self.h2d_free if self.h2d_free > now else now) + d
+        self.h2d_free = t
+        self.loaded += len(hashes)
+        self.hit_tokens += len(hashes) * bs
+        self.load_s += d
+        self.loads += 1
+        return t
+
+    def check(self) -> None:
+        """Tier conservation: resident <= capacity; a block is resident or in flight, not both."""
+        from ..core.invariant import check
+        self._settle(self.env.now)
+        check(len(self.lru) <= self.capacity, (len(self.lru), self.capacity))
+        check(len(self.in_flight) == len(self.pending))
+        check(not any(h in self.lru for h in self.in_flight))
+        check(self.stored - self.evicted == len(self.lru), (self.stored, self.evicted, len(self.lru)))
+
+    def summary(self) -> dict:
+        """Counts at the current time: copies still on the PCIe link are ``in_flight_blocks``."""
+        self._settle(self.env.now)
+        return {"capacity_blocks": self.capacity, "resident_blocks": len(self.lru), "stored_blocks": self.stored,
+                "in_flight_blocks": len(self.pending),
+                "loaded_blocks": self.loaded, "evicted_blocks": self.evicted, "hit_tokens": self.hit_tokens,
+                "requests_loaded": self.loads, "load_s": self.load_s}
+
+
+def build_tier(env, cfg: OffloadConfig | None, model, device, engine) -> CpuTier | None:
+    """The replica's CPU tier: ``cpu_gb`` of host memory over the TP group's blocks (each GPU holds
+    its KV-head shard of a block), copied at the device's effective PCIe rate per GPU."""
+    if cfg is None:
+        return None
+    tp = engine.tensor_parallel_size
+    per_gpu = model.kv_bytes_per_token / tp * engine.block_size
+    capacity = int(cfg.cpu_gb * 1e9 // (per_gpu * tp))
+    return CpuTier(env, capacity, per_gpu / (device.pcie_bytes_s * device.pcie_efficiency), cfg)
