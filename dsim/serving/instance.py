@@ -42,28 +42,21 @@ add ``k`` sequential draft-model decode steps to the step time.
 """
 from __future__ import annotations
 
-from array import array
 from collections import deque
 
-from ..core.request import COMPLETED, HANDOFF, PREEMPTED, QUEUED, REJECTED, RUNNING
+from ..core.request import COMPLETED, PREEMPTED, QUEUED, REJECTED, RUNNING
 from ..latency.base import BatchShape, LoadView
+from .checks import ReplicaChecks
+from .handoff import Handoff
 from .kvcache import KVCache
+from .lazy import LazyDecoders
+from .offload import TierAdmission
+from .speculative import SpeculativeSteps
+from .steplog import StepLog
 from .prefix import block_hashes
 from .policies import make_policy
 from .queues import PriorityWaiting
-from ..core.invariant import check
 
-
-class StepLog:
-    """Per-step series as typed arrays: 8 bytes a value instead of a list slot plus a float object
-    (~32 bytes), and appends as cheap as a list's; numpy reads them without a copy."""
-
-    __slots__ = ("t_end", "dur", "prefill_tokens", "decode_tokens", "itl_count", "running", "waiting", "kv_used")
-    FLOATS = ("t_end", "dur")
-
-    def __init__(self):
-        for k in self.__slots__:
-            setattr(self, k, array("d" if k in self.FLOATS else "i"))     # counts fit in int32
 
 
 ROLES = ("mixed", "prefill", "decode")
@@ -77,7 +70,7 @@ def _noop(*_a) -> None:
     return None
 
 
-class Instance:
+class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaChecks):
     """One replica.  ``on_done(r)`` is called when a request completes or is rejected here,
     ``on_handoff(r)`` when a prefill replica has produced a request's first token."""
 
@@ -202,45 +195,6 @@ class Instance:
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)
-
-    # ---- lazy decoder helpers ---------------------------------------------------------------
-    def _lazy_add(self, r) -> None:
-        """r has just computed up to r.num_computed and emitted; it decodes from step D on."""
-        if r.spec is not None:
-            self.spec_dec[r.rid] = r
-            r.t_last_token = self.env.now
-            r.spec.round_done(r, self, -1, 0, False)
-            return
-        r.d0 = d0 = self.D
-        r.c0 = c0 = r.num_computed
-        self.n_dec += 1
-        self.lazy_sum += c0 - d0
-        self.boundary[(d0 - c0) % self.bs] += 1
-        fin = d0 - c0 + r.prompt_len + r.max_tokens - 1
-        b = self.finish.get(fin)
-        if b is None:
-            self.finish[fin] = {r.rid: r}
-        else:
-            b[r.rid] = r
-
-    def _lazy_detach(self, r) -> int:
-        """Drop r from the lazy aggregates (not the finish table); returns its num_computed."""
-        self.n_dec -= 1
-        self.lazy_sum -= r.c0 - r.d0
-        self.boundary[(r.d0 - r.c0) % self.bs] -= 1
-        return r.c0 + self.D - r.d0
-
-    def _lazy_remove(self, r) -> int:
-        """Take r out of the lazy set before it finishes; returns its materialised num_computed."""
-        comp = self._lazy_detach(r)
-        fin = r.d0 - r.c0 + r.prompt_len + r.max_tokens - 1
-        b = self.finish[fin]
-        del b[r.rid]
-        if not b:
-            del self.finish[fin]
-        r.num_computed = comp
-        r.n_out = comp - r.prompt_len + 1
-        return comp
 
     def _register_full(self, r, full: int, plain: int) -> int:
         """Give r's anonymous blocks content hashes up to block ``full`` (prefix caching);
@@ -368,55 +322,6 @@ class Instance:
             prefills.append((r, need))
             budget -= need
         return budget
-
-    # ---- the CPU tier (engine.kv_offload) ------------------------------------------------------
-    def _take_loaded(self, r, loaded) -> None:
-        """GPU blocks for content coming back from the CPU tier, held by r and cached again."""
-        kv = self.kv
-        kv.allocate(len(loaded))
-        for h in loaded:
-            kv.register(h)
-        r.hashes.extend(loaded)
-
-    def _start_load(self, r, hit_hashes, loaded, watermark: int, now: float) -> bool:
-        """vLLM's asynchronous load: r takes its blocks, leaves the queue while the copy runs and
-        comes back to its head with the loaded tokens computed.  Only started when the whole
-        prompt's blocks are free now, so a loaded request is not left holding half of what it needs."""
-        kv, bs = self.kv, self.bs
-        m = len(loaded)
-        rest = -(-r.num_tokens // bs) - len(hit_hashes) - m
-        evictable = kv.evictable_among(hit_hashes) if hit_hashes else 0
-        if m + rest + evictable > kv.free_count - watermark:
-            return False
-        self.waiting.popleft()
-        if hit_hashes:
-            kv.touch(hit_hashes)
-            kv.hits += len(hit_hashes) * bs
-        r.hashes = list(hit_hashes)
-        self._take_loaded(r, loaded)
-        r.plain_blocks = 0
-        r.num_computed = len(r.hashes) * bs
-        self.offload_held[r.rid] = r
-        self.loading += 1
-        ev = self.env.timeout(self.tier.load(loaded, bs) - now)
-        ev.callbacks.append(lambda _e, r=r: self._loaded(r))
-        return True
-
-    def _loaded(self, r) -> None:
-        self.loading -= 1
-        self.waiting.appendleft(r)
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
-
-    def _drop_loaded(self) -> None:
-        """Nothing runs and no waiting request fits beside the loaded ones: give their blocks back
-        (the contents stay cached on the GPU, so they hit there when admitted)."""
-        for r in list(self.offload_held.values()):
-            if r.rid in self.offload_held and r in self.waiting:
-                self.kv.free(0, r.hashes)
-                r.hashes = ()
-                r.num_computed = 0
-                del self.offload_held[r.rid]
 
     # ---- one scheduler iteration -------------------------------------------------------------
     def _schedule(self, now: float):
@@ -677,48 +582,6 @@ class Instance:
             if self.check:
                 self.check_invariants()
 
-    # ---- speculative decoders -----------------------------------------------------------------
-    def _draft_time(self, spec) -> float:
-        """Drafters on this replica draft k tokens one step at a time, batched across requests:
-        draft step j runs every fused request with k >= j."""
-        fused = sorted(((row[1], row[0].num_computed) for row in spec if row[1] and row[0].spec.fused), reverse=True)
-        if not fused:
-            return 0.0
-        t = 0.0
-        n = len(fused)
-        ctx = sum(c for _, c in fused)
-        j = 1
-        while n:
-            t += self.draft_model.step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j,
-                                                       num_sampled=n, running=n))
-            j += 1
-            while n and fused[n - 1][0] < j:
-                n -= 1
-                ctx -= fused[n][1]
-        return t
-
-    def _verified(self, spec, t_end: float, emit_t: float) -> None:
-        """Emit accepted + 1 tokens per verified request, free the rejected positions' KV."""
-        bs = self.bs
-        for r, k, a in spec:
-            old = r.num_computed
-            new = old + a + 1
-            drop = -(-(old + k + 1) // bs) - -(-new // bs)
-            if drop:
-                self.kv.free(drop, ())
-            r.num_computed = new
-            self.itl_extra.append((t_end - r.t_last_token, 1))
-            if a:
-                self.itl_extra.append((0.0, a))
-            r.t_last_token = t_end
-            r.n_out += a + 1
-            last = r.n_out >= r.max_tokens
-            if last:
-                del self.spec_dec[r.rid]
-            r.spec.round_done(r, self, k, a, last)
-            if last:
-                self._complete(r, new, emit_t)
-
     def wake(self) -> None:
         """Something outside (drafts arriving) made a waiting or running request schedulable."""
         if self._wake is not None and not self._wake.triggered:
@@ -735,34 +598,6 @@ class Instance:
         self.completed.append(r)
         self.on_done(r)
 
-    # ---- prefill/decode disaggregation ----------------------------------------------------------
-    def _handoff(self, r, emit_t: float) -> None:
-        """Prefill role: the first token is out; the KV stays held until the transfer ends."""
-        del self.running[r.rid]
-        r.t_last_token = r.t_handoff = emit_t
-        r.state = HANDOFF
-        self.transferring[r.rid] = r
-        self.on_handoff(r)
-
-    def release_handoff(self, r) -> None:
-        """The KV of a handed-off request has been copied out: free its blocks here."""
-        del self.transferring[r.rid]
-        self._release(r, r.num_computed, self.cache_on and r.segments is not None)
-        self.handed_off += 1
-        if self._wake is not None and not self._wake.triggered and self.waiting:
-            self._wake.succeed()
-
-    def take_unstarted(self):
-        """Remove and return the newest waiting request that was never scheduled (or None)."""
-        w = self.waiting
-        for i in range(len(w) - 1, -1, -1):
-            r = w[i]
-            if r.t_scheduled is None and not r.kv_ready and r.rid not in self.offload_held:
-                del w[i]
-                self.moved_out += 1
-                return r
-        return None
-
     def set_engine(self, engine) -> None:
         """Live change of scheduler knobs (max_num_seqs, max_num_batched_tokens, ...): the next
         step uses them; KV capacity and block size stay as built."""
@@ -776,45 +611,3 @@ class Instance:
     def idle(self) -> bool:
         """Nothing waiting, running, in the arrival delay or in KV transfer."""
         return not (self.running or self.waiting or self.in_alpha or self.transferring or self.offload_held)
-
-    # ---- invariants ---------------------------------------------------------------------------
-    def held_blocks(self) -> int:
-        """Blocks in use by running requests (shared cached blocks counted once)."""
-        plain = 0
-        shared = set()
-        for r in self.offload_held.values():
-            shared.update(r.hashes)
-        for r in self.transferring.values():
-            plain += -(-r.num_computed // self.bs) - len(r.hashes)
-            shared.update(r.hashes)
-        for r in self.running.values():
-            comp = r.num_computed if (r.prefilling or r.spec is not None) else r.c0 + self.D - r.d0
-            if r.prefilling:
-                plain += r.plain_blocks
-                check(-(-comp // self.bs) <= len(r.hashes) + r.plain_blocks)
-            else:
-                plain += -(-comp // self.bs) - len(r.hashes)
-            shared.update(r.hashes)
-        return plain + len(shared)
-
-    def check_invariants(self) -> None:
-        """BC-5 clock, BC-12 batch limit, BC-13 KV conservation, request conservation."""
-        now = self.env.now
-        check(now >= self._last_now, f"clock went back: {now} < {self._last_now}")
-        self._last_now = now
-        check(len(self.running) <= self.engine.max_num_seqs)
-        self.kv.check(self.held_blocks())
-        if self.tier is not None:
-            self.tier.check()
-        check(min(self.kv.cached.values(), default=0) >= 0)
-        check(self.n_dec + self.n_prefilling + len(self.spec_dec) == len(self.running))
-        check(self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0)
-        # pool isolation: a decode replica never produces a first token, a prefill replica
-        # never a second one
-        if self.role == "prefill":
-            for r in self.running.values():
-                check(r.n_out == 0, f"{self.name}: prefill replica decodes request {r.rid}")
-        elif self.role == "decode":
-            for r in self.running.values():
-                check(r.prefill_replica is not None and r.prefill_replica != self.name,
-                      f"{self.name}: decode replica runs the prefill of request {r.rid}")

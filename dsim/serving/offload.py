@@ -127,3 +127,56 @@ def build_tier(env, cfg: OffloadConfig | None, model, device, engine) -> CpuTier
     per_gpu = model.kv_bytes_per_token / tp * engine.block_size
     capacity = int(cfg.cpu_gb * 1e9 // (per_gpu * tp))
     return CpuTier(env, capacity, per_gpu / (device.pcie_bytes_s * device.pcie_efficiency), cfg)
+
+
+class TierAdmission:
+    """The replica's side of the CPU tier (a mixin of ``Instance``): admission calls these when a
+    waiting request's prefix continues in host memory."""
+
+    def _take_loaded(self, r, loaded) -> None:
+        """GPU blocks for content coming back from the CPU tier, held by r and cached again."""
+        kv = self.kv
+        kv.allocate(len(loaded))
+        for h in loaded:
+            kv.register(h)
+        r.hashes.extend(loaded)
+
+    def _start_load(self, r, hit_hashes, loaded, watermark: int, now: float) -> bool:
+        """vLLM's asynchronous load: r takes its blocks, leaves the queue while the copy runs and
+        comes back to its head with the loaded tokens computed.  Only started when the whole
+        prompt's blocks are free now, so a loaded request is not left holding half of what it needs."""
+        kv, bs = self.kv, self.bs
+        m = len(loaded)
+        rest = -(-r.num_tokens // bs) - len(hit_hashes) - m
+        evictable = kv.evictable_among(hit_hashes) if hit_hashes else 0
+        if m + rest + evictable > kv.free_count - watermark:
+            return False
+        self.waiting.popleft()
+        if hit_hashes:
+            kv.touch(hit_hashes)
+            kv.hits += len(hit_hashes) * bs
+        r.hashes = list(hit_hashes)
+        self._take_loaded(r, loaded)
+        r.plain_blocks = 0
+        r.num_computed = len(r.hashes) * bs
+        self.offload_held[r.rid] = r
+        self.loading += 1
+        ev = self.env.timeout(self.tier.load(loaded, bs) - now)
+        ev.callbacks.append(lambda _e, r=r: self._loaded(r))
+        return True
+
+    def _loaded(self, r) -> None:
+        self.loading -= 1
+        self.waiting.appendleft(r)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _drop_loaded(self) -> None:
+        """Nothing runs and no waiting request fits beside the loaded ones: give their blocks back
+        (the contents stay cached on the GPU, so they hit there when admitted)."""
+        for r in list(self.offload_held.values()):
+            if r.rid in self.offload_held and r in self.waiting:
+                self.kv.free(0, r.hashes)
+                r.hashes = ()
+                r.num_computed = 0
+                del self.offload_held[r.rid]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 
-from ..config.engine import SCHEDULING_POLICIES as POLICIES  # noqa: F401 (the names, validated there)
 from ..latency.base import BatchShape
 
 

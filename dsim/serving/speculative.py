@@ -1,0 +1,51 @@
+"""The replica's speculative-decoding steps: drafting on the replica (fused drafters) and the
+bookkeeping after a verification.  A mixin of ``Instance``: the drafts and the verify chunks are
+costed inside its step; see dsim.serving.instance for how eager decoders enter a step."""
+from __future__ import annotations
+
+from ..latency.base import BatchShape
+
+
+class SpeculativeSteps:
+    # ---- speculative decoders -----------------------------------------------------------------
+    def _draft_time(self, spec) -> float:
+        """Drafters on this replica draft k tokens one step at a time, batched across requests:
+        draft step j runs every fused request with k >= j."""
+        fused = sorted(((row[1], row[0].num_computed) for row in spec if row[1] and row[0].spec.fused), reverse=True)
+        if not fused:
+            return 0.0
+        t = 0.0
+        n = len(fused)
+        ctx = sum(c for _, c in fused)
+        j = 1
+        while n:
+            t += self.draft_model.step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j,
+                                                       num_sampled=n, running=n))
+            j += 1
+            while n and fused[n - 1][0] < j:
+                n -= 1
+                ctx -= fused[n][1]
+        return t
+
+    def _verified(self, spec, t_end: float, emit_t: float) -> None:
+        """Emit accepted + 1 tokens per verified request, free the rejected positions' KV."""
+        bs = self.bs
+        for r, k, a in spec:
+            old = r.num_computed
+            new = old + a + 1
+            drop = -(-(old + k + 1) // bs) - -(-new // bs)
+            if drop:
+                self.kv.free(drop, ())
+            r.num_computed = new
+            self.itl_extra.append((t_end - r.t_last_token, 1))
+            if a:
+                self.itl_extra.append((0.0, a))
+            r.t_last_token = t_end
+            r.n_out += a + 1
+            last = r.n_out >= r.max_tokens
+            if last:
+                del self.spec_dec[r.rid]
+            r.spec.round_done(r, self, k, a, last)
+            if last:
+                self._complete(r, new, emit_t)
+
