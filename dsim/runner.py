@@ -14,7 +14,7 @@ from .config.scenario import Scenario, load_scenario
 from .cluster.control import build_controllers, run_controller
 from .cluster.fleet import Fleet
 from .core.request import PENDING
-from .core.simulation import Simulation
+from .core.simulation import Simulation, arrival_timeout
 from .metrics.provenance import software_versions
 from .metrics import plots as plots_mod
 from .metrics.summary import request_latencies, summarize
@@ -128,6 +128,9 @@ class Session:
             self.spec = SpecRuntime(sim, self.fleet, self.network, scn.spec, self.reqs, scn.horizon_s,
                                     scn.slo_tpot_ms)
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet) + list(controllers)
+        self.fleet.extra_actors += len(self.controllers) + (len(self.spec.devices) if self.spec is not None else 0)
+        if self.network is not None:
+            self.fleet.extra_actors += 1 + len(self.network.outages)
         self.action_log: list = []
         for c in self.controllers:
             sim.process(run_controller(self.fleet, c, self.action_log))
@@ -178,7 +181,7 @@ class Session:
             t = r.arrival
             dt = t - env.now
             if dt > 0 and t != last:       # simultaneous arrivals stay simultaneous
-                yield env.timeout(dt)
+                yield arrival_timeout(env, dt)
             last = t
             if cap is not None:
                 # like `vllm bench serve --max-concurrency`: a request waits for a free client,
@@ -231,7 +234,7 @@ def _final_invariants(fleet: Fleet, horizon, drain) -> None:
     (BC-8), pool isolation, and after a drained run: no work left, no KV block leaked."""
     fleet.check_conservation()
     for r in fleet.completed:
-        if not (r.arrival <= r.t_queued <= r.t_scheduled <= r.t_first_token <= r.t_completion
+        if not (r.arrival <= r.t_routed <= r.t_queued <= r.t_scheduled <= r.t_first_token <= r.t_completion
                 and r.n_out == r.max_tokens):           # message built only on failure (per request)
             check(False, f"causality or token count violated for request {r.rid}")
     fleet.check_isolation()

@@ -14,7 +14,7 @@ import dataclasses
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
-from ..core.request import COMPLETED, REJECTED
+from ..core.request import COMPLETED, REJECTED, ROUTED
 from ..latency.base import BatchShape, LatencyContext
 from ..latency.registry import build_latency
 from ..serving.instance import Instance
@@ -25,6 +25,14 @@ from .views import ClusterView, LiveView, RouterSlot
 from ..core.invariant import check
 
 STARTING, READY, DRAINING, RETIRED = "starting", "ready", "draining", "retired"
+
+# BC-14 (seed 004): the event queue holds O(requests in flight x events per request).  A request in
+# flight has at most a few events pending (its arrival-delay timeout, a KV or draft message, a draft
+# job's timeout); every actor (replica loop, draft device, controller, the network's timer and
+# outage processes) at most two; the arrival process and run-level timers a fixed handful.
+EVENTS_PER_REQUEST = 4
+EVENTS_PER_ACTOR = 2
+EVENTS_FIXED = 64
 
 
 class Replica:
@@ -164,6 +172,8 @@ class Pool:
                                             self.engine))
         if f.tracer_factory is not None:
             inst.tracer = f.tracer_factory(inst)
+        if f.check:
+            inst.on_check = f.check_event_queue
         rep = Replica(f, self, i, inst, sim.now)
         holder.append(rep)
         for hook in f.replica_hooks:
@@ -342,6 +352,7 @@ class Fleet:
         self.spec = scn.fleet
         self.base_dir = scn.base_dir
         self.check = check_invariants
+        self.extra_actors = 0        # draft devices, controllers: processes besides the replicas (BC-14)
         self._version = 0
         self.clusters = [Cluster(self, c, i, network) for i, c in enumerate(self.spec.clusters)]
         self.pools = {p.name: p for c in self.clusters for p in c.pools}
@@ -386,6 +397,8 @@ class Fleet:
                 hook(r)
             return
         self._book(rep, r, cluster.router.router.routed_work(r))
+        r.state = ROUTED
+        r.t_routed = self.sim.now
         rep.inst.submit(r)
 
     def _live_clusters(self) -> list:
@@ -516,13 +529,22 @@ class Fleet:
         for rep in self.replicas():
             i = rep.inst
             check(len(i.waiting) + i.in_alpha + len(i.running) + len(i.completed) + len(i.rejected)
-                  + len(i.transferring) + i.handed_off + i.moved_out == i.submitted,
+                  + len(i.transferring) + i.handed_off + i.moved_out + i.loading == i.submitted,
                   f"{rep.name}: conservation")
-            placed += len(i.waiting) + i.in_alpha + len(i.running)
+            placed += len(i.waiting) + i.in_alpha + len(i.running) + i.loading
         check(placed + self.in_transfer + len(self.completed) + len(self.rejected) == self.arrived,
               "fleet conservation: arrived != queued + running + in transfer + completed + rejected")
         for rep in self.replicas():
             check(rep.state != RETIRED or rep.inst.idle, f"{rep.name} retired with work")
+
+    def check_event_queue(self) -> None:
+        """BC-14: the pending events are bounded by the requests in flight and the actors."""
+        n = len(self.sim.env._queue)
+        active = self.arrived - len(self.completed) - len(self.rejected)
+        actors = len(self.replicas()) + self.extra_actors
+        bound = EVENTS_PER_REQUEST * active + EVENTS_PER_ACTOR * actors + EVENTS_FIXED
+        if n > bound:
+            check(False, f"BC-14: {n} pending events > {bound} ({active} requests in flight, {actors} actors)")
 
     def check_isolation(self) -> None:
         """P/D pool isolation over finished requests: the first token came from a prefill replica

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 # Lifecycle states, in order.  REJECTED is terminal for requests that can never fit.
-PENDING, QUEUED, RUNNING, PREEMPTED, COMPLETED, REJECTED, HANDOFF = range(7)
-STATE_NAMES = ("pending", "queued", "running", "preempted", "completed", "rejected", "kv_transfer")
+# ROUTED (seed 004 BC-7: a replica was chosen, the request is on its way into that replica's queue)
+# came last and keeps the other values.
+PENDING, QUEUED, RUNNING, PREEMPTED, COMPLETED, REJECTED, HANDOFF, ROUTED = range(8)
+STATE_NAMES = ("pending", "queued", "running", "preempted", "completed", "rejected", "kv_transfer", "routed")
 
 
 class Request:
@@ -16,7 +18,7 @@ class Request:
 
     __slots__ = (
         "rid", "arrival", "prompt_len", "max_tokens", "segments", "prefix_group", "label",
-        "state", "t_queued", "t_scheduled", "t_first_token", "t_completion", "t_last_token",
+        "state", "t_routed", "t_queued", "t_scheduled", "t_first_token", "t_completion", "t_last_token",
         "preempt_times", "cached_tokens", "num_computed", "n_out",
         "d0", "c0", "hashes", "plain_blocks", "block_hashes", "prefilling", "itl_gap",
         "session", "tenant", "replica", "prefill_replica", "kv_ready", "reject_reason", "t_handoff", "t_kv_ready",
@@ -33,7 +35,7 @@ class Request:
         self.prefix_group = prefix_group
         self.label = label
         self.state = PENDING
-        self.t_queued = self.t_scheduled = self.t_first_token = self.t_completion = None
+        self.t_routed = self.t_queued = self.t_scheduled = self.t_first_token = self.t_completion = None
         self.t_last_token = None
         self.preempt_times: tuple = ()    # immutable and shared while empty: no list per request
         self.cached_tokens = 0       # prefix-cache hit tokens at first scheduling

@@ -17,7 +17,7 @@ COLUMNS = ("request_id", "label", "state", "arrival_s", "queued_s", "scheduled_s
            "completion_s", "prompt_tokens", "output_tokens", "generated_tokens", "ttft_ms", "tpot_ms",
            "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group",
            "tenant", "session", "replica", "prefill_replica", "kv_ready_s", "reject_reason",
-           "priority", "slo_class")
+           "priority", "slo_class", "route_ms")
 
 
 def _f(x, scale=1.0):
@@ -46,7 +46,7 @@ def request_rows(reqs, raw: bool = False):
                len(r.preempt_times), ";".join(f"{t:.6f}" for t in r.preempt_times) or empty,
                r.cached_tokens, opt(r.prefix_group), r.tenant or empty, opt(r.session), r.replica or empty,
                r.prefill_replica or empty, f(r.t_kv_ready), r.reject_reason or empty, r.priority,
-               r.slo_class or empty)
+               r.slo_class or empty, f(None if r.t_routed is None else r.t_routed - r.arrival, 1e3))
 
 
 def requests_csv(reqs) -> str:

@@ -38,6 +38,8 @@ class ReplicaChecks:
         check(min(self.kv.cached.values(), default=0) >= 0)
         check(self.n_dec + self.n_prefilling + len(self.spec_dec) == len(self.running))
         check(self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0)
+        if self.on_check is not None:
+            self.on_check()
         # pool isolation: a decode replica never produces a first token, a prefill replica
         # never a second one
         if self.role == "prefill":

@@ -129,6 +129,7 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
         self.busy_time = 0.0
         self._wake = None
         self._last_now = 0.0
+        self.on_check = None             # fleet-level check run after this replica's invariants
         self.tracer = None               # optional step observer: before(inst, prefills, skipped, shape), after(...)
         self.spec_dec: dict = {}         # rid -> speculative (eager) decoder, admission order
         self._spec_sched: list = []      # this step's [(req, k, accepted)]
