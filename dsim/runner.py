@@ -159,6 +159,8 @@ class Session:
             rec = StepRecorder(opts.get("step_rate", 1.0), opts.get("rich_rate", 1.0),
                                self.sim.rng.stream(f"trace.{inst.name}"))
             self.recorders.append((inst, rec))
+            if inst.tier is not None:
+                inst.tier.events = rec.kv_events = []
             return rec
         return make
 

@@ -108,3 +108,23 @@ def test_bad_offload_input_is_one_line_exit_2_and_writes_nothing(setting, key, t
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"dsim: error: {key}"), err
     assert not any(tmp_path.iterdir())
+
+
+def test_transfers_are_in_the_otlp_kv_connector_stream(tmp_path):
+    from dsim.calibrate.vllm_traces import read_otlp
+    res = dsim.run(scenario(latency={"model": "blackbox", "beta": [B0, B1, 0], "alpha": [0, 0, 0]},
+                            engine={"num_gpu_blocks": 40, "max_num_seqs": 4, "enable_prefix_caching": True,
+                                    "kv_offload": {"cpu_gb": 1}},
+                            workload={"type": "trace", "path": str(_trace(tmp_path, ROWS)), "prefix_tokens": 320}),
+                   vllm_traces=True)
+    p = tmp_path / "traces.jsonl"
+    res.write_vllm_traces(p)
+    ev = read_otlp([p]).kv_events
+    loads = [(t, a) for _, name, t, a in ev if name == "TransferInitiated" and a["kv.direction"] == "cpu_to_gpu"]
+    done = [t for _, name, t, a in ev if name == "TransferCompleted" and a["kv.direction"] == "cpu_to_gpu"]
+    assert [(a["kv.num_blocks"], a["request.id"]) for _, a in loads] == [(19, "2")]
+    r2 = sorted(res.requests, key=lambda r: r.rid)[2]
+    assert loads[0][0] == pytest.approx(r2.arrival, abs=1e-9) and done[0] == pytest.approx(r2.t_scheduled, abs=1e-9)
+    # stores: r0's 21 blocks, r1's 39, and r2's one new block (its 19 loaded ones are resident already)
+    stored = sum(a["kv.num_blocks"] for _, name, _, a in ev if name == "CacheStoreCommitted")
+    assert stored == 21 + 39 + 1

@@ -8,7 +8,10 @@ hardware and TP it ran); its spans are grouped by instrumentation scope:
   * ``vllm.scheduler``: one ``llm_core`` span per request, events QUEUED, SCHEDULED, FIRST_TOKEN,
     PREEMPTED, FINISHED, with phase / progress attributes;
   * ``vllm.scheduler.step``: one ``scheduler_step`` span per sampled step carrying a
-    ``step.BATCH_SUMMARY`` event and, in rich mode, one ``step.REQUEST_SNAPSHOT`` per scheduled request.
+    ``step.BATCH_SUMMARY`` event and, in rich mode, one ``step.REQUEST_SNAPSHOT`` per scheduled request;
+  * ``vllm.kv_connector`` (replicas with ``engine.kv_offload``): one span per CPU-tier copy with
+    TransferInitiated / TransferCompleted (and CacheStoreCommitted for stores), and CacheEvicted
+    for host blocks dropped.
 Timestamps are integer nanoseconds from the start of the simulation.
 
 The reader accepts any arrangement of these events over spans (it goes by event name, the part
@@ -39,6 +42,7 @@ class StepRecorder:
         self.step_rate, self.rich_rate, self.rng = step_rate, rich_rate, rng
         self.steps: list = []
         self.step_id = 0
+        self.kv_events = None        # the replica's CPU-tier transfers (dsim.serving.offload), if any
 
     def before(self, inst, prefills, skipped, shape: BatchShape):
         self.step_id += 1
@@ -118,6 +122,26 @@ def _step_spans(rec: StepRecorder, base_id: int) -> list:
     return spans
 
 
+def _kv_spans(events, base_id: int) -> list:
+    """One ``kv_transfer`` span per CPU-tier copy: TransferInitiated and TransferCompleted (and
+    CacheStoreCommitted for stores to host memory); host evictions are ``CacheEvicted`` events."""
+    spans = []
+    for i, (direction, t0, t1, blocks, rid) in enumerate(events):
+        attrs = {"kv.num_blocks": blocks}
+        if direction == "evict":
+            spans.append(_span(base_id + i, base_id + i, "kv_evict", t0, t1, {"kv.medium": "CPU"},
+                               [_event("kv.CacheEvicted", t0, attrs)]))
+            continue
+        attrs["kv.direction"] = direction
+        if rid:
+            attrs["request.id"] = rid
+        ev = [_event("kv.TransferInitiated", t0, attrs), _event("kv.TransferCompleted", t1, attrs)]
+        if direction == "gpu_to_cpu":
+            ev.append(_event("kv.CacheStoreCommitted", t1, attrs))
+        spans.append(_span(base_id + i, base_id + i, "kv_transfer", t0, t1, {"kv.direction": direction}, ev))
+    return spans
+
+
 def _journey_spans(reqs, tok_over: float) -> tuple[list, list]:
     api, core = [], []
     for r in reqs:
@@ -161,6 +185,8 @@ def write_otlp(path: Path, replicas, reqs) -> None:
         resource = {"attributes": _attrs({"service.name": "dsim", "dsim.replica": name, **res_attrs})}
         steps = _step_spans(rec, (k + 1) << 40)
         scopes = [("vllm.api", api), ("vllm.scheduler", core)]
+        if rec.kv_events:
+            scopes.append(("vllm.kv_connector", _kv_spans(rec.kv_events, (k + 1) << 44)))
         chunk = 2000
         for i in range(0, max(len(steps), 1), chunk):
             scopes.append(("vllm.scheduler.step", steps[i:i + chunk]))
@@ -256,7 +282,7 @@ def _read_span(tr: Traces, rep: str, sp: dict, where: str) -> None:
                 continue                                  # resumes after preemption: keep the first
             else:
                 j[name] = (t, a)
-        elif name in ("CacheStoreCommitted", "TransferInitiated", "TransferCompleted"):
+        elif name in ("CacheStoreCommitted", "TransferInitiated", "TransferCompleted", "CacheEvicted"):
             tr.kv_events.append((rep, name, t, a))
 
 

@@ -310,7 +310,7 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
                 r.hashes = list(hit_hashes)
                 if loaded:                   # overlap false: the copy is part of this step
                     self._take_loaded(r, loaded)
-                    self._load_wait = max(self._load_wait, tier.load(loaded, bs) - now)
+                    self._load_wait = max(self._load_wait, tier.load(loaded, bs, r.rid) - now)
             r.plain_blocks = new_blocks
             r.num_computed = hit
             if r.t_scheduled is None:

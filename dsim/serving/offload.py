@@ -26,7 +26,7 @@ class CpuTier:
     """Host-memory KV blocks: LRU contents, stores in flight, and the PCIe channels."""
 
     __slots__ = ("env", "capacity", "block_s", "write_through", "overlap", "lru", "pending", "in_flight",
-                 "d2h_free", "h2d_free", "stored", "loaded", "evicted", "hit_tokens", "load_s", "loads")
+                 "d2h_free", "h2d_free", "stored", "loaded", "evicted", "hit_tokens", "load_s", "loads", "events")
 
     def __init__(self, env, capacity_blocks: int, block_s: float, cfg: OffloadConfig):
         if capacity_blocks < 1:
@@ -47,6 +47,10 @@ class CpuTier:
         self.hit_tokens = 0
         self.load_s = 0.0                # PCIe time spent loading
         self.loads = 0                   # requests that loaded from the tier
+        # transfers for the OTLP KV-connector stream, recorded only when a run emits vLLM traces:
+        # [direction, start, end, blocks, request id] (a step's stores are one transfer) and
+        # ["evict", time, time, blocks, ""]
+        self.events: list | None = None
 
     def store(self, h) -> None:
         """Copy GPU block content ``h`` to host memory (no-op if resident or already on its way)."""
@@ -61,17 +65,27 @@ class CpuTier:
         self.d2h_free = t
         self.pending.append((t, h))
         self.in_flight.add(h)
+        ev = self.events
+        if ev is not None:
+            last = ev[-1] if ev else None
+            if last is not None and last[0] == "gpu_to_cpu" and last[1] == now:
+                last[2] = t
+                last[3] += 1
+            else:
+                ev.append(["gpu_to_cpu", now, t, 1, ""])
 
     def _settle(self, now: float) -> None:
         p, lru = self.pending, self.lru
         while p and p[0][0] <= now:
-            _, h = p.popleft()
+            t, h = p.popleft()
             self.in_flight.discard(h)
             lru[h] = None
             self.stored += 1
             if len(lru) > self.capacity:
                 lru.popitem(last=False)
                 self.evicted += 1
+                if self.events is not None:
+                    self.events.append(["evict", t, t, 1, ""])
 
     def lookup(self, hashes, start: int, gpu_cached) -> list:
         """The blocks ``hashes[start:]`` resident here, up to the first one that is not (or that
@@ -85,7 +99,7 @@ class CpuTier:
             out.append(h)
         return out
 
-    def load(self, hashes, bs: int) -> float:
+    def load(self, hashes, bs: int, rid: int = -1) -> float:
         """Start copying ``hashes`` back to the GPU; returns when the copy ends."""
         lru = self.lru
         for h in hashes:
@@ -98,6 +112,8 @@ class CpuTier:
         self.hit_tokens += len(hashes) * bs
         self.load_s += d
         self.loads += 1
+        if self.events is not None:
+            self.events.append(["cpu_to_gpu", t - d, t, len(hashes), str(rid)])
         return t
 
     def check(self) -> None:
@@ -161,7 +177,7 @@ class TierAdmission:
         r.num_computed = len(r.hashes) * bs
         self.offload_held[r.rid] = r
         self.loading += 1
-        ev = self.env.timeout(self.tier.load(loaded, bs) - now)
+        ev = self.env.timeout(self.tier.load(loaded, bs, r.rid) - now)
         ev.callbacks.append(lambda _e, r=r: self._loaded(r))
         return True
 
