@@ -214,3 +214,13 @@ def test_explore_commands_refuse_an_unwritable_out_before_simulating(tmp_path, c
     assert main(cmd + ["--out", str(f)]) == 2
     assert time.time() - t0 < 5 and capsys.readouterr().err.startswith(f"dsim: error: {f}:")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_plan_counts_pipeline_stages_as_gpus(tmp_path):
+    from dsim.explore.plan import plan
+    scn = {**CONST, "model": "meta-llama/Llama-3.1-8B", "engine": {**CONST.get("engine", {}), "pipeline_parallel_size": 2},
+           "workload": {**CONST["workload"], "rate": 20, "num_requests": 200}}
+    res = plan(scn, {"tensor_parallel_size": [1, 2]}, gpus=8, slos=["ttft_p99_ms=1000"], out=tmp_path / "p")
+    for c in res["rows"]:
+        assert c["gpus"] == c["tensor_parallel_size"] * 2 * c["replicas"] <= 8
+    assert max(c["replicas"] for c in res["rows"] if c["tensor_parallel_size"] == 2) == 2

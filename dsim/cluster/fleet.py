@@ -19,6 +19,7 @@ from ..latency.base import BatchShape, LatencyContext
 from ..latency.registry import build_latency
 from ..serving.instance import Instance
 from ..serving.offload import build_tier
+from ..serving.pipeline import PipelineStep, build_pipeline
 from .admission import build_admission
 from .transfer import build_transfer
 from .views import ClusterView, LiveView, RouterSlot
@@ -155,16 +156,30 @@ class Pool:
         return s.model.weight_bytes / s.engine.tensor_parallel_size / s.device.weight_load_bytes_s + s.cold_start_s
 
     def add_replica(self, delay: float = 0.0) -> Replica:
+        """A new replica; with pipeline parallelism P a group of P virtual engines sharing one
+        pipeline (dsim.serving.pipeline), the first of which is returned."""
+        pp = self.engine.pipeline_parallel_size
+        if pp == 1:
+            return self._add_one(delay, None, None)
+        pipe = build_pipeline(self.engine, self.spec.model, self.spec.device)
+        g = len(self.replicas) // pp
+        base = f"{self.name}-{g}" if self.fleet.spec.declared else f"replica{g}"
+        return [self._add_one(delay, pipe, f"{base}.ve{k}") for k in range(pp)][0]
+
+    def _add_one(self, delay: float, pipe, lane: str | None) -> Replica:
         f = self.fleet
         sim = f.sim
         i = len(self.replicas)
-        name = f"{self.name}-{i}" if f.spec.declared else "replica0"
-        ctx = LatencyContext(self.spec.model, self.spec.device, self.engine, self.kv_blocks,
+        name = lane or (f"{self.name}-{i}" if f.spec.declared else "replica0")
+        blocks = self.kv_blocks // self.engine.pipeline_parallel_size     # V0: each virtual engine 1/PP
+        ctx = LatencyContext(self.spec.model, self.spec.device, self.engine, blocks,
                              sim.rng.stream(f"latency.{name}"), f.base_dir)
         step, queueing, desc = build_latency(self.spec.latency, ctx, self._lat_path())
+        if pipe is not None:
+            step = PipelineStep(step, pipe, sim.env)
         self.latency_desc = desc
         holder: list = []
-        inst = Instance(sim, self.engine, step, queueing, self.kv_blocks, name=name,
+        inst = Instance(sim, self.engine, step, queueing, blocks, name=name,
                         check_invariants=f.check, role=self.role,
                         on_done=lambda r: f._on_done(holder[0], r),
                         on_handoff=lambda r: f._on_handoff(holder[0], r),
@@ -361,6 +376,7 @@ class Fleet:
             self.global_router = RouterSlot(self, self.spec.global_router, "cluster.router", "router.global")
             self.cluster_views = [ClusterView(c) for c in self.clusters]
         self.admission = build_admission(self.spec.admission, "cluster.admission", scn.slo_ttft_ms)
+        _check_pipelines(self.spec, scn)
         for c in self.clusters:
             for p in c.pools:
                 for _ in range(p.spec.replicas):
@@ -562,3 +578,20 @@ class Fleet:
             check(pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster,
                   f"pool isolation violated for request {r.rid}")
             check(r.t_first_token <= r.t_handoff <= r.t_kv_ready <= r.t_completion)
+
+
+def _check_pipelines(spec, scn) -> None:
+    """What pipeline parallelism is not combined with yet (each needs a decision on how a group of
+    virtual engines takes part): P/D roles, speculation, the CPU tier, controllers that scale."""
+    for c in spec.clusters:
+        for p in c.pools:
+            pp = p.engine.pipeline_parallel_size
+            if pp == 1:
+                continue
+            where = f"{p.path}.engine.pipeline_parallel_size" if p.path else "engine.pipeline_parallel_size"
+            why = ("a P/D role" if p.role != "mixed" else "speculation" if scn.spec is not None
+                   else "engine.kv_offload" if p.engine.kv_offload is not None
+                   else "cluster.controllers" if spec.controllers else None)
+            if why is not None:
+                raise ConfigError(where, pp, f"1 with {why} (pipeline-parallel virtual engines are not combined "
+                                  "with it yet)")

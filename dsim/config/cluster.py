@@ -69,6 +69,9 @@ def check_tp(model: ModelSpec, engine: EngineConfig, path: str) -> None:
     if tp > 1 and model.num_heads % tp:
         raise ConfigError(f"{path}.tensor_parallel_size", tp,
                           f"a divisor of the model's {model.num_heads} attention heads")
+    pp = engine.pipeline_parallel_size
+    if pp > model.num_layers:
+        raise ConfigError(f"{path}.pipeline_parallel_size", pp, f"at most the model's {model.num_layers} layers")
 
 
 def single_pool(model, device, engine, latency) -> FleetSpec:

@@ -40,6 +40,7 @@ SCHEDULING_POLICIES = ("fcfs", "priority", "edf", "age_weighted")
 @dataclass(frozen=True)
 class EngineConfig:
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1          # layers split over PP stages (dsim.serving.pipeline)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
@@ -66,24 +67,27 @@ class EngineConfig:
     def kv_blocks(self, model: ModelSpec, device: DeviceProfile, path: str = "engine") -> int:
         """Blocks of ``block_size`` tokens that fit per replica (vLLM's profile-then-fill rule).
 
-        free = memory x gpu_memory_utilization - weights/TP - peak activations - non-torch memory,
-        per GPU; KV per token per GPU = kv_bytes_per_token / TP (KV heads are sharded).
+        free = memory x gpu_memory_utilization - weights/(TP x PP) - peak activations - non-torch
+        memory, per GPU; KV per token per GPU = kv_bytes_per_token / (TP x PP) (KV heads are sharded
+        over TP, layers over PP).  With PP every GPU holds its layers' part of every block, so the
+        count is the per-GPU one (vLLM V0 then divides it among its PP virtual engines).
         """
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
         tp = self.tensor_parallel_size
+        shards = tp * self.pipeline_parallel_size
         budget = device.memory_bytes * self.gpu_memory_utilization
-        weights = model.weight_bytes / tp
+        weights = model.weight_bytes / shards
         act = (self.max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * 2
                + self.max_num_seqs * model.vocab_size * 4)
         free = budget - weights - act - self.non_torch_memory_gb * GIB
-        per_block = model.kv_bytes_per_token / tp * self.block_size
+        per_block = model.kv_bytes_per_token / shards * self.block_size
         blocks = int(free // per_block)
         if blocks <= 0:
             raise ConfigError(f"{path}.gpu_memory_utilization", self.gpu_memory_utilization,
                               f"enough memory for the KV cache: {model.name} needs {weights / 1e9:.1f} GB of weights "
                               f"per GPU on {device.name} ({device.memory_bytes / 1e9:.0f} GB); raise "
-                              "tensor_parallel_size or pick a larger device")
+                              "tensor_parallel_size or pipeline_parallel_size, or pick a larger device")
         return blocks
 
 
@@ -101,6 +105,7 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
     max_len = s.int("max_model_len", 8192, lo=1)
     e = EngineConfig(
         tensor_parallel_size=s.int("tensor_parallel_size", 1, lo=1),
+        pipeline_parallel_size=s.int("pipeline_parallel_size", 1, lo=1, hi=1024),
         max_num_seqs=s.int("max_num_seqs", 256, lo=1),
         max_num_batched_tokens=s.int("max_num_batched_tokens", 2048 if chunked else max(max_len, 2048), lo=1),
         enable_chunked_prefill=chunked,

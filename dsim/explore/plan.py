@@ -169,18 +169,26 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     w = _workload_stats(base)
     cands = []
     for tp, knobs in sp.families():
-        reps = [r for r in (sp.replicas or range(1, gpus // tp + 1)) if r * tp <= gpus]
-        if not reps:
-            continue
         ovs = list(overrides) + as_overrides([(TP_KEY, tp)] + list(knobs))
         fam = {"tensor_parallel_size": tp, **dict(knobs)}
+        bad = None
         try:
             scn = load_scenario(src, ovs)
-            rows = screen_family(scn, w, reps, slos)
+            per = tp * scn.fleet.pools[0].engine.pipeline_parallel_size      # GPUs of one replica
         except ConfigError as e:
-            rows = [{"replicas": r, "screen": "pruned", "reason": str(e)} for r in reps]
+            scn, per, bad = None, tp, e
+        reps = [r for r in (sp.replicas or range(1, gpus // per + 1)) if r * per <= gpus]
+        if not reps:
+            continue
+        if bad is None:
+            try:
+                rows = screen_family(scn, w, reps, slos)
+            except ConfigError as e:
+                bad = e
+        if bad is not None:
+            rows = [{"replicas": r, "screen": "pruned", "reason": str(bad)} for r in reps]
         for row in rows:
-            cands.append({**fam, **row, "gpus": tp * row["replicas"], "_ovs": ovs})
+            cands.append({**fam, **row, "gpus": per * row["replicas"], "_ovs": ovs})
     _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address)
     sims = [c for c in cands if "pass" in c]
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))

@@ -100,7 +100,7 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
         self._load_wait = 0.0            # kv_offload.overlap false: this step waits for its loads
         self.cache_on = engine.enable_prefix_caching
         self.check = check_invariants
-        self.policy = make_policy(engine, step_model)     # None = FCFS
+        self.policy = make_policy(engine, getattr(step_model, "unpipelined", step_model))  # None = FCFS
         self.by_priority = self.policy is not None
         self.waiting = PriorityWaiting() if self.by_priority else deque()
         self.running: dict = {}          # rid -> Request, in admission order
