@@ -224,3 +224,19 @@ def test_plan_counts_pipeline_stages_as_gpus(tmp_path):
     for c in res["rows"]:
         assert c["gpus"] == c["tensor_parallel_size"] * 2 * c["replicas"] <= 8
     assert max(c["replicas"] for c in res["rows"] if c["tensor_parallel_size"] == 2) == 2
+
+
+def test_absolute_paths_reach_lists_and_speculation():
+    from dsim.explore.plan import absolute_paths
+    raw = {"workload": {"type": "mix", "classes": [{"path": "a.jsonl"}, {"type": "poisson"}]},
+           "speculation": {"acceptance": {"bundle": "b.json"}, "drafter": {"config": "/abs/c.json"}},
+           "cluster": {"pools": [{"model": {"config": "m.json"}, "latency": {"path": "l.csv"}}, {"model": "name"}]},
+           "model": "meta-llama/Llama-3.1-8B"}
+    doc = absolute_paths(raw, "/base")
+    assert doc["workload"]["classes"][0]["path"] == "/base/a.jsonl"
+    assert doc["speculation"]["acceptance"]["bundle"] == "/base/b.json"
+    assert doc["speculation"]["drafter"]["config"] == "/abs/c.json"            # already absolute
+    assert doc["cluster"]["pools"][0]["model"]["config"] == "/base/m.json"
+    assert doc["cluster"]["pools"][0]["latency"]["path"] == "/base/l.csv"
+    assert doc["cluster"]["pools"][1]["model"] == "name" and doc["model"] == "meta-llama/Llama-3.1-8B"   # names stay
+    assert raw["workload"]["classes"][0]["path"] == "a.jsonl"                 # the input is not changed

@@ -211,21 +211,41 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
 
 # keys whose values are files, relative to the scenario's folder
 _PATH_KEYS = (("workload", "path"), ("workload", "prompt_tokens", "path"), ("workload", "output_tokens", "path"),
-              ("latency", "path"), ("latency", "coefficients"), ("model", "config"), ("hardware", "profile"))
+              ("workload", "classes", "*", "path"), ("latency", "path"), ("latency", "coefficients"),
+              ("model", "config"), ("hardware", "profile"),
+              ("cluster", "pools", "*", "model", "config"), ("cluster", "pools", "*", "latency", "path"),
+              ("cluster", "pools", "*", "latency", "coefficients"),
+              ("speculation", "acceptance", "bundle"), ("speculation", "acceptance", "curves"),
+              ("speculation", "drafter", "config"), ("speculation", "fused_drafter", "config"))
 
 
 def absolute_paths(raw: dict, base_dir) -> dict:
-    """The scenario with its file paths made absolute, so it can be saved in another folder."""
+    """The scenario with its file paths made absolute, so it can be saved in another folder
+    (``*`` in a key path: every item of a list)."""
     import copy
     doc = copy.deepcopy(raw)
     if base_dir is None:
         return doc
+
+    def walk(node, keys):
+        if not keys:
+            return
+        k, rest = keys[0], keys[1:]
+        if k == "*":
+            for item in node if isinstance(node, list) else ():
+                walk(item, rest)
+            return
+        if not isinstance(node, dict):
+            return
+        if not rest:
+            v = node.get(k)
+            if isinstance(v, str) and not Path(v).is_absolute():
+                node[k] = str(Path(base_dir) / v)
+            return
+        walk(node.get(k), rest)
+
     for keys in _PATH_KEYS:
-        node = doc
-        for k in keys[:-1]:
-            node = node.get(k) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str) and not Path(node[keys[-1]]).is_absolute():
-            node[keys[-1]] = str(Path(base_dir) / node[keys[-1]])
+        walk(doc, keys)
     return doc
 
 
