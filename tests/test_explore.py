@@ -86,9 +86,9 @@ def test_killed_sweep_resumes_without_lost_or_duplicated_points(tmp_path):
     assert 2 <= len(done) < 8, "the sweep was not interrupted mid-way"
     assert not (out / "results.csv").exists()
     assert all(json.loads(p.read_text())["row"]["status"] == "ok" for p in done)    # no torn file
-    assert main(cmd[3:]) == 0
-    stats = sweep.last_stats
-    assert stats["reused"] == len(done) and stats["computed"] == 8 - len(done)
+    rows = sweep(QS, ["workload.rate=5,10,15,20,25,30,35,40"], overrides=["workload.num_requests=1500"],
+                 out=out)
+    assert rows.stats["reused"] == len(done) and rows.stats["computed"] == 8 - len(done)
     rows = _csv(out / "results.csv")
     assert [int(r["workload.rate"]) for r in rows] == [5, 10, 15, 20, 25, 30, 35, 40]
     assert len(list((out / "points").glob("*.json"))) == 8

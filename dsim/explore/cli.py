@@ -54,7 +54,7 @@ def run_sweep(args) -> int:
     rows = sweep(args.scenario, args.grid, overrides=args.overrides, random=args.random, ranges=args.ranges,
                  seeds=args.seeds, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out,
                  progress=not args.quiet, plot=args.plot, x=args.x, hue=args.hue)
-    st = sweep.last_stats
+    st = rows.stats
     bad = sum(1 for r in rows if r.get("status") != "ok")
     print(f"{st['points']} rows ({st['computed']} computed, {st['reused']} already in {args.out})"
           + (f", {bad} failed (see the error column)" if bad else "") + f"; table: {args.out}/results.csv")

@@ -59,7 +59,7 @@ def _tasks(spec: SweepSpec):
 
 def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds: int = 1, jobs: int = 1,
           backend: str = "joblib", address: str | None = None, out=None, progress: bool = False,
-          plot: str | None = None, x: str | None = None, hue: str | None = None, extra=None) -> list[dict]:
+          plot: str | None = None, x: str | None = None, hue: str | None = None, extra=None) -> "SweepTable":
     """Run every point of a grid (``["workload.rate=10,20", ...]`` or [(key, values)]) or ``random``
     points drawn from ``ranges`` (``["workload.rate=5:40"]``), ``seeds`` seeds each; return one row
     per point and seed: the override keys, ``seed``, ``status`` and every summary metric.
@@ -110,8 +110,8 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
     table = []
     for pt, seed, key, ovs, err in tasks:
         table.append({**dict(pt), "seed": seed, **rows[key]})
-    stats = {"points": len(tasks), "computed": len(todo), "reused": reused}
-    sweep.last_stats = stats
+    table = SweepTable(table)
+    table.stats = {"points": len(tasks), "computed": len(todo), "reused": reused}
     if store is not None:
         write_atomic(store.dir / "results.csv", table_csv(table, lead))
         _parquet(table, lead, store.dir / "results.parquet")
@@ -123,7 +123,9 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
     return table
 
 
-sweep.last_stats = {}
+class SweepTable(list):
+    """The rows of a sweep; ``stats``: points, computed now, reused from the output folder."""
+    stats: dict = {}
 
 
 def _title(spec: SweepSpec) -> str:
