@@ -41,6 +41,7 @@ class SetEngine:
 @dataclass(frozen=True)
 class Rebalance:
     pool: str
+    migrate: bool = False            # also live-migrate running decoders (their KV is transferred)
 
 
 def apply_action(fleet, a) -> dict:
@@ -60,7 +61,7 @@ def apply_action(fleet, a) -> dict:
         fleet.pool(a.pool).set_engine(**knobs)
         return {"action": "set_engine", "pool": a.pool, "changed": knobs}
     if isinstance(a, Rebalance):
-        return {"action": "rebalance", "pool": a.pool, "changed": fleet.rebalance(a.pool)}
+        return {"action": "rebalance", "pool": a.pool, "changed": fleet.rebalance(a.pool, a.migrate)}
     raise ValueError(f"unknown action {a!r} (ScaleOut, ScaleIn, SetEngine, Rebalance)")
 
 

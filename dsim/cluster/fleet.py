@@ -19,7 +19,9 @@ from ..latency.base import BatchShape, LatencyContext
 from ..latency.registry import build_latency
 from ..serving.instance import Instance
 from ..serving.offload import build_tier
+from ..serving.dataparallel import DPGroup, DPRankStep, DPRoofline
 from ..serving.pipeline import PipelineStep, build_pipeline
+from ..latency.roofline import RooflineModel
 from .admission import build_admission
 from .transfer import build_transfer
 from .views import ClusterView, LiveView, RouterSlot
@@ -158,25 +160,39 @@ class Pool:
     def add_replica(self, delay: float = 0.0) -> Replica:
         """A new replica; with pipeline parallelism P a group of P virtual engines sharing one
         pipeline (dsim.serving.pipeline), the first of which is returned."""
-        pp = self.engine.pipeline_parallel_size
-        if pp == 1:
+        pp, dp = self.engine.pipeline_parallel_size, self.engine.data_parallel_size
+        if pp == 1 and dp == 1:
             return self._add_one(delay, None, None)
-        pipe = build_pipeline(self.engine, self.spec.model, self.spec.device)
-        g = len(self.replicas) // pp
+        n = pp * dp
+        g = len(self.replicas) // n
         base = f"{self.name}-{g}" if self.fleet.spec.declared else f"replica{g}"
-        return [self._add_one(delay, pipe, f"{base}.ve{k}") for k in range(pp)][0]
+        if pp > 1:
+            pipe = build_pipeline(self.engine, self.spec.model, self.spec.device)
+            return [self._add_one(delay, pipe, f"{base}.ve{k}") for k in range(pp)][0]
+        group: list = []                 # the ranks' DPGroup, made with the first rank's roofline
+        return [self._add_one(delay, None, f"{base}.dp{k}", group) for k in range(dp)][0]
 
-    def _add_one(self, delay: float, pipe, lane: str | None) -> Replica:
+    def _add_one(self, delay: float, pipe, lane: str | None, dp_group: list | None = None) -> Replica:
         f = self.fleet
         sim = f.sim
         i = len(self.replicas)
         name = lane or (f"{self.name}-{i}" if f.spec.declared else "replica0")
         blocks = self.kv_blocks // self.engine.pipeline_parallel_size     # V0: each virtual engine 1/PP
+        #  (DP ranks each have their own GPUs: every rank gets the per-GPU count)
         ctx = LatencyContext(self.spec.model, self.spec.device, self.engine, blocks,
                              sim.rng.stream(f"latency.{name}"), f.base_dir)
         step, queueing, desc = build_latency(self.spec.latency, ctx, self._lat_path())
         if pipe is not None:
             step = PipelineStep(step, pipe, sim.env)
+        if dp_group is not None:
+            rf = getattr(step, "gpu", step)
+            if not isinstance(rf, RooflineModel):
+                raise ConfigError(self._lat_path() + ".model", desc.get("model"),
+                                  "roofline with data_parallel_size > 1 (it splits into dense, expert and "
+                                  "all-to-all parts)")
+            if not dp_group:
+                dp_group.append(DPGroup(sim.env, DPRoofline(rf, self.engine.data_parallel_size)))
+            step = DPRankStep(step, dp_group[0].parts)
         self.latency_desc = desc
         holder: list = []
         inst = Instance(sim, self.engine, step, queueing, blocks, name=name,
@@ -189,6 +205,8 @@ class Pool:
             inst.tracer = f.tracer_factory(inst)
         if f.check:
             inst.on_check = f.check_event_queue
+        if dp_group is not None:
+            inst.dp_group = dp_group[0]
         rep = Replica(f, self, i, inst, sim.now)
         holder.append(rep)
         for hook in f.replica_hooks:
@@ -253,6 +271,7 @@ class Cluster:
         self.disagg = spec.disaggregation is not None
         self.decode_router = None
         self.transfer = None
+        self.migration = None           # KV path of live migrations (built on first use)
         if self.disagg:
             d = Section(spec.disaggregation, f"{path}.disaggregation")
             self.decode_router = RouterSlot(fleet, d.raw("decode_router", "least_outstanding"),
@@ -367,6 +386,8 @@ class Fleet:
         self.spec = scn.fleet
         self.base_dir = scn.base_dir
         self.check = check_invariants
+        self.migrations = 0           # live migrations (Rebalance with migrate)
+        self.migrated_bytes = 0.0
         self.extra_actors = 0        # draft devices, controllers: processes besides the replicas (BC-14)
         self._version = 0
         self.clusters = [Cluster(self, c, i, network) for i, c in enumerate(self.spec.clusters)]
@@ -478,6 +499,32 @@ class Fleet:
             self._maybe_retire(src)
         dec.inst.submit(r)
 
+    def _migrate(self, src: Replica, dst: Replica, r) -> None:
+        """A running request left ``src`` with its KV: send the KV, then resume on ``dst``."""
+        self._unbook(src, r)
+        self._book(dst, r, r.max_tokens - r.n_out)
+        dst.incoming += 1
+        self.in_transfer += 1
+        self.migrations += 1
+        cluster = src.pool.cluster
+        if cluster.migration is None:
+            net = getattr(self, "network", None)
+            cluster.migration = (NetworkTransfer(net, cluster) if net is not None
+                                 else build_transfer({}, "kv_transfer", self.sim.env))
+        nbytes = r.num_computed * src.pool.spec.model.kv_bytes_per_token
+        self.migrated_bytes += nbytes
+        ev = cluster.migration.send(src.name, dst.name, nbytes, src.pool.name, dst.pool.name)
+        ev.callbacks.append(lambda e: self._migrated(src, dst, r, e.ok))
+
+    def _migrated(self, src: Replica, dst: Replica, r, ok: bool) -> None:
+        src.inst.release_handoff(r)
+        self.in_transfer -= 1
+        dst.incoming -= 1
+        r.kv_ready = r.num_computed if ok else 0          # a lost transfer: recompute there
+        if src.state == DRAINING:
+            self._maybe_retire(src)
+        dst.inst.submit(r)
+
     def _maybe_retire(self, rep: Replica) -> None:
         if rep.state == DRAINING and rep.idle:
             rep.state = RETIRED
@@ -514,14 +561,24 @@ class Fleet:
             removed += 1
         return removed
 
-    def rebalance(self, pool: str) -> int:
+    def rebalance(self, pool: str, migrate: bool = False) -> int:
         """Move requests that have not started (still waiting, never scheduled) from the longest
-        queues of the pool to the shortest until no two ready replicas differ by more than one."""
+        queues of the pool to the shortest until no two ready replicas differ by more than one;
+        they hold no KV, so the move is free (their prefix-cache hits on the old replica are lost).
+        With ``migrate`` also move running decoders from the replica running the most to the one
+        running the fewest (live migration, as Llumnix does): each leaves at the end of its step
+        and its KV crosses the interconnect (or the network) before it resumes on the new replica."""
         p = self.pool(pool)
         moved = 0
         reps = p.ready
         if len(reps) < 2:
             return 0
+        if migrate:
+            hi = max(reps, key=lambda x: len(x.inst.running) - len(x.inst._leaving))
+            lo = min(reps, key=lambda x: len(x.inst.running) + x.incoming)
+            k = (len(hi.inst.running) - len(hi.inst._leaving) - len(lo.inst.running) - lo.incoming) // 2
+            if k > 0:
+                moved += hi.inst.migrate_out(k, lambda r, hi=hi, lo=lo: self._migrate(hi, lo, r))
         while True:
             hi = max(reps, key=lambda x: len(x.inst.waiting))
             lo = min(reps, key=lambda x: len(x.inst.waiting))
@@ -585,13 +642,14 @@ def _check_pipelines(spec, scn) -> None:
     virtual engines takes part): P/D roles, speculation, the CPU tier, controllers that scale."""
     for c in spec.clusters:
         for p in c.pools:
-            pp = p.engine.pipeline_parallel_size
+            pp = p.engine.pipeline_parallel_size * p.engine.data_parallel_size
             if pp == 1:
                 continue
-            where = f"{p.path}.engine.pipeline_parallel_size" if p.path else "engine.pipeline_parallel_size"
+            key = "pipeline_parallel_size" if p.engine.pipeline_parallel_size > 1 else "data_parallel_size"
+            where = f"{p.path}.engine.{key}" if p.path else f"engine.{key}"
             why = ("a P/D role" if p.role != "mixed" else "speculation" if scn.spec is not None
                    else "engine.kv_offload" if p.engine.kv_offload is not None
                    else "cluster.controllers" if spec.controllers else None)
             if why is not None:
-                raise ConfigError(where, pp, f"1 with {why} (pipeline-parallel virtual engines are not combined "
+                raise ConfigError(where, getattr(p.engine, key), f"1 with {why} (PP virtual engines and DP ranks are not combined "
                                   "with it yet)")

@@ -69,6 +69,12 @@ def check_tp(model: ModelSpec, engine: EngineConfig, path: str) -> None:
     if tp > 1 and model.num_heads % tp:
         raise ConfigError(f"{path}.tensor_parallel_size", tp,
                           f"a divisor of the model's {model.num_heads} attention heads")
+    dp = engine.data_parallel_size
+    if dp > 1 and not (model.is_moe and engine.enable_expert_parallel):
+        raise ConfigError(f"{path}.data_parallel_size", dp, "1 unless the model is MoE and enable_expert_parallel "
+                          "is true (DP attention with EP experts; dense data parallelism is replicas)")
+    if dp > 1 and engine.pipeline_parallel_size > 1:
+        raise ConfigError(f"{path}.data_parallel_size", dp, "1 with pipeline_parallel_size > 1 (not combined yet)")
     pp = engine.pipeline_parallel_size
     if pp > model.num_layers:
         raise ConfigError(f"{path}.pipeline_parallel_size", pp, f"at most the model's {model.num_layers} layers")

@@ -41,6 +41,7 @@ SCHEDULING_POLICIES = ("fcfs", "priority", "edf", "age_weighted")
 class EngineConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1          # layers split over PP stages (dsim.serving.pipeline)
+    data_parallel_size: int = 1              # DP attention ranks with EP experts (dsim.serving.dataparallel)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
@@ -78,6 +79,10 @@ class EngineConfig:
         shards = tp * self.pipeline_parallel_size
         budget = device.memory_bytes * self.gpu_memory_utilization
         weights = model.weight_bytes / shards
+        if self.data_parallel_size > 1 and model.is_moe:      # EP: the routed experts over TP x DP GPUs
+            experts = (model.num_moe_layers * model.num_experts * model._mlp(model.expert_intermediate_size)
+                       * model.bytes_per_param)
+            weights -= experts / shards * (1 - 1 / self.data_parallel_size)
         act = (self.max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * 2
                + self.max_num_seqs * model.vocab_size * 4)
         free = budget - weights - act - self.non_torch_memory_gb * GIB
@@ -106,6 +111,7 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
     e = EngineConfig(
         tensor_parallel_size=s.int("tensor_parallel_size", 1, lo=1),
         pipeline_parallel_size=s.int("pipeline_parallel_size", 1, lo=1, hi=1024),
+        data_parallel_size=s.int("data_parallel_size", 1, lo=1, hi=1024),
         max_num_seqs=s.int("max_num_seqs", 256, lo=1),
         max_num_batched_tokens=s.int("max_num_batched_tokens", 2048 if chunked else max(max_len, 2048), lo=1),
         enable_chunked_prefill=chunked,

@@ -174,7 +174,8 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
         bad = None
         try:
             scn = load_scenario(src, ovs)
-            per = tp * scn.fleet.pools[0].engine.pipeline_parallel_size      # GPUs of one replica
+            e = scn.fleet.pools[0].engine
+            per = tp * e.pipeline_parallel_size * e.data_parallel_size       # GPUs of one replica
         except ConfigError as e:
             scn, per, bad = None, tp, e
         reps = [r for r in (sp.replicas or range(1, gpus // per + 1)) if r * per <= gpus]

@@ -233,6 +233,8 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
                                    for t, p, e, n in fleet.scale_events]
         if actions:
             summary["controller_actions"] = list(actions)
+    if getattr(fleet, "migrations", 0):
+        summary["migrations"] = {"requests": fleet.migrations, "kv_bytes": fleet.migrated_bytes}
     if getattr(fleet, "network", None) is not None:
         summary["network"] = fleet.network.summary(t_acct)
     fair = fairness(reqs, done, ttft_slo, tpot_slo)

@@ -130,6 +130,8 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
         self._wake = None
         self._last_now = 0.0
         self.on_check = None             # fleet-level check run after this replica's invariants
+        self.dp_group = None             # dsim.serving.dataparallel.DPGroup of a DP rank
+        self._leaving: dict = {}         # rid -> callback: running requests to migrate at the step end
         self.tracer = None               # optional step observer: before(inst, prefills, skipped, shape), after(...)
         self.spec_dec: dict = {}         # rid -> speculative (eager) decoder, admission order
         self._spec_sched: list = []      # this step's [(req, k, accepted)]
@@ -506,7 +508,10 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
             if self.tracer is not None:
                 snap = self.tracer.before(self, prefills, skipped, shape)
                 n_done0 = len(self.completed) + self.handed_off + len(self.transferring)
-            yield env.timeout(dur)
+            if self.dp_group is None:
+                yield env.timeout(dur)
+            else:                            # DP ranks step together (dsim.serving.dataparallel)
+                dur = yield self.dp_group.join(dur, shape.prefill_tokens + shape.decode_tokens)
             t_end = env.now
             self.num_steps += 1
             self.busy_time += dur
@@ -580,6 +585,8 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
             if self.tracer is not None and snap is not None:
                 self.tracer.after(self, snap, now, t_end,
                                   len(self.completed) + self.handed_off + len(self.transferring) - n_done0)
+            if self._leaving:
+                self._migrate_leaving(t_end)
             if self.check:
                 self.check_invariants()
 
