@@ -128,3 +128,30 @@ def test_transfers_are_in_the_otlp_kv_connector_stream(tmp_path):
     # stores: r0's 21 blocks, r1's 39, and r2's one new block (its 19 loaded ones are resident already)
     stored = sum(a["kv.num_blocks"] for _, name, _, a in ev if name == "CacheStoreCommitted")
     assert stored == 21 + 39 + 1
+
+
+def test_physics_costs_the_blocks_it_waits_for_once(tmp_path, monkeypatch):
+    """With the physics model the copy is its transfer_blocks term (fed from the tier's count),
+    so the replica does not add the copy time again."""
+    from dsim.latency.base import BatchShape
+    from dsim.latency.physics import PhysicsModel
+
+    def run():
+        return dsim.run(scenario(latency={"model": "physics"},
+                                 engine={"num_gpu_blocks": 40, "max_num_seqs": 4, "enable_prefix_caching": True,
+                                         "kv_offload": {"cpu_gb": 1, "overlap": False}},
+                                 workload={"type": "trace", "path": str(_trace(tmp_path, ROWS)), "prefix_tokens": 320}))
+    res = run()
+    rep = res.fleet.replicas()[0]
+    model, tier = rep.inst.step_model, rep.inst.tier
+    assert model.charges_kv_loads and model.cfg.total_kv_blocks_cpu == tier.capacity
+    b = BatchShape(prefill_tokens=16, num_prefill=1, prefill_attn_pairs=16 * 320 + 136, prefill_ctx_tokens=320,
+                   num_sampled=1, prefill_chunk_sq=256, running=1)
+    extra = model.step_time(b._replace(kv_load_blocks=19)) - model.step_time(b)
+    assert extra == pytest.approx(19 * tier.block_s, rel=1e-9)          # beta for transfer_blocks is 1
+    r2 = sorted(res.requests, key=lambda r: r.rid)[2]
+    assert res.summary["kv_cache"]["cpu_tier"]["loaded_blocks"] == 19
+    monkeypatch.setattr(PhysicsModel, "charges_kv_loads", property(lambda self: False))
+    twice = sorted(run().requests, key=lambda r: r.rid)[2]
+    assert (twice.t_first_token - twice.arrival) - (r2.t_first_token - r2.arrival) == pytest.approx(
+        19 * tier.block_s, rel=1e-6)

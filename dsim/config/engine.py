@@ -20,6 +20,10 @@ class OffloadConfig:
     policy: str = "write_through"
     overlap: bool = True             # loads run while other requests compute (vLLM); False: the step waits
 
+    def capacity_blocks(self, model, engine) -> int:
+        """Host blocks: ``cpu_gb`` over the TP group's block (each GPU holds its KV-head shard)."""
+        return int(self.cpu_gb * 1e9 // (model.kv_bytes_per_token * engine.block_size))
+
 
 def load_offload(raw, path: str) -> "OffloadConfig | None":
     """``engine.kv_offload: {cpu_gb, policy, overlap}`` (None when absent)."""

@@ -25,6 +25,7 @@ class BatchShape(NamedTuple):
     num_verify: int = 0
     verify_tokens: int = 0
     verify_ctx_sum: int = 0        # sum of the contexts the verify chunks follow
+    kv_load_blocks: int = 0        # KV blocks this step waits to copy in from the CPU tier (overlap false)
 
     @property
     def total_tokens(self) -> int:

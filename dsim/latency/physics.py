@@ -259,7 +259,13 @@ class PhysicsModel:
         blocks = (b.decode_ctx_sum + b.decode_tokens * self._half_block) / self.cfg.block_size
         return BetaInput(b.prefill_tokens, b.decode_tokens, b.prefill_tokens + b.decode_tokens,
                          b.num_prefill, b.decode_tokens, b.running, work, b.decode_ctx_sum, blocks,
-                         self.ema, 0, 0)
+                         self.ema, b.kv_load_blocks, 0)
+
+    @property
+    def charges_kv_loads(self) -> bool:
+        """With CPU offloading configured the step time has its own term for blocks copied in
+        (``transfer_blocks``): the replica then does not add the copy time itself."""
+        return self.cfg.cpu_offloading
 
     def step_time(self, b: BatchShape) -> float:
         if b.prefill_tokens + b.decode_tokens == 0:

@@ -86,8 +86,10 @@ def _physics(s, ctx):
         from dataclasses import replace
         coeffs = replace(coeffs, beta=tuple(_coeffs(s, "beta", len(coeffs.beta), list(coeffs.beta), "see BETA_NAMES")),
                          alpha=tuple(_coeffs(s, "alpha", len(coeffs.alpha), list(coeffs.alpha), "see ALPHA_NAMES")))
-    cpu_blocks = s.int("cpu_offload_blocks", 0, lo=0)
     e, d = ctx.engine, ctx.device
+    # the CPU tier's size when the replica has one (engine.kv_offload), else what the scenario says
+    tier = e.kv_offload.capacity_blocks(ctx.model, e) if getattr(e, "kv_offload", None) is not None else 0
+    cpu_blocks = s.int("cpu_offload_blocks", tier, lo=0)
     cfg = PhysicsConfig.build(
         ctx.model, peak_flops=d.peak_flops, hbm_bytes_s=d.hbm_bytes_s, interconnect_bytes_s=d.interconnect_bytes_s,
         pcie_bytes_s=d.pcie_bytes_s, pcie_efficiency=d.pcie_efficiency, tp=e.tensor_parallel_size,

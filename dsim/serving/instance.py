@@ -98,6 +98,8 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
         self.offload_held: dict = {}     # rid -> request holding blocks loaded from the CPU tier, not running
         self.loading = 0                 # of those, loads still in flight
         self._load_wait = 0.0            # kv_offload.overlap false: this step waits for its loads
+        self._load_blocks = 0            # ... of these blocks (the physics model costs them itself)
+        self._model_loads = bool(getattr(step_model, "charges_kv_loads", False))
         self.cache_on = engine.enable_prefix_caching
         self.check = check_invariants
         self.policy = make_policy(engine, getattr(step_model, "unpipelined", step_model))  # None = FCFS
@@ -313,6 +315,7 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
                 if loaded:                   # overlap false: the copy is part of this step
                     self._take_loaded(r, loaded)
                     self._load_wait = max(self._load_wait, tier.load(loaded, bs, r.rid) - now)
+                    self._load_blocks += len(loaded)
             r.plain_blocks = new_blocks
             r.num_computed = hit
             if r.t_scheduled is None:
@@ -500,11 +503,14 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
                 if self.draft_model is not None:
                     extra += self._draft_time(spec)
             shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
-                               p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx)
+                               p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx,
+                               self._load_blocks)
             dur = step_time(shape) + extra
             if self._load_wait:
-                dur += self._load_wait
+                if not self._model_loads:
+                    dur += self._load_wait
                 self._load_wait = 0.0
+                self._load_blocks = 0
             if self.tracer is not None:
                 snap = self.tracer.before(self, prefills, skipped, shape)
                 n_done0 = len(self.completed) + self.handed_off + len(self.transferring)

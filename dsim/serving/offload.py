@@ -139,10 +139,9 @@ def build_tier(env, cfg: OffloadConfig | None, model, device, engine) -> CpuTier
     its KV-head shard of a block), copied at the device's effective PCIe rate per GPU."""
     if cfg is None:
         return None
-    tp = engine.tensor_parallel_size
-    per_gpu = model.kv_bytes_per_token / tp * engine.block_size
-    capacity = int(cfg.cpu_gb * 1e9 // (per_gpu * tp))
-    return CpuTier(env, capacity, per_gpu / (device.pcie_bytes_s * device.pcie_efficiency), cfg)
+    per_gpu = model.kv_bytes_per_token / engine.tensor_parallel_size * engine.block_size
+    return CpuTier(env, cfg.capacity_blocks(model, engine), per_gpu / (device.pcie_bytes_s * device.pcie_efficiency),
+                   cfg)
 
 
 class TierAdmission:
