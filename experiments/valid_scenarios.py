@@ -72,7 +72,7 @@ def mutate(doc: dict, rng: random.Random) -> list:
     eng = doc.setdefault("engine", {})
     for _ in range(rng.randint(1, 4)):
         kind = rng.choice(("scale", "scale", "toggle", "kv", "version", "latency", "router", "load", "seqs",
-                           "admission", "loss", "gamma", "mode"))
+                           "admission", "loss", "gamma", "mode", "policy", "offload", "parallel", "slo"))
         if kind == "scale":
             leaves = list(numeric_leaves(doc))
             if not leaves:
@@ -128,6 +128,22 @@ def mutate(doc: dict, rng: random.Random) -> list:
         elif kind == "mode" and isinstance(doc.get("speculation"), dict):
             doc["speculation"]["mode"] = rng.choice(("fused", "distributed", "hybrid", "off"))
             done.append(f"speculation.mode={doc['speculation']['mode']}")
+        elif kind == "policy":
+            eng["scheduling_policy"] = rng.choice(("fcfs", "priority", "edf", "age_weighted"))
+            done.append(f"engine.scheduling_policy={eng['scheduling_policy']}")
+        elif kind == "offload":
+            eng["kv_offload"] = {"cpu_gb": rng.choice((0.05, 1, 50)), "policy": rng.choice(("write_through", "on_evict")),
+                                 "overlap": rng.random() < 0.5}
+            done.append(f"engine.kv_offload={eng['kv_offload']}")
+        elif kind == "parallel":
+            k = rng.choice(("pipeline_parallel_size", "data_parallel_size"))
+            eng[k] = 2
+            if k == "data_parallel_size":
+                eng["enable_expert_parallel"] = True
+            done.append(f"engine.{k}=2")
+        elif kind == "slo":
+            doc.setdefault("slo", {})["ttft_ms"] = rng.choice((50, 500, 5000))
+            done.append(f"slo.ttft_ms={doc['slo']['ttft_ms']}")
         elif kind == "seqs":
             eng["max_num_seqs"] = rng.choice((1, 2, 8, 64))
             done.append(f"engine.max_num_seqs={eng['max_num_seqs']}")

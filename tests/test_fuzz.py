@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from fuzz_keys import leaves, run_case  # noqa: E402
 
 SCENARIOS = ("quickstart", "pd_network", "router_comparison", "hybrid_rtt", "staged_shared_prefix",
-             "closed_loop")
+             "closed_loop", "edf_slo_classes", "kv_offload_cpu", "pipeline_parallel", "dp_ep_moe")
 KEYS = {n: [k for k in leaves(yaml.safe_load((ROOT / "scenarios" / f"{n}.yaml").read_text()))
             if k not in ("name", "description") and not k.startswith("workload.path")] for n in SCENARIOS}
 
