@@ -31,7 +31,7 @@ def test_a_request_is_routed_before_it_is_queued():
 def test_route_ms_column():
     res = dsim.run(scenario())
     df = res.to_pandas()
-    assert (df["route_ms"] == 0).all()      # routing takes no simulated time (no router latency modelled)
+    assert (df["route_ms"] == 0).all()      # no network before the gateway, no router latency modelled
     assert len(df) == 10
 
 

@@ -338,3 +338,22 @@ def test_disaggregated_pools_refused_by_the_cli(tmp_path, capsys):
     out = tmp_path / "o"
     assert main(["run", str(scn), "--set", "speculation.mode=fused", "--out", str(out), "--quiet"]) == 2
     assert "pools[0].role" in capsys.readouterr().err and not out.exists()
+
+
+def test_per_request_speculation_columns_add_up_to_the_summary(tmp_path):
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    res = dsim.run(str(root / "scenarios" / "hybrid_rtt.yaml"), overrides=["workload.num_requests=120"], plots=False)
+    df = res.to_pandas()
+    s = res.summary["speculation"]
+    assert df["spec_rounds"].sum() == s["rounds"] and df["spec_accepted_tokens"].sum() == s["accepted_tokens"]
+    assert df["spec_drafted_tokens"].sum() == s["drafted_tokens"]
+    assert df["spec_fused_rounds"].sum() == s["rounds_by_mode"]["fused"]
+    done = df[df["state"] == "completed"]
+    tvt = done.loc[done["spec_rounds"] > 0, "spec_tvt_ms"]
+    assert tvt.max() == pytest.approx(s["tvt_ms"]["max"], rel=1e-9)
+    assert done["spec_device"].str.startswith("laptop-").all()
+    # the prompt crosses the device's access link before the gateway routes it
+    assert (done["route_ms"] > 0).all()
+    plain = dsim.run(scenario()).to_pandas()
+    assert plain["spec_rounds"].isna().all() and plain["spec_device"].isna().all()

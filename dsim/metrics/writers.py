@@ -17,7 +17,8 @@ COLUMNS = ("request_id", "label", "state", "arrival_s", "queued_s", "scheduled_s
            "completion_s", "prompt_tokens", "output_tokens", "generated_tokens", "ttft_ms", "tpot_ms",
            "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group",
            "tenant", "session", "replica", "prefill_replica", "kv_ready_s", "reject_reason",
-           "priority", "slo_class", "route_ms")
+           "priority", "slo_class", "route_ms", "spec_device", "spec_rounds", "spec_fused_rounds",
+           "spec_drafted_tokens", "spec_accepted_tokens", "spec_tvt_ms")
 
 
 def _f(x, scale=1.0):
@@ -46,7 +47,17 @@ def request_rows(reqs, raw: bool = False):
                len(r.preempt_times), ";".join(f"{t:.6f}" for t in r.preempt_times) or empty,
                r.cached_tokens, opt(r.prefix_group), r.tenant or empty, opt(r.session), r.replica or empty,
                r.prefill_replica or empty, f(r.t_kv_ready), r.reject_reason or empty, r.priority,
-               r.slo_class or empty, f(None if r.t_routed is None else r.t_routed - r.arrival, 1e3))
+               r.slo_class or empty, f(None if r.t_routed is None else r.t_routed - r.arrival, 1e3),
+               *_spec_cols(r.spec, f, empty))
+
+
+def _spec_cols(st, f, empty) -> tuple:
+    """Speculative decoding per request (dsim.specdec.runtime.SpecState): its draft device, rounds
+    (of which fused), drafted and accepted tokens, and its TVT (the largest over its rounds)."""
+    if st is None:
+        return (empty,) * 6
+    dev = st.device.name if st.device is not None else empty
+    return (dev, st.rounds, st.fused_rounds, st.drafted, st.accepted, f(st.tvt_max if st.rounds else None, 1e3))
 
 
 def requests_csv(reqs) -> str:
