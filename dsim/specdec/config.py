@@ -37,6 +37,8 @@ class DraftGroup:
     think: tuple                      # (dist, mean_s, sigma)
     available: list                   # [(start_s, end_s)], empty = always
     rtt_schedule: list                # [(t_s, rtt_ms)]
+    max_batch: int = 1                # rounds a device drafts together (seed 002 6.1)
+    max_wait_s: float = 0.0           # how long a device waits for a batch to fill
 
 
 @dataclass
@@ -167,8 +169,12 @@ def _groups(raw, path: str) -> list:
             if b <= a:
                 raise ConfigError(f"{s.sub('available')}[{j}]", [a, b], "[start_s, end_s] with end after start")
         sched = _windows(s.raw("rtt_schedule", None), s.sub("rtt_schedule"), "[t_s, rtt_ms]")
+        max_batch = s.int("max_batch", 1, lo=1, hi=4096)
+        max_wait = s.num("max_wait_ms", 0.0, lo=0, hi=MAX_TIME_S * 1e3) / 1e3
+        if max_wait and max_batch == 1:
+            raise ConfigError(s.sub("max_wait_ms"), max_wait * 1e3, "0 unless max_batch > 1 (nothing to wait for)")
         s.done()
-        out.append(DraftGroup(name, prof, count, rtt, bw, cohort, closed, think, avail, sched))
+        out.append(DraftGroup(name, prof, count, rtt, bw, cohort, closed, think, avail, sched, max_batch, max_wait))
     return out
 
 

@@ -129,14 +129,35 @@ class DraftDevice:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    def batch_times(self, jobs) -> list:
+        """Drafting several rounds together: draft step j runs every job with k >= j as one batch
+        (the drafter's roofline at batch n_j); returns each job's finish offset, in job order."""
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i][0])
+        n = len(jobs)
+        ctx = sum(c for _, c, *_ in jobs)
+        t, j, out, i = 0.0, 1, [0.0] * n, 0
+        while i < n:
+            t += self.step.step_time(BatchShape(decode_tokens=n - i, decode_ctx_sum=ctx + (n - i) * j,
+                                                num_sampled=n - i, running=n - i))
+            while i < n and jobs[order[i]][0] <= j:
+                out[order[i]] = t
+                ctx -= jobs[order[i]][1]
+                i += 1
+            j += 1
+        return out
+
     def _loop(self):
         env = self.env
         p = self.prof
+        cap = self.group.max_batch
         while True:
             if not self.jobs:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
+                continue
+            if cap > 1:
+                yield from self._batch(cap)
                 continue
             k, ctx, done, lost = self.jobs.popleft()
             t = self.available_from(env.now)
@@ -159,3 +180,39 @@ class DraftDevice:
             self.energy_j += p.joules_per_token * k if p.joules_per_token is not None else p.power_w * d
             self.last_end = env.now
             done()
+
+    def _batch(self, cap: int):
+        """Up to ``cap`` queued rounds drafted together, after waiting ``max_wait_ms`` for the batch
+        to fill; each round's ``done()`` fires when its own k tokens are out."""
+        env, p = self.env, self.prof
+        if len(self.jobs) < cap and self.group.max_wait_s:
+            yield env.timeout(self.group.max_wait_s)
+        t = self.available_from(env.now)
+        if t == float("inf"):
+            while self.jobs:
+                lost = self.jobs.popleft()[3]
+                if lost is not None:
+                    lost()
+            return
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        jobs = [self.jobs.popleft() for _ in range(min(cap, len(self.jobs)))]
+        now = env.now
+        if self.hot_since is None or now - self.last_end >= p.cooldown_s:
+            self.hot_since = now
+        offs = self.batch_times(jobs)
+        slow = p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s
+        if slow:
+            offs = [o / p.throttle_factor for o in offs]
+        d = max(offs)
+        for (k, _, done, _), o in sorted(zip(jobs, offs), key=lambda x: x[1]):
+            ev = env.timeout(o)
+            ev.callbacks.append(lambda _e, done=done: done())
+        yield env.timeout(d)
+        if slow:
+            self.throttled_s += d
+        k_all = sum(j[0] for j in jobs)
+        self.busy_s += d
+        self.tokens += k_all
+        self.energy_j += p.joules_per_token * k_all if p.joules_per_token is not None else p.power_w * d
+        self.last_end = env.now
