@@ -53,7 +53,7 @@ from .config.errors import ConfigError  # noqa: E402
 # The control-plane classes load on first use (PEP 562), so `import dsim` stays cheap.
 _LAZY = {"Controller": "cluster.control", "Rebalance": "cluster.control", "ReactiveAutoscaler": "cluster.control",
          "ScaleIn": "cluster.control", "ScaleOut": "cluster.control", "SetEngine": "cluster.control",
-         "ClusterEnv": "cluster_env"}
+         "SetSpeculation": "cluster.control", "ClusterEnv": "cluster_env"}
 
 
 def __getattr__(name):
@@ -65,4 +65,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'dsim' has no attribute {name!r}")
 
 __all__ = ["__version__", "load_scenario", "run", "sweep", "capacity", "plan", "ConfigError", "ClusterEnv", "Controller", "ReactiveAutoscaler",
-           "ScaleOut", "ScaleIn", "SetEngine", "Rebalance"]
+           "ScaleOut", "ScaleIn", "SetEngine", "SetSpeculation", "Rebalance"]

@@ -404,3 +404,30 @@ def test_max_wait_without_a_batch_is_refused():
     path = str(Path(__file__).resolve().parents[1] / "scenarios" / "edge_draft_batching.yaml")
     with pytest.raises(ConfigError, match=r"^speculation.drafts\[0\].max_wait_ms"):
         dsim.run(path, overrides=["speculation.drafts[0].max_batch=1", "speculation.drafts[0].max_wait_ms=5"])
+
+
+def _mobile_session(n=60):
+    from pathlib import Path
+
+    from dsim.runner import Session
+    path = str(Path(__file__).resolve().parents[1] / "scenarios" / "mobile_cloud_distributed.yaml")
+    return Session(load_scenario(path, [f"workload.num_requests={n}"]), check_invariants=True)
+
+
+def test_set_speculation_fixes_k_and_turns_speculation_off():
+    from dsim.cluster.control import SetSpeculation, apply_action
+    from dsim.metrics.summary import summarize
+    ses = _mobile_session()
+    apply_action(ses.fleet, SetSpeculation("default", k=2))
+    ses.run_to_end()
+    spec = ses.spec.summary(ses.reqs, ses.sim.now, {})
+    assert spec["rounds"] > 0 and spec["drafted_tokens"] == 2 * spec["rounds"]        # every round drafts 2
+    ses = _mobile_session()
+    apply_action(ses.fleet, SetSpeculation("default", mode="off"))
+    ses.run_to_end()
+    spec = ses.spec.summary(ses.reqs, ses.sim.now, {})
+    assert spec["drafted_tokens"] == 0 and spec["rounds_by_mode"]["distributed"] == 0
+    assert sum(d.tokens for d in ses.spec.devices) == 0                              # no device drafted
+    assert summarize(ses.scn, ses.fleet, ses.reqs)["requests"]["completed"] == 60
+    with pytest.raises(ValueError, match="SetSpeculation.mode"):
+        apply_action(ses.fleet, SetSpeculation("default", mode="tree"))

@@ -2,9 +2,9 @@
 
 Actions (seed 001's action set, seed 002's planner tick): ``ScaleOut``/``ScaleIn`` a pool (a new
 replica is ready after its cold start; a removed one drains first), ``SetEngine`` (live
-max_num_seqs / max_num_batched_tokens / long_prefill_token_threshold) and ``Rebalance`` (move
-unstarted requests from long queues to short ones).  Speculative decoding toggles arrive with the
-speculative-decoding work.
+max_num_seqs / max_num_batched_tokens / long_prefill_token_threshold), ``SetSpeculation`` (mode
+and k of a pool's speculative decoding) and ``Rebalance`` (move unstarted requests from long
+queues to short ones, or live-migrate running ones).
 """
 from __future__ import annotations
 
@@ -39,6 +39,16 @@ class SetEngine:
 
 
 @dataclass(frozen=True)
+class SetSpeculation:
+    """Speculative decoding for a pool's conversations from their next round: ``mode`` "off" (plain
+    decoding), "fused" or "distributed" (None: the scenario's selector), ``k`` drafts per round
+    (None: the gamma policy); both None hands control back."""
+    pool: str
+    mode: str | None = None
+    k: int | None = None
+
+
+@dataclass(frozen=True)
 class Rebalance:
     pool: str
     migrate: bool = False            # also live-migrate running decoders (their KV is transferred)
@@ -60,9 +70,20 @@ def apply_action(fleet, a) -> dict:
                 raise ValueError(f"SetEngine.{k}: expected a positive integer, got {v!r}")
         fleet.pool(a.pool).set_engine(**knobs)
         return {"action": "set_engine", "pool": a.pool, "changed": knobs}
+    if isinstance(a, SetSpeculation):
+        rt = getattr(fleet, "speculation", None)
+        if rt is None:
+            raise ValueError("SetSpeculation: the scenario has no speculation section")
+        if a.mode not in (None, "off", "fused", "distributed"):
+            raise ValueError(f"SetSpeculation.mode: expected off, fused, distributed or None, got {a.mode!r}")
+        if a.k is not None and (not isinstance(a.k, int) or isinstance(a.k, bool) or not 0 <= a.k <= 64):
+            raise ValueError(f"SetSpeculation.k: expected an integer in [0, 64] or None, got {a.k!r}")
+        fleet.pool(a.pool)
+        rt.set_override(a.pool, a.mode, a.k)
+        return {"action": "set_speculation", "pool": a.pool, "changed": {"mode": a.mode, "k": a.k}}
     if isinstance(a, Rebalance):
         return {"action": "rebalance", "pool": a.pool, "changed": fleet.rebalance(a.pool, a.migrate)}
-    raise ValueError(f"unknown action {a!r} (ScaleOut, ScaleIn, SetEngine, Rebalance)")
+    raise ValueError(f"unknown action {a!r} (ScaleOut, ScaleIn, SetEngine, SetSpeculation, Rebalance)")
 
 
 class Window:

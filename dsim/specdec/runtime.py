@@ -66,7 +66,7 @@ class SpecState:
 
 
 class _TargetState:
-    __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s", "ready_n")
+    __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s", "ready_n", "override")
 
     def __init__(self, policy, warm: bool, load_s: float):
         self.policy = policy
@@ -75,6 +75,7 @@ class _TargetState:
         self.cold_starts = 0
         self.load_s = load_s
         self.ready_n = 0                 # conversations whose drafts wait at this target (verify queue)
+        self.override = None             # (mode or None, k or None) set by a SetSpeculation action
 
 
 class SpecRuntime:
@@ -82,6 +83,7 @@ class SpecRuntime:
         self.sim = sim
         self.env = sim.env
         self.fleet = fleet
+        fleet.speculation = self             # SetSpeculation actions find the runtime here
         self.cfg = cfg
         self.horizon = horizon_s
         self.slo_tpot_ms = slo_tpot_ms or 0.0
@@ -111,6 +113,7 @@ class SpecRuntime:
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
         self.targets: dict = {}
+        self.overrides: dict = {}        # pool -> SetSpeculation override for its replicas
         self.states: dict = {}           # rid -> SpecState
         self.spills = 0
         self.cold_avoided = 0
@@ -142,6 +145,7 @@ class SpecRuntime:
             load = cfg.fused_drafter.weight_bytes / spec.device.weight_load_bytes_s
         pol = cfg.make_policy() if cfg.policy in PER_TARGET else None
         self.targets[rep.name] = _TargetState(pol, cfg.cold["initially_warm"], load)
+        self.targets[rep.name].override = self.overrides.get(rep.pool.name)
         rep.inst.draft_model = RooflineModel(cfg.fused_drafter, spec.device, 1)
 
     def _bind(self, reqs) -> None:
@@ -319,6 +323,15 @@ class SpecRuntime:
         pol = st.policy or tgt.policy
         pmode, k = pol.choose(tel)
         mode = self._mode(st, tel, pmode, tgt)
+        ov = tgt.override
+        if ov is not None:               # a controller's SetSpeculation for this pool
+            if ov[1] is not None:
+                k = ov[1]
+            if ov[0] == "off":
+                mode, k = FUSED, 0       # plain decoding on the target: no drafts, no messages
+            elif ov[0] == FUSED or (ov[0] == DISTRIBUTED and st.device is not None
+                                    and st.device.available_from(self.env.now) != math.inf):
+                mode = ov[0]
         st.drafted_now = k
         pv = cfg.partial
         kv_k = k
@@ -417,6 +430,19 @@ class SpecRuntime:
                 tgt.warm_until = self.env.now + ret
             tgt.loading.callbacks.append(loaded)
         return tgt.loading
+
+    # ---- control ---------------------------------------------------------------------------------------
+    def set_override(self, pool: str, mode: str | None, k: int | None) -> list:
+        """seed 001's speculative-decoding action: from the next round, the pool's conversations run
+        in ``mode`` ("off" = plain decoding, "fused", "distributed"; None keeps the selector's) with
+        ``k`` drafts (None keeps the gamma policy's); both None hands control back."""
+        ov = None if mode is None and k is None else (mode, k)
+        self.overrides[pool] = ov
+        names = [rep.name for rep in self.fleet.pool(pool).replicas]
+        for n in names:
+            if n in self.targets:
+                self.targets[n].override = ov
+        return names
 
     # ---- report ----------------------------------------------------------------------------------------
     def summary(self, reqs, t_end: float, slo: dict) -> dict:
