@@ -28,3 +28,17 @@ def trace_file(tmp_path, rows, name="t.jsonl"):
     p.write_text("".join(json.dumps(dict(zip(("arrival_s", "prompt_tokens", "output_tokens"), r))) + "\n"
                          for r in rows))
     return p
+
+
+def assert_refused(name, sets, key, tmp_path, capsys):
+    """``dsim run scenarios/NAME.yaml --set S ...`` is refused as a user error: exit 2, one line that
+    starts with the offending key's path, and nothing written."""
+    from pathlib import Path
+
+    from dsim.cli import main
+    scn = str(Path(__file__).resolve().parents[1] / "scenarios" / f"{name}.yaml")
+    args = [a for s in sets for a in ("--set", s)]
+    code = main(["run", scn, *args, "--out", str(tmp_path / "o"), "--quiet", "--no-plots"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"dsim: error: {key}"), err
+    assert not any(tmp_path.iterdir())

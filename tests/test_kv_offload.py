@@ -9,7 +9,7 @@ import dsim
 from dsim.config.hardware import load_device
 from dsim.config.model import load_model
 
-from helpers import scenario
+from helpers import assert_refused, scenario
 
 B0, B1 = 1000.0, 100.0          # blackbox step: 1 ms + 0.1 ms per prefill token
 
@@ -79,8 +79,8 @@ def test_blocks_are_conserved_across_tiers_and_hits_add_up(tmp_path):
     assert cpu["stored_blocks"] - cpu["evicted_blocks"] == cpu["resident_blocks"] <= cpu["capacity_blocks"] == 95
     assert cpu["evicted_blocks"] > 0 and cpu["loaded_blocks"] > 0
     assert cpu["hit_tokens"] == cpu["loaded_blocks"] * 16
-    if not res.summary["scheduler"]["preemptions"]:       # first admissions only: every hit once
-        assert k["prefix_hit_tokens"] == k["gpu_hit_tokens"] + cpu["hit_tokens"]
+    assert res.summary["scheduler"]["preemptions"] == 0   # so every hit is a first admission's
+    assert k["prefix_hit_tokens"] == k["gpu_hit_tokens"] + cpu["hit_tokens"]
 
 
 def test_the_shipped_scenario_raises_hits_and_lowers_ttft():
@@ -100,15 +100,7 @@ def test_the_shipped_scenario_raises_hits_and_lowers_ttft():
     ("engine.enable_prefix_caching=false", "engine.kv_offload"),
 ])
 def test_bad_offload_input_is_one_line_exit_2_and_writes_nothing(setting, key, tmp_path, capsys):
-    from pathlib import Path
-
-    from dsim.cli import main
-    scn = str(Path(__file__).resolve().parents[1] / "scenarios" / "kv_offload_cpu.yaml")
-    code = main(["run", scn, "--set", setting, "--out", str(tmp_path / "o"), "--quiet", "--no-plots"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"dsim: error: {key}"), err
-    assert not any(tmp_path.iterdir())
-
+    assert_refused("kv_offload_cpu", [setting], key, tmp_path, capsys)
 
 def test_transfers_are_in_the_otlp_kv_connector_stream(tmp_path):
     from dsim.calibrate.vllm_traces import read_otlp

@@ -8,7 +8,7 @@ from dsim.config.hardware import load_device
 from dsim.config.model import load_model
 from dsim.serving.pipeline import Pipeline
 
-from helpers import scenario
+from helpers import assert_refused, scenario
 
 
 def test_stage_reservations_by_hand():
@@ -86,14 +86,7 @@ def test_kv_blocks_are_per_gpu_and_split_among_virtual_engines():
     assert res.summary["kv_cache"]["total_blocks"] == 2 * (pp2.kv_blocks(model, dev) // 2)
 
 
-def test_shipped_scenario_runs_and_pp_refusals(tmp_path, capsys):
-    from pathlib import Path
-
-    from dsim.cli import main
-    scn = str(Path(__file__).resolve().parents[1] / "scenarios" / "pipeline_parallel.yaml")
-    for setting, key in (("engine.pipeline_parallel_size=81", "engine.pipeline_parallel_size"),
-                         ("engine.kv_offload.cpu_gb=10", "engine.pipeline_parallel_size")):
-        assert main(["run", scn, "--set", setting, "--out", str(tmp_path / "o"), "--quiet", "--no-plots"]) == 2
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and err.startswith(f"dsim: error: {key}"), err
-        assert not any(tmp_path.iterdir())
+@pytest.mark.parametrize("setting", ["engine.pipeline_parallel_size=81",       # more stages than layers
+                                     "engine.kv_offload.cpu_gb=10"])           # not combined with PP yet
+def test_pp_refusals_are_one_line_exit_2_and_write_nothing(setting, tmp_path, capsys):
+    assert_refused("pipeline_parallel", [setting], "engine.pipeline_parallel_size", tmp_path, capsys)

@@ -6,7 +6,7 @@ import dsim
 from dsim.serving.policies import Priority
 from dsim.serving.queues import PriorityWaiting
 
-from helpers import scenario
+from helpers import assert_refused, scenario
 
 
 def test_waiting_order_by_hand():
@@ -82,13 +82,6 @@ def test_the_victim_is_the_lowest_priority_not_the_last_admitted(tmp_path):
 
 
 def test_bad_policy_or_priority_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
-    from pathlib import Path
-
-    from dsim.cli import main
-    scn = str(Path(__file__).resolve().parents[1] / "scenarios" / "priority_classes.yaml")
-    for setting, key in (("engine.scheduling_policy=lifo", "engine.scheduling_policy"),
-                         ("workload.classes[0].priority=1.5", "workload.classes[0].priority")):
-        assert main(["run", scn, "--set", setting, "--out", str(tmp_path / "o"), "--quiet", "--no-plots"]) == 2
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and err.startswith(f"dsim: error: {key}:")
-        assert not any(tmp_path.iterdir())
+    assert_refused("priority_classes", ["engine.scheduling_policy=lifo"], "engine.scheduling_policy:", tmp_path, capsys)
+    assert_refused("priority_classes", ["workload.classes[0].priority=1.5"], "workload.classes[0].priority:",
+                   tmp_path, capsys)

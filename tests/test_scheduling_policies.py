@@ -12,7 +12,7 @@ from dsim.config.engine import EngineConfig
 from dsim.latency.base import BatchShape
 from dsim.serving.policies import AgeWeighted, LeastSlack, make_policy
 
-from helpers import scenario
+from helpers import assert_refused, scenario
 
 
 class PerToken:
@@ -101,9 +101,7 @@ def test_trace_columns_set_priority_class_and_own_targets(tmp_path):
     assert not any(r.slo_class == "gold" for r in (b, c))
     assert set(res.summary["slo_classes"]) == {"gold", "(none)"}
     assert res.summary["slo_classes"]["(none)"]["requests_meeting_slo"] == 1         # b misses 1 ms
-    csv = res.to_pandas() if hasattr(res, "to_pandas") else None
-    if csv is not None:
-        assert list(csv["slo_class"].fillna("")) == ["gold", "", ""]
+    assert list(res.to_pandas()["slo_class"].fillna("")) == ["gold", "", ""]
 
 
 @pytest.mark.parametrize("setting,key", [
@@ -113,13 +111,7 @@ def test_trace_columns_set_priority_class_and_own_targets(tmp_path):
     ("slo.classes.interactive.ttft_ms=-1", "slo.classes.interactive.ttft_ms"),
 ])
 def test_bad_policy_inputs_are_one_line_exit_2_and_write_nothing(setting, key, tmp_path, capsys):
-    from pathlib import Path
-
-    from dsim.cli import main
-    name = "priority_classes" if key == "engine.scheduling_policy" else "edf_slo_classes"
-    scn = str(Path(__file__).resolve().parents[1] / "scenarios" / f"{name}.yaml")
-    extra = ["--set", "slo.ttft_ms=null"] if name == "priority_classes" else []
-    code = main(["run", scn, *extra, "--set", setting, "--out", str(tmp_path / "o"), "--quiet", "--no-plots"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"dsim: error: {key}"), err
-    assert not any(tmp_path.iterdir())
+    if key == "engine.scheduling_policy":          # a scenario without any TTFT target
+        assert_refused("priority_classes", ["slo.ttft_ms=null", setting], key, tmp_path, capsys)
+    else:
+        assert_refused("edf_slo_classes", [setting], key, tmp_path, capsys)

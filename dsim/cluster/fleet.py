@@ -168,7 +168,7 @@ class Fleet:
             self.global_router = RouterSlot(self, self.spec.global_router, "cluster.router", "router.global")
             self.cluster_views = [ClusterView(c) for c in self.clusters]
         self.admission = build_admission(self.spec.admission, "cluster.admission", scn.slo_ttft_ms)
-        _check_pipelines(self.spec, scn)
+        _check_parallel_groups(self.spec, scn)
         for c in self.clusters:
             for p in c.pools:
                 for _ in range(p.spec.replicas):
@@ -408,9 +408,9 @@ class Fleet:
             check(r.t_first_token <= r.t_handoff <= r.t_kv_ready <= r.t_completion)
 
 
-def _check_pipelines(spec, scn) -> None:
-    """What pipeline parallelism is not combined with yet (each needs a decision on how a group of
-    virtual engines takes part): P/D roles, speculation, the CPU tier, controllers that scale."""
+def _check_parallel_groups(spec, scn) -> None:
+    """What PP virtual engines and DP ranks are not combined with yet (each needs a decision on how a
+    group of them takes part): P/D roles, speculation, the CPU tier, controllers that scale."""
     for c in spec.clusters:
         for p in c.pools:
             pp = p.engine.pipeline_parallel_size * p.engine.data_parallel_size

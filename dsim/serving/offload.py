@@ -189,8 +189,8 @@ class TierAdmission:
     def _drop_loaded(self) -> None:
         """Nothing runs and no waiting request fits beside the loaded ones: give their blocks back
         (the contents stay cached on the GPU, so they hit there when admitted)."""
-        for r in list(self.offload_held.values()):
-            if r.rid in self.offload_held and r in self.waiting:
+        for r in list(self.offload_held.values()):     # all back in the queue: no load is in flight
+            if r in self.waiting:
                 self.kv.free(0, r.hashes)
                 r.hashes = ()
                 r.num_computed = 0
