@@ -34,8 +34,10 @@ when a request is admitted, preempted, skipped, or completes.
 Speculative decoding: a request with ``r.spec`` set (see dsim.specdec) is an *eager* decoder
 instead: its context is explicit and a step verifies ``k`` drafted tokens for it (``k + 1``
 query tokens after its context, costed like a prefill chunk of ``k + 1``; ``k = 0`` is a plain
-decode token).  ``r.spec.accept(r, k)`` decides how many drafts pass (``round_done`` is told after every round); the step emits the accepted
-ones plus one token from the target and frees the KV of the rejected positions.  A speculative
+decode token; with ``r.spec.tree`` set, the k drafted nodes of a tree under its attention mask).
+``r.spec.accept(r, k)`` decides how many drafts pass (``round_done`` is told after every round);
+the step emits the accepted ones plus one token from the target and frees the KV of the rejected
+positions (a tree's rejected branches included).  A speculative
 decoder that is not ``ready`` (its drafts are still on their way from a device) holds its KV and
 takes no tokens.  With ``draft_model`` set, drafters that run on this replica (``r.spec.fused``)
 add ``k`` sequential draft-model decode steps to the step time.
@@ -489,7 +491,9 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
                         c = k + 1
                         p_tok += c
                         p_sq += c * c
-                        p_pairs += c * p + c * (c + 1) // 2
+                        tree = r.spec.tree
+                        # a tree's tokens see only their ancestors (the tree attention mask)
+                        p_pairs += c * p + (c * (c + 1) // 2 if tree is None else tree.attention_pairs(k))
                         p_ctx += p
                         n_pf += 1
                         v_n += 1

@@ -17,6 +17,9 @@ from ..config.model import load_model
 from . import gamma as G
 from .acceptance import GeometricAcceptance, load_curves
 from .devices import load_draft_profile
+from .tree import TreeSpec
+
+SIBLING_ACCEPTANCE = 0.48   # fits EAGLE-1 tree vs chain on MT-bench, greedy (experiments/tree_vs_chain.py)
 
 MODES = ("off", "fused", "distributed", "hybrid")
 SHIPPED_CURVES = Path(str(resources.files("dsim").joinpath("data/acceptance/published_curves.yaml")))   # package data
@@ -61,6 +64,7 @@ class SpecConfig:
     header_bytes: float
     gateway: str
     groups: list = field(default_factory=list)
+    tree: object = None               # TreeSpec (dsim.specdec.tree) or None for chain drafts
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
@@ -178,6 +182,18 @@ def _groups(raw, path: str) -> list:
     return out
 
 
+def _tree(raw, path: str):
+    """``speculation.tree``: EAGLE-style tree drafts; the gamma policy's k is the tree's depth."""
+    if raw is None:
+        return None
+    s = Section(raw, path)
+    topk = s.int("topk", 4, lo=1, hi=64)
+    tokens = s.int("tokens", 16, lo=1, hi=1024)
+    sib = s.num("sibling_acceptance", SIBLING_ACCEPTANCE, lo=0, hi=1)
+    s.done()
+    return TreeSpec(topk, tokens, sib)
+
+
 def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) -> SpecConfig:
     """Parse and validate the ``speculation`` section (ConfigError names the bad key)."""
     s = Section(raw, path)
@@ -231,7 +247,13 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
     header = s.num("header_bytes", 64.0, lo=0)
     gateway = s.str("gateway", "gateway")
     groups = _groups(s.raw("drafts", None), s.sub("drafts"))
+    tree = _tree(s.raw("tree", None), s.sub("tree"))
     s.done()
+    if tree is not None:
+        for i, g in enumerate(groups):
+            if g.max_batch > 1:
+                raise ConfigError(f"{s.sub('drafts')}[{i}].max_batch", g.max_batch,
+                                  "1 with tree drafts (batched drafting is modelled for chains only)")
     if mode in ("distributed", "hybrid") and not groups:
         raise ConfigError(s.sub("drafts"), None, f"draft devices: mode {mode} drafts on them", show_value=False)
     if target_model is not None and drafter.vocab_size != target_model.vocab_size:
@@ -239,4 +261,4 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
                           f"a drafter sharing the target's vocabulary ({target_model.vocab_size} tokens, "
                           f"not {drafter.vocab_size})")
     return SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, temp, policy, params, k_max, switch, partial,
-                      spill, cold, tok, bundle, header, gateway, groups)
+                      spill, cold, tok, bundle, header, gateway, groups, tree)

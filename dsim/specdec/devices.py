@@ -122,10 +122,11 @@ class DraftDevice:
     def token_time(self, ctx: int) -> float:
         return self.step.step_time(BatchShape(decode_tokens=1, decode_ctx_sum=ctx + 1, num_sampled=1, running=1))
 
-    def submit(self, k: int, ctx: int, done, lost=None) -> None:
+    def submit(self, k: int, ctx: int, done, lost=None, steps=None) -> None:
         """Draft k tokens after ctx; ``done()`` when drafted, ``lost()`` if the device goes offline
-        for good before it starts (its conversation must then finish without it)."""
-        self.jobs.append((k, ctx, done, lost))
+        for good before it starts (its conversation must then finish without it).  ``steps``: a
+        tree's tokens per forward pass (dsim.specdec.tree.DraftTree.draft_steps), None for a chain."""
+        self.jobs.append((k, ctx, done, lost, steps))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -159,7 +160,7 @@ class DraftDevice:
             if cap > 1:
                 yield from self._batch(cap)
                 continue
-            k, ctx, done, lost = self.jobs.popleft()
+            k, ctx, done, lost, steps = self.jobs.popleft()
             t = self.available_from(env.now)
             if t == float("inf"):
                 if lost is not None:      # offline for good: hand the round back
@@ -170,7 +171,11 @@ class DraftDevice:
             now = env.now
             if self.hot_since is None or now - self.last_end >= p.cooldown_s:
                 self.hot_since = now
-            d = sum(self.token_time(ctx + j) for j in range(k))
+            if steps is None:
+                d = sum(self.token_time(ctx + j) for j in range(k))
+            else:
+                d = sum(self.step.step_time(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1),
+                                                       num_sampled=t, running=1)) for j, t in enumerate(steps))
             if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
                 d /= p.throttle_factor
                 self.throttled_s += d
@@ -205,7 +210,7 @@ class DraftDevice:
         if slow:
             offs = [o / p.throttle_factor for o in offs]
         d = max(offs)
-        for (k, _, done, _), o in sorted(zip(jobs, offs), key=lambda x: x[1]):
+        for (k, _, done, *_), o in sorted(zip(jobs, offs), key=lambda x: x[1]):
             ev = env.timeout(o)
             ev.callbacks.append(lambda _e, done=done: done())
         yield env.timeout(d)

@@ -29,6 +29,7 @@ from .acceptance import sample_accepted
 from .config import PER_TARGET, SpecConfig
 from .devices import DraftDevice
 from .gamma import DISTRIBUTED, FUSED, Telemetry
+from .tree import draft_tree
 
 
 class SpecState:
@@ -36,7 +37,8 @@ class SpecState:
 
     __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
-                 "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev")
+                 "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
+                 "tree")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -57,6 +59,7 @@ class SpecState:
         self.last_k = self.last_a = 0
         self.tpot_est = 0.0
         self.done_ev = None
+        self.tree = None                 # this round's DraftTree (dsim.specdec.tree), None = a chain
 
     def accept(self, r, k: int):
         return self.rt.accept(self, r, k)
@@ -268,7 +271,12 @@ class SpecRuntime:
         if k <= 0:
             return 0, 0.0
         cfg = self.cfg
-        a = sample_accepted(self.rng, cfg.acceptance.probabilities(r.num_computed, k, cfg.temperature))
+        tree = st.tree
+        if tree is not None:
+            a = tree.sample(self.rng, k)
+            k = tree.depth(k)            # a rollback: the walk stopped above the tree's deepest level
+        else:
+            a = sample_accepted(self.rng, cfg.acceptance.probabilities(r.num_computed, k, cfg.temperature))
         if a < k:
             st.rollbacks += 1
             return a, cfg.partial["rollback_penalty_ms"] * 1e-3
@@ -297,13 +305,15 @@ class SpecRuntime:
         st.tvt_max = max(st.tvt_max, now - st.t_ready)
         round_s = now - st.t_last
         st.t_last = now
-        if k:
-            st.acc_est = 0.8 * st.acc_est + 0.2 * (a / k)
+        depth = st.tree.depth(k) if st.tree is not None else k      # policies see a tree by its depth
+        if depth:
+            st.acc_est = 0.8 * st.acc_est + 0.2 * (a / depth)
         tpot_ms = round_s * 1e3 / (a + 1)
         st.tpot_est = tpot_ms if st.tpot_est == 0 else 0.8 * st.tpot_est + 0.2 * tpot_ms
-        st.last_k, st.last_a = st.drafted_now, a
+        gamma = st.tree.depth(st.drafted_now) if st.tree is not None else st.drafted_now
+        st.last_k, st.last_a = gamma, a
         pol = st.policy or self.targets[inst.name].policy
-        pol.on_round(st.drafted_now, a, round_s, self._rtt_ms(st), tpot_ms,
+        pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
                      not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
         if not last:
             self._next_round(st, r, inst)
@@ -332,6 +342,15 @@ class SpecRuntime:
             elif ov[0] == FUSED or (ov[0] == DISTRIBUTED and st.device is not None
                                     and st.device.available_from(self.env.now) != math.inf):
                 mode = ov[0]
+        steps = None
+        if cfg.tree is not None and k:
+            tr = cfg.tree
+            st.tree = draft_tree(cfg.acceptance.probabilities(r.num_computed, k, cfg.temperature),
+                                 tr.topk, tr.tokens, tr.sibling)
+            k = len(st.tree)             # depth k -> the tree's drafted nodes
+            steps = st.tree.draft_steps(k)
+        else:
+            st.tree = None
         st.drafted_now = k
         pv = cfg.partial
         kv_k = k
@@ -371,7 +390,7 @@ class SpecRuntime:
 
         def at_device(_e):
             st.net_s += self.env.now - t0
-            dev.submit(k, r.num_computed, drafted, lost)
+            dev.submit(k, r.num_computed, drafted, lost, steps)
         ev.callbacks.append(at_device)
 
     def _ready(self, st: SpecState, inst) -> None:
