@@ -25,7 +25,9 @@ from dsim.config.hardware import load_device  # noqa: E402
 from dsim.config.model import load_model  # noqa: E402
 from dsim.latency.base import BatchShape  # noqa: E402
 from dsim.latency.roofline import RooflineModel  # noqa: E402
-from dsim.specdec.acceptance import load_curves, tokens_per_step  # noqa: E402
+from dsim.config.generations import by_name  # noqa: E402
+from dsim.latency.host import HostStepModel, resolve_host  # noqa: E402
+from dsim.specdec.acceptance import geometric_rate_for_tau, load_curves, tokens_per_step  # noqa: E402
 
 CTX = 1024
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -40,6 +42,48 @@ def verify(model, B, g):
     c = g + 1
     return model.step_time(BatchShape(prefill_tokens=B * c, num_prefill=B, prefill_attn_pairs=B * (c * CTX + c * (c + 1) // 2),
                                       prefill_ctx_tokens=B * CTX, num_sampled=B, prefill_chunk_sq=B * c * c, running=B))
+
+
+# the paper's vLLM figures (EAGLE-3 paper, "small GPU"): speed-up over plain decoding by batch
+PAPER = {2: 1.30, 32: 0.93}
+VLLM_CHAIN = (3.53, 7)   # vLLM V1 chain, MT-bench: tokens per step at k = 7 (dsim/data/acceptance/tree_vs_chain.csv)
+
+
+def recheck(m, dev, draft_frac) -> list:
+    """The crossover again with the engine's host costs and vLLM's own chain acceptance.
+
+    Per round of B sequences: gamma draft forwards (GPU time of the head; in V0 each is an engine
+    step of its own and pays the generation's host time too) + one verify step (GPU + host); plain
+    decoding: one decode step (GPU + host).  Returns markdown lines: best speed-up per batch and
+    generation, and the extra time per round that would bring it to the paper's figure."""
+    a = geometric_rate_for_tau(*VLLM_CHAIN)
+    gpu = RooflineModel(m, dev, 1)
+    lines = ["", "## Re-check with engine host costs and vLLM's chain acceptance", "",
+             f"Acceptance: vLLM's own EAGLE-3 chain on MT-bench ({VLLM_CHAIN[0]} tokens per step at k = "
+             f"{VLLM_CHAIN[1]}, geometric rate {a:.3f}), not the tree figure above. Host costs: "
+             "`dsim/config/data/engine_generations.yaml` (v1: 800 us per step; v0-async-output: 294 us per step + "
+             "150 us per sequence, paid by every draft step too, as V0's proposer ran each draft step as a "
+             "model-runner call). Best gamma in 1..8.", "",
+             "| batch | generation | plain step (ms) | best gamma | speed-up | paper | extra ms per round to match the paper |",
+             "|---|---|---|---|---|---|---|"]
+    for gen in ("v1", "v0-async-output"):
+        host = HostStepModel(gpu, resolve_host(by_name(gen), {}, "roofline", False), m.num_layers, 1)
+        for B in (2, 8, 32):
+            t_dec = decode(host, B)
+            h_draft = 0.0 if gen == "v1" else host.host_time(BatchShape(decode_tokens=B, num_sampled=B, running=B))
+            best = None
+            for g in GAMMAS:
+                tau = tokens_per_step((a,) * g)
+                t = verify(host, B, g) + g * (draft_frac * decode(gpu, B) + h_draft)
+                if best is None or tau * t_dec / t > best[1]:
+                    best = (g, tau * t_dec / t, t, tau)
+            g, sp, t, tau = best
+            paper = PAPER.get(B)
+            # the speed-up is tau t_dec / t: the paper's figure needs t' = tau t_dec / paper
+            extra = f"{(tau * t_dec / paper - t) * 1e3:.1f}" if paper else ""
+            lines.append(f"| {B} | {gen} | {t_dec * 1e3:.2f} | {g} | {sp:.2f}x | {f'{paper:.2f}x' if paper else ''} | "
+                         f"{extra} |")
+    return lines
 
 
 def main():
@@ -82,6 +126,25 @@ def main():
               "falls) but reverses later than the paper: it charges no framework overhead per draft step, and the "
               "curve's tree-decoding acceptance (tau 6.13 at depth 8) is higher than vLLM's chain drafting reaches. "
               "Issue 7's verification inside the replica loop will redo this with queueing and real batch dynamics."]
+    lines += recheck(m, dev, draft_frac)
+    per_seq = by_name("v0-async-output").host.per_seq_us
+    expand = {B: B * (3 + 1) * per_seq / 1e3 for B in (2, 32)}      # ms, gamma = 3
+    lines += ["", "What is reproduced and what is not:",
+              "- Reproduced: the speed-up shrinks with the batch and the best gamma falls, and host costs lower it "
+              "further. V0's costs are paid per draft step, so they tax a speculative round more than a plain step.",
+              "- Not reproduced: the level. dsim gives more than the paper at batch 2 and stays well above 1x at "
+              "batch 32.",
+              "- The missing time per round (last column) has two parts:",
+              "  - A fixed part of ~13 ms, present already at batch 2. The paper names neither the GPU nor the "
+              "vLLM version, so this part is not attributed.",
+              f"  - A part that grows by ~16 ms from batch 2 to 32 (V0 rows). That is the size of V0's batch "
+              f"expansion: its scorer turned every sequence into gamma + 1 single-token sequences, and at "
+              f"{per_seq:.0f} us per sequence that costs {expand[2]:.1f} ms at batch 2 and {expand[32]:.1f} ms at "
+              f"batch 32 (gamma = 3).",
+              "- dsim verifies as V1 does, one chunk per sequence, and does not model batch expansion. The "
+              "paper's reversal looks like a property of that older implementation, not of speculative decoding "
+              "on the GPU.",
+              "- The roofline GPU times were not checked against an RTX 4090 run, since the shared data has none."]
     (ROOT / "docs" / "eagle3-crossover.md").write_text("\n".join(lines) + "\n")
     import matplotlib
     matplotlib.use("Agg")
