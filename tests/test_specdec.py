@@ -330,14 +330,44 @@ def test_verify_queue_count_is_maintained(monkeypatch):
     assert max(checked) > 0
 
 
-def test_disaggregated_pools_refused_by_the_cli(tmp_path, capsys):
+def _pd_spec(mode="distributed", n=120, extra=()):
     from pathlib import Path
+    scn = Path(__file__).resolve().parents[1] / "scenarios" / "pd_speculation.yaml"
+    return load_scenario(str(scn), [f"speculation.mode={mode}", f"workload.num_requests={n}", *extra])
 
-    from dsim.cli import main
-    scn = Path(__file__).resolve().parents[1] / "scenarios" / "pd_disagg.yaml"
-    out = tmp_path / "o"
-    assert main(["run", str(scn), "--set", "speculation.mode=fused", "--out", str(out), "--quiet"]) == 2
-    assert "pools[0].role" in capsys.readouterr().err and not out.exists()
+
+def test_pd_speculation_verifies_on_the_decode_pool_only(monkeypatch):
+    """Every round is verified on a decode replica after the KV handoff; the prefill pool only
+    prefills (pool isolation is checked again at the end of the run)."""
+    from dsim.specdec.runtime import SpecRuntime
+    where = []
+    orig = SpecRuntime.round_done
+
+    def spy(self, st, r, inst, k, a, last=False):
+        where.append((inst.role, r.prefill_replica is not None, r.t_kv_ready is not None))
+        return orig(self, st, r, inst, k, a, last)
+    monkeypatch.setattr(SpecRuntime, "round_done", spy)
+    ses = simulate(_pd_spec(), check_invariants=True)
+    assert len(where) > 1000 and set(where) == {("decode", True, True)}
+    assert all(r.spec.rounds > 0 for r in ses.fleet.completed if r.max_tokens > 2)
+
+
+def test_gateway_to_replica_hop_is_on_the_path():
+    """With the replicas in the network, a prompt crosses gateway -> prefill replica after routing
+    (ROUTED meanwhile), and each round's messages run between the decode replica and the device."""
+    ses = simulate(_pd_spec(extra=["latency.alpha=[0, 0, 0]"]))     # no API delay before the queue
+    net = ses.fleet.network
+    hop = net.latency_s("gateway", "prefill-0")
+    assert hop > 0
+    for r in ses.fleet.completed:
+        # the hop's latency, its serialization overhead, and the prompt's bytes at the edge rate at most
+        assert hop + net.overhead_s <= r.t_queued - r.t_routed <= hop + net.overhead_s + 1e-3
+    links = net.summary(ses.sim.now)["links"]
+    assert links["decode-0->leaf1"]["bytes"] > 0 and links["decode-1->leaf1"]["bytes"] > 0
+    # plain decoding sends nothing out of the decode replicas (the KV only comes in)
+    off = simulate(_pd_spec("off"))
+    links = off.fleet.network.summary(off.sim.now)["links"]
+    assert "decode-0->leaf1" not in links and "decode-1->leaf1" not in links
 
 
 def test_per_request_speculation_columns_add_up_to_the_summary(tmp_path):

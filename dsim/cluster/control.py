@@ -71,7 +71,7 @@ def apply_action(fleet, a) -> dict:
         fleet.pool(a.pool).set_engine(**knobs)
         return {"action": "set_engine", "pool": a.pool, "changed": knobs}
     if isinstance(a, SetSpeculation):
-        rt = getattr(fleet, "speculation", None)
+        rt = fleet.speculation
         if rt is None:
             raise ValueError("SetSpeculation: the scenario has no speculation section")
         if a.mode not in (None, "off", "fused", "distributed"):

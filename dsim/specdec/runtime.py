@@ -11,8 +11,10 @@ queue thresholds, device availability, a cold fused drafter, or the latency-head
 Plain decoding (``mode: off``) keeps the devices and the network but verifies nothing.
 
 Every message goes through the network layer (``Network.send``) between the device and the
-``gateway`` node; the gateway-to-replica hop inside the datacenter is not modelled.  TTFT and E2E
-are seen on the device: the gateway-to-device latency is added to the first and last token times.
+``gateway`` node, or, when the network has the target replica as a node, the replica itself, so
+the gateway-to-replica hop is on the path (prompts cross it after routing: the request is ROUTED
+meanwhile).  TTFT and E2E are seen on the device: the replica-to-device latency is added to the
+first and last token times.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class SpecState:
     __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
-                 "tree")
+                 "tree", "down_s")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -60,6 +62,7 @@ class SpecState:
         self.tpot_est = 0.0
         self.done_ev = None
         self.tree = None                 # this round's DraftTree (dsim.specdec.tree), None = a chain
+        self.down_s = 0.0                # the last download: token times are shifted by it (seen on the device)
 
     def accept(self, r, k: int):
         return self.rt.accept(self, r, k)
@@ -92,12 +95,6 @@ class SpecRuntime:
         self.slo_tpot_ms = slo_tpot_ms or 0.0
         self.rng = sim.rng.stream("specdec.accept")
         self.prng = sim.rng.stream("specdec.partial")
-        for c in fleet.clusters:
-            for p in c.pools:
-                if p.role != "mixed":
-                    raise ConfigError(f"{p.spec.path}.role" if p.spec.path else "cluster", p.role,
-                                      "mixed pools with speculation (speculative decoding does not run on "
-                                      "prefill/decode-disaggregated pools)")
         self.net = network if network is not None else self._star()
         self.gw = cfg.gateway
         if not self.net.topo.has(self.gw):
@@ -128,6 +125,7 @@ class SpecRuntime:
         for rep in fleet.replicas():
             self._setup_replica(rep)
         fleet.done_hooks.append(self._finished)
+        fleet.ingress = self._ingress
         if not self.devices:
             self.env.process(self._issue_direct(reqs))
         for dev in self.devices:
@@ -173,6 +171,24 @@ class SpecRuntime:
                 if r.session >= 0:
                     sessions[r.session] = dev
             dev.requests.append(r)
+
+    def _dc(self, replica: str) -> str:
+        """The datacenter end of a device's messages: the replica itself when the network has it
+        as a node (the gateway -> replica hop is then on the path), else the gateway."""
+        return replica if self.net.topo.has(replica) else self.gw
+
+    def _ingress(self, r, rep):
+        """A prompt that reached the gateway crosses the datacenter to the chosen replica."""
+        st = self.states.get(r.rid)
+        if st is None or st.device is None or not self.net.topo.has(rep.name):
+            return None
+        t0 = self.env.now
+        ev = self.net.send(self.gw, rep.name, self.cfg.header_bytes + r.prompt_len * self.cfg.token_bytes)
+
+        def hop_done(_e):
+            st.net_s += self.env.now - t0
+        ev.callbacks.append(hop_done)
+        return ev
 
     def _set_rtt(self, grp, t: float, rtt_ms: float):
         yield self.env.timeout(t)
@@ -256,14 +272,20 @@ class SpecRuntime:
         if st is None:
             return
         if r.state == COMPLETED and st.device is not None:
-            down = self.net.latency_s(self.gw, st.device.name) + self.net.overhead_s
+            down = self.net.latency_s(self._dc(r.replica), st.device.name) + self.net.overhead_s
             r.t_first_token += down
             r.t_last_token += down
             r.t_completion += down
             st.net_s += down
+            st.down_s = down
         ev = st.done_ev
         if ev is not None:
             ev.succeed()
+
+    def seen_delay(self, r) -> float:
+        """How much later than the server the device saw r's tokens (0 without a device)."""
+        st = self.states.get(r.rid)
+        return st.down_s if st is not None else 0.0
 
     # ---- the replica's callbacks -----------------------------------------------------------------
     def accept(self, st: SpecState, r, k: int):
@@ -369,11 +391,12 @@ class SpecRuntime:
         st.in_flight = True
         dev = st.device
         t0 = self.env.now
-        ev = self.net.send(self.gw, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes)
+        dc = self._dc(inst.name)
+        ev = self.net.send(dc, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes)
 
         def drafted():
             t1 = self.env.now
-            up = self.net.send(dev.name, self.gw, cfg.header_bytes + k * cfg.bundle_bytes_per_token)
+            up = self.net.send(dev.name, dc, cfg.header_bytes + k * cfg.bundle_bytes_per_token)
 
             def bundle(_e):
                 st.net_s += self.env.now - t1
