@@ -18,7 +18,7 @@ COLUMNS = ("request_id", "label", "state", "arrival_s", "queued_s", "scheduled_s
            "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group",
            "tenant", "session", "replica", "prefill_replica", "kv_ready_s", "reject_reason",
            "priority", "slo_class", "route_ms", "spec_device", "spec_rounds", "spec_fused_rounds",
-           "spec_drafted_tokens", "spec_accepted_tokens", "spec_tvt_ms")
+           "spec_drafted_tokens", "spec_accepted_tokens", "spec_tvt_ms", "spec_drafter")
 
 
 def _f(x, scale=1.0):
@@ -53,11 +53,13 @@ def request_rows(reqs, raw: bool = False):
 
 def _spec_cols(st, f, empty) -> tuple:
     """Speculative decoding per request (dsim.specdec.runtime.SpecState): its draft device, rounds
-    (of which fused), drafted and accepted tokens, and its TVT (the largest over its rounds)."""
+    (of which fused), drafted and accepted tokens, its TVT (the largest over its rounds) and, with
+    a drafter portfolio, the drafter it finished on."""
     if st is None:
-        return (empty,) * 6
+        return (empty,) * 7
     dev = st.device.name if st.device is not None else empty
-    return (dev, st.rounds, st.fused_rounds, st.drafted, st.accepted, f(st.tvt_max if st.rounds else None, 1e3))
+    return (dev, st.rounds, st.fused_rounds, st.drafted, st.accepted, f(st.tvt_max if st.rounds else None, 1e3),
+            st.drafter_name or empty)
 
 
 def requests_csv(reqs) -> str:

@@ -11,8 +11,8 @@ class SpeculativeSteps:
     def _draft_time(self, spec) -> float:
         """Drafters on this replica draft k tokens one step at a time, batched across requests:
         draft step j runs every fused request with k >= j."""
-        if any(row[0].spec.tree is not None for row in spec if row[1]):
-            return self._tree_draft_time(spec)
+        if any(row[0].spec.tree is not None or row[0].spec.draft_model is not None for row in spec if row[1]):
+            return self._mixed_draft_time(spec)
         fused = sorted(((row[1], row[0].num_computed) for row in spec if row[1] and row[0].spec.fused), reverse=True)
         if not fused:
             return 0.0
@@ -29,23 +29,27 @@ class SpeculativeSteps:
                 ctx -= fused[n][1]
         return t
 
-    def _tree_draft_time(self, spec) -> float:
-        """Draft step j runs, for every fused request still drafting, the tokens it expands at that
-        level (1 for a chain, the tree's widths for a tree: dsim.specdec.tree), batched."""
-        rows = []
+    def _mixed_draft_time(self, spec) -> float:
+        """Trees and several drafters: each drafter model runs its requests as one batch per draft
+        step (step j: the tokens each request expands at level j, 1 for a chain, a tree's widths
+        for a tree: dsim.specdec.tree); different drafters run one after the other."""
+        groups: dict = {}
         for r, k, _ in spec:
             if k and r.spec.fused:
                 tree = r.spec.tree
-                rows.append((tree.draft_steps(k) if tree is not None else [1] * k, r.num_computed))
+                model = r.spec.draft_model or self.draft_model
+                groups.setdefault(id(model), (model, []))[1].append(
+                    (tree.draft_steps(k) if tree is not None else [1] * k, r.num_computed))
         t = 0.0
-        j = 1
-        while rows:
-            tok = sum(steps[j - 1] for steps, _ in rows)
-            ctx = sum(steps[j - 1] * (c + j) for steps, c in rows)
-            t += self.draft_model.step_time(BatchShape(decode_tokens=tok, decode_ctx_sum=ctx, num_sampled=tok,
-                                                       running=len(rows)))
-            j += 1
-            rows = [row for row in rows if len(row[0]) >= j]
+        for model, rows in groups.values():
+            j = 1
+            while rows:
+                tok = sum(steps[j - 1] for steps, _ in rows)
+                ctx = sum(steps[j - 1] * (c + j) for steps, c in rows)
+                t += model.step_time(BatchShape(decode_tokens=tok, decode_ctx_sum=ctx, num_sampled=tok,
+                                                running=len(rows)))
+                j += 1
+                rows = [row for row in rows if len(row[0]) >= j]
         return t
 
     def _verified(self, spec, t_end: float, emit_t: float) -> None:

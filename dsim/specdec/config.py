@@ -17,6 +17,7 @@ from ..config.model import load_model
 from . import gamma as G
 from .acceptance import GeometricAcceptance, load_curves
 from .devices import load_draft_profile
+from .portfolio import load_portfolio
 from .tree import TreeSpec
 
 SIBLING_ACCEPTANCE = 0.48   # fits EAGLE-1 tree vs chain on MT-bench, greedy (experiments/tree_vs_chain.py)
@@ -65,6 +66,7 @@ class SpecConfig:
     gateway: str
     groups: list = field(default_factory=list)
     tree: object = None               # TreeSpec (dsim.specdec.tree) or None for chain drafts
+    portfolio: object = None          # Portfolio (dsim.specdec.portfolio) or None: one drafter
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
@@ -248,12 +250,15 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
     gateway = s.str("gateway", "gateway")
     groups = _groups(s.raw("drafts", None), s.sub("drafts"))
     tree = _tree(s.raw("tree", None), s.sub("tree"))
+    portfolio = load_portfolio(s.raw("portfolio", None), s.sub("portfolio"), base_dir, load_model, _acceptance,
+                               None if target_model is None else target_model.vocab_size)
     s.done()
-    if tree is not None:
+    if tree is not None or portfolio is not None:
+        what = "tree drafts" if tree is not None else "a drafter portfolio"
         for i, g in enumerate(groups):
             if g.max_batch > 1:
                 raise ConfigError(f"{s.sub('drafts')}[{i}].max_batch", g.max_batch,
-                                  "1 with tree drafts (batched drafting is modelled for chains only)")
+                                  f"1 with {what} (batched drafting is modelled for one drafter's chains only)")
     if mode in ("distributed", "hybrid") and not groups:
         raise ConfigError(s.sub("drafts"), None, f"draft devices: mode {mode} drafts on them", show_value=False)
     if target_model is not None and drafter.vocab_size != target_model.vocab_size:
@@ -261,4 +266,4 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
                           f"a drafter sharing the target's vocabulary ({target_model.vocab_size} tokens, "
                           f"not {drafter.vocab_size})")
     return SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, temp, policy, params, k_max, switch, partial,
-                      spill, cold, tok, bundle, header, gateway, groups, tree)
+                      spill, cold, tok, bundle, header, gateway, groups, tree, portfolio)

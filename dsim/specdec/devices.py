@@ -122,11 +122,12 @@ class DraftDevice:
     def token_time(self, ctx: int) -> float:
         return self.step.step_time(BatchShape(decode_tokens=1, decode_ctx_sum=ctx + 1, num_sampled=1, running=1))
 
-    def submit(self, k: int, ctx: int, done, lost=None, steps=None) -> None:
+    def submit(self, k: int, ctx: int, done, lost=None, steps=None, model=None) -> None:
         """Draft k tokens after ctx; ``done()`` when drafted, ``lost()`` if the device goes offline
         for good before it starts (its conversation must then finish without it).  ``steps``: a
-        tree's tokens per forward pass (dsim.specdec.tree.DraftTree.draft_steps), None for a chain."""
-        self.jobs.append((k, ctx, done, lost, steps))
+        tree's tokens per forward pass (dsim.specdec.tree.DraftTree.draft_steps), None for a chain;
+        ``model``: another drafter's roofline on this device (a portfolio's), None for its own."""
+        self.jobs.append((k, ctx, done, lost, steps, model))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -160,7 +161,7 @@ class DraftDevice:
             if cap > 1:
                 yield from self._batch(cap)
                 continue
-            k, ctx, done, lost, steps = self.jobs.popleft()
+            k, ctx, done, lost, steps, model = self.jobs.popleft()
             t = self.available_from(env.now)
             if t == float("inf"):
                 if lost is not None:      # offline for good: hand the round back
@@ -171,11 +172,12 @@ class DraftDevice:
             now = env.now
             if self.hot_since is None or now - self.last_end >= p.cooldown_s:
                 self.hot_since = now
-            if steps is None:
+            if steps is None and model is None:
                 d = sum(self.token_time(ctx + j) for j in range(k))
             else:
-                d = sum(self.step.step_time(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1),
-                                                       num_sampled=t, running=1)) for j, t in enumerate(steps))
+                step = (model or self.step).step_time
+                d = sum(step(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1), num_sampled=t, running=1))
+                        for j, t in enumerate(steps or [1] * k))
             if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
                 d /= p.throttle_factor
                 self.throttled_s += d

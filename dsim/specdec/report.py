@@ -81,6 +81,15 @@ def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
         att = {k: good / n for k, (good, n) in sorted(per_kind.items()) if n}
         out["fairness"] = {"slo_attainment_by_device_kind": att, "jain": jain(list(att.values())),
                            "gap": (max(att.values()) - min(att.values())) if att else None}
+    if cfg.portfolio is not None:
+        names = [d.name for d in cfg.portfolio.drafters]
+        per = {n: {"started": 0, "finished_on": 0} for n in names}
+        for r, st in pairs:
+            per[names[st.drafter - st.escalations]]["started"] += 1
+            if r.state == COMPLETED:
+                per[names[st.drafter]]["finished_on"] += 1
+        out["portfolio"] = {"choose": cfg.portfolio.choose, "escalate_below": cfg.portfolio.escalate_below,
+                            "drafters": per, "escalations": sum(st.escalations for _, st in pairs)}
     good = sum(1 for r, st in done if _meets(r, st, slo))
     out["goodput"] = {"slo": {k: v for k, v in slo.items() if v is not None}, "requests_meeting_slo": good,
                       "fraction": good / max(1, len(pairs)), "requests_per_s": good / span}

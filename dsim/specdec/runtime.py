@@ -34,13 +34,16 @@ from .gamma import DISTRIBUTED, FUSED, Telemetry
 from .tree import draft_tree
 
 
+ACC_PRIOR = 0.7     # a conversation's acceptance estimate before its first round
+
+
 class SpecState:
     """Per-conversation round state; the replica reads ``k``, ``ready`` and ``fused``."""
 
     __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
-                 "tree", "down_s")
+                 "tree", "down_s", "drafter", "escalations", "draft_model")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -57,12 +60,20 @@ class SpecState:
         self.drafted_now = 0
         self.tvt_max = 0.0
         self.net_s = 0.0
-        self.acc_est = 0.7
+        self.acc_est = ACC_PRIOR
         self.last_k = self.last_a = 0
         self.tpot_est = 0.0
         self.done_ev = None
         self.tree = None                 # this round's DraftTree (dsim.specdec.tree), None = a chain
         self.down_s = 0.0                # the last download: token times are shifted by it (seen on the device)
+        self.drafter = -1                # index in the portfolio (dsim.specdec.portfolio), -1 = none
+        self.escalations = 0
+        self.draft_model = None          # this round's fused drafter when not the replica's own
+
+    @property
+    def drafter_name(self) -> str:
+        """The portfolio drafter this conversation is on ("" without a portfolio)."""
+        return self.rt.cfg.portfolio.drafters[self.drafter].name if self.drafter >= 0 else ""
 
     def accept(self, r, k: int):
         return self.rt.accept(self, r, k)
@@ -102,6 +113,7 @@ class SpecRuntime:
                               "side of the draft devices' links)")
         self.devices: list = []
         topo = self.net.topo
+        drafter0 = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.drafter
         for grp in cfg.groups:
             think_rng = sim.rng.stream(f"specdec.think.{grp.name}")
             for i in range(grp.count):
@@ -109,12 +121,14 @@ class SpecRuntime:
                 if topo.has(name):
                     raise ConfigError("speculation.drafts", name, "device names not already in the network")
                 topo.add_link(name, self.gw, grp.rtt_ms / 2e3, grp.bw_mbps * MBPS)
-                self.devices.append(DraftDevice(self.env, name, grp, cfg.drafter, think_rng))
+                self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng))
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
         self.targets: dict = {}
         self.overrides: dict = {}        # pool -> SetSpeculation override for its replicas
         self.states: dict = {}           # rid -> SpecState
+        self._models: dict = {}          # (replica or device group, portfolio index) -> drafter roofline
+        self._gpu: dict = {}             # replica -> its GPU (device profile)
         self.spills = 0
         self.cold_avoided = 0
         self.uploading = 0
@@ -146,8 +160,10 @@ class SpecRuntime:
             load = cfg.fused_drafter.weight_bytes / spec.device.weight_load_bytes_s
         pol = cfg.make_policy() if cfg.policy in PER_TARGET else None
         self.targets[rep.name] = _TargetState(pol, cfg.cold["initially_warm"], load)
+        self._gpu[rep.name] = spec.device
         self.targets[rep.name].override = self.overrides.get(rep.pool.name)
-        rep.inst.draft_model = RooflineModel(cfg.fused_drafter, spec.device, 1)
+        first = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter
+        rep.inst.draft_model = RooflineModel(first, spec.device, 1)
 
     def _bind(self, reqs) -> None:
         """Canonical trace mapping: a request whose tenant names a group's cohort goes to that group,
@@ -261,6 +277,8 @@ class SpecRuntime:
         st = SpecState(self, dev, pol, cfg.mode != "off")
         st.done_ev = done_ev
         st.net_s = net_s
+        if cfg.portfolio is not None:
+            st.drafter = cfg.portfolio.first(r.prompt_len, cfg.temperature)
         self.states[r.rid] = st
         if st.speculative:
             r.spec = st
@@ -282,6 +300,26 @@ class SpecRuntime:
         if ev is not None:
             ev.succeed()
 
+    # ---- the portfolio ---------------------------------------------------------------------------------
+    def _acceptance(self, st):
+        pf = self.cfg.portfolio
+        return self.cfg.acceptance if pf is None or st.drafter < 0 else pf.drafters[st.drafter].acceptance
+
+    def _fused_model(self, inst, i: int):
+        """Drafter i of the portfolio on this replica's GPU (drafter 0 is the replica's draft_model)."""
+        key = (inst.name, i)
+        m = self._models.get(key)
+        if m is None:
+            m = self._models[key] = RooflineModel(self.cfg.portfolio.drafters[i].model, self._gpu[inst.name], 1)
+        return m
+
+    def _device_model(self, dev, i: int):
+        key = (dev.group.name, i)
+        m = self._models.get(key)
+        if m is None:
+            m = self._models[key] = dev.prof.roofline(self.cfg.portfolio.drafters[i].model)
+        return m
+
     def seen_delay(self, r) -> float:
         """How much later than the server the device saw r's tokens (0 without a device)."""
         st = self.states.get(r.rid)
@@ -298,7 +336,7 @@ class SpecRuntime:
             a = tree.sample(self.rng, k)
             k = tree.depth(k)            # a rollback: the walk stopped above the tree's deepest level
         else:
-            a = sample_accepted(self.rng, cfg.acceptance.probabilities(r.num_computed, k, cfg.temperature))
+            a = sample_accepted(self.rng, self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature))
         if a < k:
             st.rollbacks += 1
             return a, cfg.partial["rollback_penalty_ms"] * 1e-3
@@ -330,6 +368,11 @@ class SpecRuntime:
         depth = st.tree.depth(k) if st.tree is not None else k      # policies see a tree by its depth
         if depth:
             st.acc_est = 0.8 * st.acc_est + 0.2 * (a / depth)
+        pf = self.cfg.portfolio
+        if pf is not None and pf.escalate(st.drafter, st.acc_est):
+            st.drafter += 1              # a larger drafter from the next round, judged afresh
+            st.escalations += 1
+            st.acc_est = ACC_PRIOR
         tpot_ms = round_s * 1e3 / (a + 1)
         st.tpot_est = tpot_ms if st.tpot_est == 0 else 0.8 * st.tpot_est + 0.2 * tpot_ms
         gamma = st.tree.depth(st.drafted_now) if st.tree is not None else st.drafted_now
@@ -367,7 +410,7 @@ class SpecRuntime:
         steps = None
         if cfg.tree is not None and k:
             tr = cfg.tree
-            st.tree = draft_tree(cfg.acceptance.probabilities(r.num_computed, k, cfg.temperature),
+            st.tree = draft_tree(self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature),
                                  tr.topk, tr.tokens, tr.sibling)
             k = len(st.tree)             # depth k -> the tree's drafted nodes
             steps = st.tree.draft_steps(k)
@@ -381,6 +424,7 @@ class SpecRuntime:
         if mode == FUSED:
             st.fused = True
             st.k = kv_k
+            st.draft_model = self._fused_model(inst, st.drafter) if st.drafter > 0 else None
             wait = self._drafter_ready(tgt)
             if wait is None:
                 self._ready(st, inst)
@@ -413,7 +457,8 @@ class SpecRuntime:
 
         def at_device(_e):
             st.net_s += self.env.now - t0
-            dev.submit(k, r.num_computed, drafted, lost, steps)
+            dev.submit(k, r.num_computed, drafted, lost, steps,
+                       self._device_model(dev, st.drafter) if st.drafter > 0 else None)
         ev.callbacks.append(at_device)
 
     def _ready(self, st: SpecState, inst) -> None:
