@@ -126,7 +126,7 @@ class Session:
                                   show_value=False)
             from .specdec.runtime import SpecRuntime
             self.spec = SpecRuntime(sim, self.fleet, self.network, scn.spec, self.reqs, scn.horizon_s,
-                                    scn.slo_tpot_ms)
+                                    scn.slo_tpot_ms, scn.slo_tvt_ms)
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet) + list(controllers)
         self.fleet.extra_actors += len(self.controllers) + (len(self.spec.devices) if self.spec is not None else 0)
         if self.network is not None:

@@ -461,3 +461,42 @@ def test_set_speculation_fixes_k_and_turns_speculation_off():
     assert summarize(ses.scn, ses.fleet, ses.reqs)["requests"]["completed"] == 60
     with pytest.raises(ValueError, match="SetSpeculation.mode"):
         apply_action(ses.fleet, SetSpeculation("default", mode="tree"))
+
+
+def _verify_order_run(order, monkeypatch):
+    """mobile_cloud_distributed under a 16-token budget (three rounds a step): after each schedule,
+    the latest deadline served against the earliest deadline left waiting for budget."""
+    from pathlib import Path
+    seen = []
+    orig = Instance._schedule
+
+    def spy(self, now):
+        out = orig(self, now)
+        served = [r.spec.deadline for r, k, _ in self._spec_sched if k]
+        waiting = [r.spec.deadline for r in self.running.values()
+                   if r.spec is not None and r.spec.ready and not r.prefilling
+                   and all(r is not row[0] for row in self._spec_sched)]
+        if served and waiting:
+            seen.append(max(served) <= min(waiting))
+        return out
+    monkeypatch.setattr(Instance, "_schedule", spy)
+    scn = Path(__file__).resolve().parents[1] / "scenarios" / "mobile_cloud_distributed.yaml"
+    ses = simulate(load_scenario(str(scn), [f"speculation.verify_order={order}", "engine.max_num_batched_tokens=16",
+                                            "workload.num_requests=200"]))
+    return seen, ses
+
+
+def test_edf_verification_serves_the_earliest_deadlines_first(monkeypatch):
+    seen, ses = _verify_order_run("edf", monkeypatch)
+    assert len(seen) > 60 and all(seen)
+    # deadline = drafts at the target + the TVT target (40 ms)
+    st = next(iter(ses.spec.states.values()))
+    assert st.deadline == pytest.approx(st.t_ready + 0.040, abs=1e-12)
+    seen, _ = _verify_order_run("fcfs", monkeypatch)
+    assert not all(seen)            # admission order does serve later deadlines first
+
+
+def test_edf_verification_needs_a_round_target(tmp_path, capsys):
+    from helpers import assert_refused
+    assert_refused("datacenter_fused", ["speculation.verify_order=edf", "slo.tvt_ms=null", "slo.tpot_ms=null"],
+                   "speculation.verify_order", tmp_path, capsys)

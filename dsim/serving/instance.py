@@ -68,6 +68,13 @@ def _sched_key(r):
     return r.sched_key
 
 
+def _verify_key(r):
+    """EDF verification (speculation.verify_order: edf): rounds whose drafts are here, earliest
+    deadline first; everything else after them, in its order."""
+    sp = r.spec
+    return (0, sp.deadline) if sp is not None and sp.ready and not r.prefilling else (1, 0.0)
+
+
 def _noop(*_a) -> None:
     return None
 
@@ -106,6 +113,7 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
         self.check = check_invariants
         self.policy = make_policy(engine, getattr(step_model, "unpipelined", step_model))  # None = FCFS
         self.by_priority = self.policy is not None
+        self.verify_edf = False          # set by dsim.specdec: ready rounds by deadline (seed 002 6.2)
         self.waiting = PriorityWaiting() if self.by_priority else deque()
         self.running: dict = {}          # rid -> Request, in admission order
         self.n_prefilling = 0
@@ -362,6 +370,8 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
         order = list(self.running.values())
         if self.by_priority:
             order.sort(key=_sched_key)
+        if self.verify_edf:
+            order.sort(key=_verify_key)          # stable: the rest keep the order above
         bs = self.bs
         thr = e.long_prefill_token_threshold
         preempted = False

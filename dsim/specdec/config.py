@@ -67,6 +67,7 @@ class SpecConfig:
     groups: list = field(default_factory=list)
     tree: object = None               # TreeSpec (dsim.specdec.tree) or None for chain drafts
     portfolio: object = None          # Portfolio (dsim.specdec.portfolio) or None: one drafter
+    verify_order: str = "fcfs"        # fcfs | edf: which ready rounds a step's token budget serves first
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
@@ -250,6 +251,7 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
     gateway = s.str("gateway", "gateway")
     groups = _groups(s.raw("drafts", None), s.sub("drafts"))
     tree = _tree(s.raw("tree", None), s.sub("tree"))
+    verify_order = s.str("verify_order", "fcfs", choices=("fcfs", "edf"))
     portfolio = load_portfolio(s.raw("portfolio", None), s.sub("portfolio"), base_dir, load_model, _acceptance,
                                None if target_model is None else target_model.vocab_size)
     s.done()
@@ -266,4 +268,4 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
                           f"a drafter sharing the target's vocabulary ({target_model.vocab_size} tokens, "
                           f"not {drafter.vocab_size})")
     return SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, temp, policy, params, k_max, switch, partial,
-                      spill, cold, tok, bundle, header, gateway, groups, tree, portfolio)
+                      spill, cold, tok, bundle, header, gateway, groups, tree, portfolio, verify_order)

@@ -43,7 +43,7 @@ class SpecState:
     __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
-                 "tree", "down_s", "drafter", "escalations", "draft_model")
+                 "tree", "down_s", "drafter", "escalations", "draft_model", "deadline")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -69,6 +69,7 @@ class SpecState:
         self.drafter = -1                # index in the portfolio (dsim.specdec.portfolio), -1 = none
         self.escalations = 0
         self.draft_model = None          # this round's fused drafter when not the replica's own
+        self.deadline = 0.0              # when this round's verification is due (verify_order: edf)
 
     @property
     def drafter_name(self) -> str:
@@ -96,7 +97,8 @@ class _TargetState:
 
 
 class SpecRuntime:
-    def __init__(self, sim, fleet, network, cfg: SpecConfig, reqs, horizon_s=None, slo_tpot_ms=None):
+    def __init__(self, sim, fleet, network, cfg: SpecConfig, reqs, horizon_s=None, slo_tpot_ms=None,
+                 slo_tvt_ms=None):
         self.sim = sim
         self.env = sim.env
         self.fleet = fleet
@@ -104,6 +106,11 @@ class SpecRuntime:
         self.cfg = cfg
         self.horizon = horizon_s
         self.slo_tpot_ms = slo_tpot_ms or 0.0
+        # EDF verification: a round is due this long after its drafts are at the target
+        self.round_budget_s = (slo_tvt_ms or slo_tpot_ms or 0.0) / 1e3
+        if cfg.verify_order == "edf" and not self.round_budget_s:
+            raise ConfigError("speculation.verify_order", "edf", "a round deadline to order by: slo.tvt_ms or "
+                              "slo.tpot_ms")
         self.rng = sim.rng.stream("specdec.accept")
         self.prng = sim.rng.stream("specdec.partial")
         self.net = network if network is not None else self._star()
@@ -164,6 +171,7 @@ class SpecRuntime:
         self.targets[rep.name].override = self.overrides.get(rep.pool.name)
         first = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter
         rep.inst.draft_model = RooflineModel(first, spec.device, 1)
+        rep.inst.verify_edf = cfg.verify_order == "edf"
 
     def _bind(self, reqs) -> None:
         """Canonical trace mapping: a request whose tenant names a group's cohort goes to that group,
@@ -465,6 +473,7 @@ class SpecRuntime:
         self.targets[inst.name].ready_n += 1
         st.ready = True
         st.t_ready = self.env.now
+        st.deadline = st.t_ready + self.round_budget_s
         inst.wake()
 
     def _mode(self, st: SpecState, tel: Telemetry, pmode: str, tgt: _TargetState) -> str:
