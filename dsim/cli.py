@@ -121,6 +121,7 @@ def _fit_parser(sub) -> None:
     f.add_argument("--scenario", default=None, help="scenario the traces were recorded with (model, hardware, engine)")
     f.add_argument("--max-evals", type=int, default=60, help="stage-2 simulator evaluations (default 60)")
     f.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")
+    _add_specdec(sub)
     a = sub.add_parser("acceptance", help="speculative-decoding acceptance bundles: train one from profiling "
                        "logs, or evaluate one on held-out logs")
     asub = a.add_subparsers(dest="acc_cmd", required=True)
@@ -135,6 +136,61 @@ def _fit_parser(sub) -> None:
     ae.add_argument("bundle", help="bundle written by dsim acceptance train")
     ae.add_argument("logs", nargs="+", help="held-out profiling logs (JSONL)")
     ae.add_argument("--json", default=None, help="also write the metrics to this JSON file")
+
+
+def _add_specdec(sub) -> None:
+    sd = sub.add_parser("specdec", help="speculative decoding: oracle labels and a trained latency head")
+    ssub = sd.add_subparsers(dest="sd_cmd", required=True)
+    o = ssub.add_parser("oracle", help="label each conversation with its best (mode, gamma) from common-action "
+                        "counterfactual runs (docs/gamma-head.md)")
+    o.add_argument("scenario", help="a scenario with speculation.drafts")
+    o.add_argument("--out", required=True, help="folder for oracle.csv and oracle.json")
+    o.add_argument("--rtt", default="1", help="RTT multipliers, comma-separated (default 1)")
+    o.add_argument("--load", default="1", help="arrival-rate multipliers, comma-separated (default 1)")
+    o.add_argument("--modes", default="fused,distributed", help="modes the labels choose among")
+    o.add_argument("--gammas", default="2,3,4,6,8", help="candidate gammas (default 2,3,4,6,8)")
+    o.add_argument("--warmup", type=float, default=0.1, help="share of the arrival span left unlabelled")
+    o.add_argument("--jobs", type=int, default=1, help="conditions simulated in parallel (joblib)")
+    t = ssub.add_parser("train-head", help="fit linear and SiLU-MLP latency heads on oracle labels (Huber loss, "
+                        "held-out conditions) and write the best as a head YAML")
+    t.add_argument("oracle", help="folder written by dsim specdec oracle")
+    t.add_argument("--out", required=True, help="head YAML to write (gamma: {policy: latency_head, head: FILE})")
+    t.add_argument("--hidden", default="0,8,16", help="hidden units to try, 0 = linear (default 0,8,16)")
+    t.add_argument("--seed", type=int, default=0, help="initialisation seed")
+
+
+def _num_list(text, flag, cast=float):
+    from .config.errors import ConfigError
+    try:
+        return tuple(cast(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(flag, text, "comma-separated numbers") from None
+
+
+def _specdec(args) -> int:
+    if args.sd_cmd == "oracle":
+        from .explore.oracle import oracle
+        meta = oracle(args.scenario, args.out, rtt_mults=_num_list(args.rtt, "--rtt"),
+                      load_mults=_num_list(args.load, "--load"), warmup=args.warmup,
+                      modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+                      gammas=_num_list(args.gammas, "--gammas", int), jobs=args.jobs)
+        print(f"{meta['rows']} labelled conversations -> {args.out}/oracle.csv; labels: {meta['labels']}")
+        return 0
+    from .config.errors import ConfigError
+    from .specdec.headfit import train_head
+    hidden = _num_list(args.hidden, "--hidden", int)
+    if not hidden or any(h < 0 for h in hidden):
+        raise ConfigError("--hidden", args.hidden, "hidden-unit counts >= 0")
+    doc = train_head(args.oracle, args.out, hidden=hidden, seed=args.seed)
+    ch = doc["report"]["chosen"]
+    v = ch["validation"]
+    print(f"head: {'linear' if not ch['hidden_units'] else str(ch['hidden_units']) + ' SiLU units'}; validation "
+          f"({doc['provenance']['split']}): label accuracy {v['label_accuracy']:.3f}, TPOT regret "
+          f"{v['regret'] * 100:+.1f} % vs the oracle (best fixed action {v['best_static']}: "
+          f"{v['static_regret'][v['best_static']] * 100:+.1f} %), meets SLO {v['meets_slo']:.3f} "
+          f"(oracle {v['oracle_meets_slo']:.3f})")
+    print(f"written: {args.out}")
+    return 0
 
 
 def _columns(text):
@@ -289,6 +345,8 @@ def main(argv=None) -> int:
             return _cosim(args)
         if args.cmd == "acceptance":
             return _acceptance(args)
+        if args.cmd == "specdec":
+            return _specdec(args)
         if args.cmd == "fit":
             from .calibrate.fit import fit_cli
             return fit_cli(args)

@@ -89,7 +89,8 @@ _POLICY_KEYS = {
     "static": ("k",),
     "acceptance_backoff": ("k0", "k_min", "k_max"),
     "specpp": ("threshold", "k_min", "k_max"),
-    "latency_head": ("weights", "bias", "hidden", "k_max", "smoothing", "fused_below", "default_k", "history",
+    "latency_head": ("head", "weights", "bias", "hidden", "k_max", "smoothing", "fused_below", "default_k", "history",
+                     "fused_k",
                      "queue_capacity"),
     "backpressure": ("k0", "k_min", "k_max", "queue_high", "queue_low", "kv_high", "confident"),
     "pid": ("k0", "k_min", "k_max", "target_queue", "kp", "ki", "kd"),
@@ -197,6 +198,31 @@ def _tree(raw, path: str):
     return TreeSpec(topk, tokens, sib)
 
 
+SHIPPED_HEAD = Path(str(resources.files("dsim").joinpath("data/heads/latency_head.yaml")))   # package data
+_HEAD_KEYS = ("weights", "bias", "hidden", "k_max", "smoothing", "fused_below", "fused_k")
+
+
+def _head_params(params: dict, g, base_dir) -> dict:
+    """latency_head parameters: ``head: FILE`` (written by dsim specdec train-head) or, with neither
+    a file nor weights, the shipped trained head; keys given beside it override the file's."""
+    f = params.pop("head", None)
+    if f is None and "weights" in params:
+        return params
+    import yaml
+    p = SHIPPED_HEAD if f is None else (Path(f) if Path(f).is_absolute() or base_dir is None else Path(base_dir) / f)
+    where = g.sub("head") if f is not None else g.path
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError:
+        raise ConfigError(where, f, "a head file written by dsim specdec train-head") from None
+    except yaml.YAMLError:
+        raise ConfigError(where, f, "a YAML head file written by dsim specdec train-head") from None
+    head = doc.get("latency_head") if isinstance(doc, dict) else None
+    if not isinstance(head, dict) or "weights" not in head:
+        raise ConfigError(where, f, "a head file with a latency_head: {weights, bias, ...} section")
+    return {**{k: head[k] for k in _HEAD_KEYS if k in head}, **params}
+
+
 def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) -> SpecConfig:
     """Parse and validate the ``speculation`` section (ConfigError names the bad key)."""
     s = Section(raw, path)
@@ -214,11 +240,13 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
     for k in _POLICY_KEYS[policy]:
         if k in g.data:
             params[k] = g.raw(k)
-            if k in ("k", "k0", "k_min", "k_max", "default_k"):
+            if k in ("k", "k0", "k_min", "k_max", "default_k", "fused_k"):
                 check_number(params[k], g.sub(k), lo=1, hi=MAX_SPEC_K, integer=True)
             elif isinstance(params[k], float):
                 check_number(params[k], g.sub(k))          # finite
     g.done()
+    if policy == "latency_head":
+        params = _head_params(params, g, base_dir)
     try:
         probe = build_policy(policy, params, mode, acc)
     except (TypeError, ValueError) as e:

@@ -109,8 +109,10 @@ class LatencyHead(_Clamp):
     N_FEATURES = 9
 
     def __init__(self, weights, bias: float = 0.0, hidden=None, k_max: int = 8, smoothing: float = 1.0,
-                 fused_below: float = 1.5, default_k: int = 4, history: int = 3, queue_capacity: int = 64):
+                 fused_below: float = 1.5, default_k: int = 4, history: int = 3, queue_capacity: int = 64,
+                 fused_k: int = 1):
         super().__init__(1, k_max)
+        self.fused_k = self.clamp(fused_k)    # drafts per fused round (a trained head's most common fused label)
         self.w = np.asarray(weights, float)
         self.b = float(bias)
         self.hidden = None if hidden is None else (np.asarray(hidden[0], float), np.asarray(hidden[1], float))
@@ -126,6 +128,7 @@ class LatencyHead(_Clamp):
         self.queue_capacity = queue_capacity
         self.prev = None
         self.last_queue = None
+        self.last_x = None               # the features of the last decision (None before the history fills)
 
     def observe(self, tpot_ms: float, rtt_ms: float, gamma: int, slo_hit: bool = True) -> None:
         self.hist.append((float(tpot_ms), float(rtt_ms), int(gamma), bool(slo_hit)))
@@ -152,11 +155,12 @@ class LatencyHead(_Clamp):
     def choose(self, t: Telemetry):
         if len(self.hist) < 2:
             return DISTRIBUTED, self.default_k
-        g = min(float(self.k_max), max(1.0, self.raw(self.features(t))))
+        self.last_x = x = self.features(t)
+        g = min(float(self.k_max), max(1.0, self.raw(x)))
         g = g if self.prev is None else self.alpha * g + (1 - self.alpha) * self.prev
         self.prev = g
         if g <= self.fused_below:
-            return FUSED, 1
+            return FUSED, self.fused_k
         return DISTRIBUTED, self.clamp(round(g))
 
 

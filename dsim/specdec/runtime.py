@@ -136,6 +136,7 @@ class SpecRuntime:
         self.states: dict = {}           # rid -> SpecState
         self._models: dict = {}          # (replica or device group, portfolio index) -> drafter roofline
         self._gpu: dict = {}             # replica -> its GPU (device profile)
+        self.decision_hook = None        # (request, policy) after each gamma decision (dsim.explore.oracle)
         self.spills = 0
         self.cold_avoided = 0
         self.uploading = 0
@@ -405,6 +406,8 @@ class SpecRuntime:
         tgt = self.targets[inst.name]
         pol = st.policy or tgt.policy
         pmode, k = pol.choose(tel)
+        if self.decision_hook is not None:
+            self.decision_hook(r, pol)
         mode = self._mode(st, tel, pmode, tgt)
         ov = tgt.override
         if ov is not None:               # a controller's SetSpeculation for this pool
