@@ -9,7 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yaml": ["workload.num_requests=300"],
            "pipeline_parallel.yaml": ["workload.num_requests=300"], "dp_ep_moe.yaml": ["workload.num_requests=400"],
            "edge_draft_batching.yaml": ["workload.num_requests=150"], "tree_drafts.yaml": ["workload.num_requests=120"],
-           "pd_speculation.yaml": ["workload.num_requests=150"]}
+           "pd_speculation.yaml": ["workload.num_requests=150"],
+           "draft_sweep_single_target.yaml": ["workload.num_requests=100"],
+           "draft_sweep_multicluster.yaml": ["workload.num_requests=150"]}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)

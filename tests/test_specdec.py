@@ -500,3 +500,15 @@ def test_edf_verification_needs_a_round_target(tmp_path, capsys):
     from helpers import assert_refused
     assert_refused("datacenter_fused", ["speculation.verify_order=edf", "slo.tvt_ms=null", "slo.tpot_ms=null"],
                    "speculation.verify_order", tmp_path, capsys)
+
+
+def test_single_target_sweep_is_router_independent():
+    """Seed 002 7.1's sanity check: with one replica per pool no router has a choice to make, so
+    jsq, round_robin and random give the same run."""
+    from pathlib import Path
+    scn = str(Path(__file__).resolve().parents[1] / "scenarios" / "draft_sweep_single_target.yaml")
+    outs = [dsim.run(scn, overrides=["workload.num_requests=60", "speculation.drafts[0].count=10",
+                                     f"cluster.router={r}"], plots=False).summary
+            for r in ("jsq", "round_robin", "random")]
+    assert outs[0]["latency_ms"] == outs[1]["latency_ms"] == outs[2]["latency_ms"]
+    assert outs[0]["requests"]["completed"] == 60

@@ -1,6 +1,7 @@
 """Instance: one vLLM replica's engine-core busy loop as a single SimPy process.
 
-Each iteration mirrors vLLM V1's ``Scheduler.schedule()`` (vllm/v1/core/sched/scheduler.py):
+Each iteration mirrors vLLM V1's ``Scheduler.schedule()`` (vllm/v1/core/sched/scheduler.py; the
+iteration itself is in dsim.serving.scheduling):
 
 * one token budget ``max_num_batched_tokens`` per step;
 * RUNNING requests first, in admission order: a decoding request asks for 1 token, a request
@@ -46,40 +47,28 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..core.request import COMPLETED, PREEMPTED, QUEUED, REJECTED, RUNNING
+from ..core.request import COMPLETED, QUEUED, REJECTED
 from ..latency.base import BatchShape, LoadView
 from .checks import ReplicaChecks
 from .handoff import Handoff
 from .kvcache import KVCache
 from .lazy import LazyDecoders
 from .offload import TierAdmission
+from .scheduling import SchedulerIteration
 from .speculative import SpeculativeSteps
 from .steplog import StepLog
 from .prefix import block_hashes
 from .policies import make_policy
 from .queues import PriorityWaiting
 
-
-
 ROLES = ("mixed", "prefill", "decode")
-
-
-def _sched_key(r):
-    return r.sched_key
-
-
-def _verify_key(r):
-    """EDF verification (speculation.verify_order: edf): rounds whose drafts are here, earliest
-    deadline first; everything else after them, in its order."""
-    sp = r.spec
-    return (0, sp.deadline) if sp is not None and sp.ready and not r.prefilling else (1, 0.0)
 
 
 def _noop(*_a) -> None:
     return None
 
 
-class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaChecks):
+class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaChecks):
     """One replica.  ``on_done(r)`` is called when a request completes or is rejected here,
     ``on_handoff(r)`` when a prefill replica has produced a request's first token."""
 
@@ -235,203 +224,6 @@ class Instance(LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaCh
         self.kv.free(plain, r.hashes)
         r.hashes = ()
         r.plain_blocks = 0
-
-    def _preempt(self, victim, now: float) -> None:
-        del self.running[victim.rid]
-        if victim.prefilling:
-            comp = victim.num_computed
-            self.n_prefilling -= 1
-            victim.prefilling = False
-        elif victim.spec is not None:
-            comp = victim.num_computed
-            del self.spec_dec[victim.rid]
-            victim.t_last_token = now
-        else:
-            comp = self._lazy_remove(victim)
-            if victim.itl_gap:
-                self.n_gap -= 1
-            else:
-                victim.t_last_token = now
-        self._release(victim, comp, self.cache_on)
-        victim.num_computed = 0
-        victim.kv_ready = 0              # recomputed here (vLLM does not re-fetch remote KV)
-        victim.itl_gap = victim.n_out > 0
-        victim.state = PREEMPTED
-        victim.preempt_times += (now,)
-        self.num_preemptions += 1
-        self.waiting.appendleft(victim)
-
-    # ---- admission of waiting requests ------------------------------------------------------
-    def _admit(self, budget: int, prefills: list, now: float, whole_prompts: bool) -> int:
-        e = self.engine
-        kv = self.kv
-        bs = self.bs
-        waiting = self.waiting
-        running = self.running
-        max_seqs = e.max_num_seqs
-        thr = e.long_prefill_token_threshold
-        watermark = int(0.01 * kv.total) if whole_prompts else 0
-        tier = self.tier
-        while waiting and budget > 0:
-            if len(running) >= max_seqs:
-                break
-            r = waiting[0]
-            n_tok = r.num_tokens
-            hit_hashes = ()
-            loaded = ()                  # blocks loaded from the CPU tier for this admission (sync)
-            held = 0                     # blocks held since an asynchronous load from the CPU tier
-            hit = r.kv_ready             # P/D: prompt KV delivered by a prefill replica
-            if tier is not None and r.rid in self.offload_held:
-                hit = r.num_computed
-                held = len(r.hashes)
-            elif self.cache_on and not hit:
-                full = (n_tok - 1) // bs
-                if full:
-                    hs = block_hashes(r, full, bs)
-                    nh = kv.num_cached_prefix(hs)
-                    kv.queries += full * bs
-                    if nh:
-                        hit_hashes = hs[:nh]
-                        hit = nh * bs
-                    if tier is not None and nh < full:
-                        loaded = tier.lookup(hs, nh, kv.cached)
-                        if loaded and tier.overlap:
-                            if not self._start_load(r, hit_hashes, loaded, watermark, now):
-                                break
-                            continue
-                        hit += len(loaded) * bs
-            need = n_tok - hit
-            if whole_prompts:
-                if need > budget:
-                    break
-            else:
-                if 0 < thr < need:
-                    need = thr
-                if need > budget:
-                    need = budget
-            new_blocks = -(-(hit + need) // bs) - len(hit_hashes) - len(loaded) - held
-            evictable = kv.evictable_among(hit_hashes) if hit_hashes else 0
-            if new_blocks + len(loaded) + evictable > kv.free_count - watermark:
-                break
-            waiting.popleft()
-            if hit_hashes:
-                kv.touch(hit_hashes)
-                kv.hits += len(hit_hashes) * bs
-            kv.allocate(new_blocks)
-            if held:
-                del self.offload_held[r.rid]
-            else:
-                r.hashes = list(hit_hashes)
-                if loaded:                   # overlap false: the copy is part of this step
-                    self._take_loaded(r, loaded)
-                    self._load_wait = max(self._load_wait, tier.load(loaded, bs, r.rid) - now)
-                    self._load_blocks += len(loaded)
-            r.plain_blocks = new_blocks
-            r.num_computed = hit
-            if r.t_scheduled is None:
-                r.t_scheduled = now
-                r.cached_tokens = hit
-            r.state = RUNNING
-            r.prefilling = True
-            self.n_prefilling += 1
-            running[r.rid] = r
-            prefills.append((r, need))
-            budget -= need
-        return budget
-
-    # ---- one scheduler iteration -------------------------------------------------------------
-    def _schedule(self, now: float):
-        """Return (prefills [(req, chunk)], decode count, skipped decoders, gap emitters)."""
-        e = self.engine
-        kv = self.kv
-        budget = e.max_num_batched_tokens
-        prefills: list = []
-        skipped: list = []
-        gap_dec: list = []
-        v0 = not e.enable_chunked_prefill
-        self._spec_sched = spec = []
-        if v0 and self.waiting:
-            # V0 policy: a prefill-only step whenever waiting prompts can be admitted.
-            self._admit(budget, prefills, now, True)
-            if prefills:
-                return prefills, 0, skipped, gap_dec
-        n_dec = self.n_dec
-        if (self.n_prefilling == 0 and self.n_gap == 0 and n_dec <= budget and not self.spec_dec
-                and self.boundary[self.D % self.bs] <= kv.free_count):
-            kv.allocate(self.boundary[self.D % self.bs])       # fast path: every decoder steps
-            budget -= n_dec
-            if not v0:
-                self._admit(budget, prefills, now, False)
-            return prefills, n_dec, skipped, gap_dec
-        # slow path: walk the running list in order, exactly as vLLM does; under a keyed policy
-        # in key order, so the request preempted from the end is the largest key (priority: vLLM's
-        # victim, the largest (priority, arrival); vLLM keeps admission order and un-schedules the
-        # victim if it was already scheduled; here a step's budget also goes to the higher class first)
-        order = list(self.running.values())
-        if self.by_priority:
-            order.sort(key=_sched_key)
-        if self.verify_edf:
-            order.sort(key=_verify_key)          # stable: the rest keep the order above
-        bs = self.bs
-        thr = e.long_prefill_token_threshold
-        preempted = False
-        scheduled_dec = 0
-        i = 0
-        while i < len(order):
-            r = order[i]
-            i += 1
-            if budget <= 0:
-                if not r.prefilling and r.spec is None:
-                    skipped.append(r)
-                continue
-            sp = r.spec
-            if sp is not None and not r.prefilling:
-                if not sp.ready:
-                    continue                 # drafts not here yet: holds its KV, takes no tokens
-                comp = r.num_computed
-                k = min(sp.k, r.max_tokens - r.n_out - 1, budget - 1)
-                need = k + 1
-                blocks = -(-(comp + need) // bs) - -(-comp // bs)
-            elif r.prefilling:
-                comp = r.num_computed
-                need = r.num_tokens - comp
-                if 0 < thr < need:
-                    need = thr
-                if need > budget:
-                    need = budget
-                blocks = -(-(comp + need) // bs) - len(r.hashes) - r.plain_blocks
-            else:
-                comp = r.c0 + self.D - r.d0
-                need = 1
-                blocks = 1 if comp % bs == 0 else 0
-            victim_self = False
-            while blocks > kv.free_count:
-                victim = order.pop()
-                self._preempt(victim, now)
-                preempted = True
-                if victim is r:
-                    victim_self = True
-                    break
-            if victim_self:
-                break
-            kv.allocate(blocks)
-            budget -= need
-            if r.prefilling:
-                r.plain_blocks += blocks
-                prefills.append((r, need))
-            elif sp is not None:
-                spec.append([r, k, 0])
-            else:
-                scheduled_dec += 1
-                if r.itl_gap:
-                    gap_dec.append(r)
-        # decoders left unscheduled keep their position: rebase them past this step
-        for r in order[i:]:
-            if not r.prefilling and r.spec is None:
-                skipped.append(r)
-        if not preempted and not v0:
-            self._admit(budget, prefills, now, False)
-        return prefills, scheduled_dec, skipped, gap_dec
 
     # ---- the busy loop -------------------------------------------------------------------------
     def _loop(self):
