@@ -416,10 +416,9 @@ class Fleet:
             pre = roles[r.prefill_replica]
             check(pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster,
                   f"pool isolation violated for request {r.rid}")
-            # speculation's device-issued requests see their first token one download later (1e-9: the shift
-            # added and taken off again can differ by an ulp)
-            seen = self.speculation.seen_delay(r) if self.speculation is not None else 0.0
-            check(r.t_first_token - seen <= r.t_handoff + 1e-9 and r.t_handoff <= r.t_kv_ready <= r.t_completion)
+            # speculation's device-issued requests have their token times as the device saw them
+            first = self.speculation.first_token_at_server(r) if self.speculation is not None else r.t_first_token
+            check(first <= r.t_handoff <= r.t_kv_ready <= r.t_completion)
 
 
 def _check_parallel_groups(spec, scn) -> None:

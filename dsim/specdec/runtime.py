@@ -43,7 +43,7 @@ class SpecState:
     __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
-                 "tree", "down_s", "drafter", "escalations", "draft_model", "deadline")
+                 "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -65,7 +65,7 @@ class SpecState:
         self.tpot_est = 0.0
         self.done_ev = None
         self.tree = None                 # this round's DraftTree (dsim.specdec.tree), None = a chain
-        self.down_s = 0.0                # the last download: token times are shifted by it (seen on the device)
+        self.first_at_server = None      # the first token's server time (token times are shifted to the device)
         self.drafter = -1                # index in the portfolio (dsim.specdec.portfolio), -1 = none
         self.escalations = 0
         self.draft_model = None          # this round's fused drafter when not the replica's own
@@ -300,11 +300,11 @@ class SpecRuntime:
             return
         if r.state == COMPLETED and st.device is not None:
             down = self.net.latency_s(self._dc(r.replica), st.device.name) + self.net.overhead_s
+            st.first_at_server = r.t_first_token
             r.t_first_token += down
             r.t_last_token += down
             r.t_completion += down
             st.net_s += down
-            st.down_s = down
         ev = st.done_ev
         if ev is not None:
             ev.succeed()
@@ -329,10 +329,10 @@ class SpecRuntime:
             m = self._models[key] = dev.prof.roofline(self.cfg.portfolio.drafters[i].model)
         return m
 
-    def seen_delay(self, r) -> float:
-        """How much later than the server the device saw r's tokens (0 without a device)."""
+    def first_token_at_server(self, r) -> float:
+        """When r's first token left the server (its ``t_first_token`` is when the device saw it)."""
         st = self.states.get(r.rid)
-        return st.down_s if st is not None else 0.0
+        return st.first_at_server if st is not None and st.first_at_server is not None else r.t_first_token
 
     # ---- the replica's callbacks -----------------------------------------------------------------
     def accept(self, st: SpecState, r, k: int):
