@@ -512,3 +512,8 @@ def test_single_target_sweep_is_router_independent():
             for r in ("jsq", "round_robin", "random")]
     assert outs[0]["latency_ms"] == outs[1]["latency_ms"] == outs[2]["latency_ms"]
     assert outs[0]["requests"]["completed"] == 60
+
+
+def test_a_replica_cut_off_from_the_gateway_is_refused(tmp_path, capsys):
+    from helpers import assert_refused
+    assert_refused("draft_sweep_multicluster", ["network.links[10].src=''"], "network", tmp_path, capsys)

@@ -169,6 +169,10 @@ class SpecRuntime:
         pol = cfg.make_policy() if cfg.policy in PER_TARGET else None
         self.targets[rep.name] = _TargetState(pol, cfg.cold["initially_warm"], load)
         self._gpu[rep.name] = spec.device
+        topo = self.net.topo
+        if topo.has(rep.name) and not nx.has_path(topo.g, self.gw, rep.name):
+            raise ConfigError("network", rep.name, f"a path from the gateway {self.gw!r} to replica {rep.name!r} "
+                              "(draft devices reach the replicas that are network nodes through it)", show_value=False)
         self.targets[rep.name].override = self.overrides.get(rep.pool.name)
         first = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter
         rep.inst.draft_model = RooflineModel(first, spec.device, 1)
