@@ -398,6 +398,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("dsim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:                   # `dsim validate x | head -1`: the reader left, say nothing
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 141
     except Exception as e:                    # a bug in dsim, not a user error: one line, exit 1
         import os
 

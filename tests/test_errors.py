@@ -109,3 +109,16 @@ def test_console_script_exit_code(tmp_path):
                        text=True, cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "engine.block_size" in p.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`dsim validate x | head -1`: when the reader leaves, no internal-error message, exit 141."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    scn = Path(__file__).resolve().parents[1] / "scenarios" / "draft_sweep_multicluster.yaml"
+    p = subprocess.Popen([sys.executable, "-m", "dsim.cli", "validate", str(scn)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()                          # the reader is gone before dsim writes
+    err = p.stderr.read().decode()
+    assert p.wait() == 141 and err == ""
