@@ -104,6 +104,8 @@ def main():
             ax[i].plot([t["rtt_ms"]["phone"] for t in ts], [t["policies"][p]["regret"] * 100 for t in ts],
                        marker="o", label=p)
         ax[i].set_xscale("log")
+        ax[i].set_xticks([60 * r for r in RTT], [f"{60 * r:g}" for r in RTT])
+        ax[i].minorticks_off()
         ax[i].set_xlabel("phone RTT (ms; laptops 1/5 of it)")
         ax[i].set_title(f"arrival rate x{lm:g}")
         ax[i].axhline(0, color="k", lw=0.8)
