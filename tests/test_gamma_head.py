@@ -70,13 +70,12 @@ def _synthetic_oracle(path: Path, n=400, seed=1):
 def test_trained_head_reproduces_its_labels_and_is_deterministic(tmp_path):
     _synthetic_oracle(tmp_path / "o")
     a = train_head(tmp_path / "o", tmp_path / "a.yaml", hidden=(0, 8))
-    b = train_head(tmp_path / "o", tmp_path / "b.yaml", hidden=(0, 8))
+    train_head(tmp_path / "o", tmp_path / "b.yaml", hidden=(0, 8))
     assert (tmp_path / "a.yaml").read_text() == (tmp_path / "b.yaml").read_text()
     ch = a["report"]["chosen"]
     assert ch["train"]["label_accuracy"] >= 0.95 and ch["validation"]["label_accuracy"] >= 0.95
     assert ch["validation"]["regret"] < 0.02
     assert "held-out conditions" in a["provenance"]["split"]
-    del b
     # the runtime head computes the same raw output as the trainer on the same features
     head = yaml.safe_load((tmp_path / "a.yaml").read_text())["latency_head"]
     pol = build_policy("latency_head", {k: head[k] for k in ("weights", "bias", "hidden", "k_max", "fused_k")},
@@ -92,8 +91,7 @@ def test_a_head_file_and_the_shipped_default_load(tmp_path):
     scn = load_scenario(SCN, SHORT + [f"speculation.gamma={json.dumps(base['gamma'])}"])
     assert scn.spec.policy_params["weights"] == yaml.safe_load((tmp_path / "h.yaml").read_text())["latency_head"][
         "weights"]
-    if not SHIPPED_HEAD.is_file():
-        pytest.skip("no shipped head yet (experiments/gamma_head.py writes it)")
+    assert SHIPPED_HEAD.is_file()               # package data: the default of latency_head
     scn = load_scenario(SCN, SHORT + ['speculation.gamma={"policy": "latency_head"}'])
     shipped = yaml.safe_load(SHIPPED_HEAD.read_text())["latency_head"]
     assert scn.spec.policy_params["weights"] == shipped["weights"]
@@ -108,3 +106,28 @@ def test_oracle_and_training_refuse_bad_input(tmp_path, capsys):
     assert str(tmp_path) in capsys.readouterr().err and not (tmp_path / "h.yaml").exists()
     assert main(["specdec", "oracle", SCN, "--out", str(tmp_path / "o"), "--rtt", "0,1"]) == 2
     assert capsys.readouterr().err.startswith("dsim: error: --rtt")
+    assert main(["specdec", "oracle", SCN, "--out", str(tmp_path / "o"), "--gammas", "2,2"]) == 2
+    assert capsys.readouterr().err.startswith("dsim: error: --gammas") and not (tmp_path / "o").exists()
+
+
+def test_an_unwritable_oracle_folder_fails_before_simulating(tmp_path, capsys):
+    import time
+    (tmp_path / "file").write_text("x")
+    t0 = time.time()
+    assert main(["specdec", "oracle", SCN, "--out", str(tmp_path / "file")]) == 2
+    assert time.time() - t0 < 5 and capsys.readouterr().err.startswith(f"dsim: error: {tmp_path / 'file'}")
+
+
+@pytest.mark.parametrize("damage,where", [
+    (lambda p: (p / "oracle.json").write_text("{not json"), "oracle.json"),
+    (lambda p: (p / "oracle.csv").write_text("rid,label\n1,distributed_2\n"), "oracle.csv"),
+    (lambda p: (p / "oracle.csv").write_text((p / "oracle.csv").read_text().replace(",distributed_6,", ",bogus,", 1)),
+     "oracle.csv:"),
+])
+def test_a_damaged_oracle_is_refused_and_no_head_written(damage, where, tmp_path, capsys):
+    _synthetic_oracle(tmp_path / "o")
+    damage(tmp_path / "o")
+    assert main(["specdec", "train-head", str(tmp_path / "o"), "--out", str(tmp_path / "h.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dsim: error: {tmp_path / 'o' / where}") and err.count("\n") == 1
+    assert not (tmp_path / "h.yaml").exists() and not list(tmp_path.glob(".h.yaml*"))

@@ -102,6 +102,7 @@ def test_the_shipped_scenario_raises_hits_and_lowers_ttft():
 def test_bad_offload_input_is_one_line_exit_2_and_writes_nothing(setting, key, tmp_path, capsys):
     assert_refused("kv_offload_cpu", [setting], key, tmp_path, capsys)
 
+
 def test_transfers_are_in_the_otlp_kv_connector_stream(tmp_path):
     from dsim.calibrate.vllm_traces import read_otlp
     res = dsim.run(scenario(latency={"model": "blackbox", "beta": [B0, B1, 0], "alpha": [0, 0, 0]},

@@ -504,7 +504,8 @@ def test_edf_verification_needs_a_round_target(tmp_path, capsys):
 
 def test_single_target_sweep_is_router_independent():
     """Seed 002 7.1's sanity check: with one replica per pool no router has a choice to make, so
-    jsq, round_robin and random give the same run."""
+    jsq, round_robin and random give the same run (it breaks if a router's draws came from a
+    stream another part of the run also draws from)."""
     from pathlib import Path
     scn = str(Path(__file__).resolve().parents[1] / "scenarios" / "draft_sweep_single_target.yaml")
     outs = [dsim.run(scn, overrides=["workload.num_requests=60", "speculation.drafts[0].count=10",

@@ -118,8 +118,8 @@ def test_tree_verify_step_uses_the_tree_mask():
 
 
 def test_fused_tree_drafting_cost_by_hand():
-    # all-accepting drafter: a tree of 4 levels with topk 2 and 6 nodes; its first verify after the
-    # 100-token prompt and the first token costs the drafter's forwards at 1, then min(2, width) tokens
+    # a tree of 3 levels (k = 3) with topk 2 and 6 nodes: its first verify after the 100-token prompt
+    # costs the drafter's forwards at 1, then min(2, width) tokens, plus the masked verify chunk
     ses = simulate(load_scenario(spec_scn({"mode": "fused", "acceptance": {"geometric": 0.9}, "gamma": {"k": 3},
                                            "tree": {"topk": 2, "tokens": 6, "sibling_acceptance": 0.5}}, out=9)))
     inst = ses.fleet.replicas()[0].inst

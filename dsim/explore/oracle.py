@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from ..config.errors import ConfigError
+from ..metrics.writers import AtomicOutput
 from ..specdec.gamma import DISTRIBUTED, FUSED
 from ..specdec.headfit import FEATURES
 from .backends import run_calls
@@ -143,26 +144,33 @@ def oracle(scenario, out_dir, *, rtt_mults=(1.0,), load_mults=(1.0,), warmup: fl
     for flag, vals in (("--rtt", rtt_mults), ("--load", load_mults)):
         if not vals or not all(v > 0 for v in vals):
             raise ConfigError(flag, list(vals), "positive multipliers")
-    if not modes or any(m not in MODES for m in modes):
-        raise ConfigError("--modes", list(modes), "fused and/or distributed")
-    if not gammas or any(not isinstance(k, int) or k < 1 for k in gammas):
-        raise ConfigError("--gammas", list(gammas), "positive integers")
+    if not modes or any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
+        raise ConfigError("--modes", list(modes), "fused and/or distributed, each once")
+    if not gammas or any(not isinstance(k, int) or k < 1 for k in gammas) or len(set(gammas)) != len(gammas):
+        raise ConfigError("--gammas", list(gammas), "distinct positive integers")
     actions = tuple((m, k) for m in modes for k in gammas)
     raw = scn.raw
     calls = [(raw, rm, lm, warmup, actions, tuple(modes)) for rm in rtt_mults for lm in load_mults]
-    rows = [row for part in run_calls(_condition_rows, calls, jobs) for row in part]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    ao = AtomicOutput(Path(out_dir))       # an unwritable folder fails here, before any simulation
+    try:
+        rows = [row for part in run_calls(_condition_rows, calls, jobs) for row in part]
+        meta = _write(ao, scn, rows, actions, modes, gammas, rtt_mults, load_mults, warmup)
+    except BaseException:
+        ao.abort()                          # nothing half-written under the folder's name
+        raise
+    ao.commit()
+    return meta
+
+
+def _write(ao, scn, rows, actions, modes, gammas, rtt_mults, load_mults, warmup) -> dict:
     cols = (["rtt_mult", "load_mult", "rid", *FEATURES]
             + [f"{m}__{action_name(a)}" for a in actions for m in ("tpot_ms", "ttft_ms", "meets")]
             + ["label", "label_mode", "label_k", "label_target", "label_meets_slo"])
-    tmp = out / "oracle.csv.tmp"
-    with open(tmp, "w", newline="") as f:
+    with open(ao.path("oracle.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
         w.writeheader()
         for row in rows:
             w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
-    tmp.replace(out / "oracle.csv")
     counts: dict = {}
     for row in rows:
         counts[row["label"]] = counts.get(row["label"], 0) + 1
@@ -174,5 +182,5 @@ def oracle(scenario, out_dir, *, rtt_mults=(1.0,), load_mults=(1.0,), warmup: fl
             "labels": dict(sorted(counts.items())),
             "method": "common-action worlds (every round forced to one action, same seed); label = lowest TPOT "
                       "meeting the TTFT/TPOT targets"}
-    (out / "oracle.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    ao.write_text("oracle.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta

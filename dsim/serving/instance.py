@@ -103,6 +103,7 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
         self.policy = make_policy(engine, getattr(step_model, "unpipelined", step_model))  # None = FCFS
         self.by_priority = self.policy is not None
         self.verify_edf = False          # set by dsim.specdec: ready rounds by deadline (seed 002 6.2)
+        self.mixed_drafts = False        # set by dsim.specdec: tree drafts or several drafters to cost
         self.waiting = PriorityWaiting() if self.by_priority else deque()
         self.running: dict = {}          # rid -> Request, in admission order
         self.n_prefilling = 0

@@ -11,7 +11,7 @@ class SpeculativeSteps:
     def _draft_time(self, spec) -> float:
         """Drafters on this replica draft k tokens one step at a time, batched across requests:
         draft step j runs every fused request with k >= j."""
-        if any(row[0].spec.tree is not None or row[0].spec.draft_model is not None for row in spec if row[1]):
+        if self.mixed_drafts:
             return self._mixed_draft_time(spec)
         fused = sorted(((row[1], row[0].num_computed) for row in spec if row[1] and row[0].spec.fused), reverse=True)
         if not fused:

@@ -106,7 +106,9 @@ class LatencyHead(_Clamp):
     of (tpot_ms, rtt_ms, gamma, slo_hit); clamped to [1, k_max], exponentially smoothed; a smoothed
     value <= ``fused_below`` means fused mode.  Features: [queue_util, queue_trend, tpot_avg,
     tpot_delta, rtt_avg, rtt_delta, acceptance_est, slo_tpot, last_gamma]."""
-    N_FEATURES = 9
+    FEATURES = ("queue_util", "queue_trend", "tpot_avg_ms", "tpot_delta_ms", "rtt_avg_ms", "rtt_delta_ms",
+                "acceptance_est", "slo_tpot_ms", "last_gamma")      # features()'s order (and oracle.csv's)
+    N_FEATURES = len(FEATURES)
 
     def __init__(self, weights, bias: float = 0.0, hidden=None, k_max: int = 8, smoothing: float = 1.0,
                  fused_below: float = 1.5, default_k: int = 4, history: int = 3, queue_capacity: int = 64,

@@ -22,9 +22,9 @@ import numpy as np
 from scipy.optimize import minimize
 
 from ..config.errors import ConfigError
+from .gamma import LatencyHead
 
-FEATURES = ("queue_util", "queue_trend", "tpot_avg_ms", "tpot_delta_ms", "rtt_avg_ms", "rtt_delta_ms",
-            "acceptance_est", "slo_tpot_ms", "last_gamma")
+FEATURES = LatencyHead.FEATURES
 HUBER_DELTA = 1.0
 L2 = 1e-3
 FUSED_BELOW = 1.5
@@ -116,7 +116,7 @@ def decide(g, modes, gammas, fused_k: int, k_max: int) -> list:
             out.append(f"fused_{fused_k}")
             continue
         k = int(cand[np.argmin(np.abs(cand - round(float(v))))])
-        out.append(f"{modes[-1] if len(modes) > 1 else modes[0]}_{k}")
+        out.append(f"{'distributed' if len(modes) > 1 else modes[0]}_{k}")
     return out
 
 
@@ -126,11 +126,37 @@ def load_oracle(path):
     if not meta_p.is_file() or not csv_p.is_file():
         raise ConfigError(str(path), None, "an oracle folder (oracle.csv and oracle.json, from dsim specdec oracle)",
                           show_value=False)
-    meta = json.loads(meta_p.read_text())
-    with open(csv_p, newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        meta = json.loads(meta_p.read_text())
+        ok = isinstance(meta, dict) and all(isinstance(meta.get(k), list) and meta[k]
+                                            for k in ("modes", "gammas", "actions"))
+    except (ValueError, UnicodeDecodeError):
+        ok = False
+    if not ok:
+        raise ConfigError(str(meta_p), None, "the oracle's JSON with its modes, gammas and actions (as dsim "
+                          "specdec oracle writes it)", show_value=False)
+    try:
+        with open(csv_p, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (UnicodeDecodeError, csv.Error):
+        rows = None
     if not rows:
-        raise ConfigError(str(csv_p), None, "at least one labelled row", show_value=False)
+        raise ConfigError(str(csv_p), None, "a CSV with at least one labelled row", show_value=False)
+    need = ["rtt_mult", "load_mult", "rid", *FEATURES, "label", "label_mode", "label_k", "label_target",
+            "label_meets_slo"] + [f"{m}__{a}" for a in meta["actions"] for m in ("tpot_ms", "meets")]
+    missing = [c for c in need if c not in rows[0]]
+    if missing:
+        raise ConfigError(str(csv_p), None, f"the oracle's columns (missing: {', '.join(missing[:4])})",
+                          show_value=False)
+    numeric = [c for c in need if c not in ("label", "label_mode")]
+    for i, r in enumerate(rows):
+        try:
+            bad = not all(np.isfinite(float(r[c])) for c in numeric) or r["label"] not in meta["actions"]
+        except (TypeError, ValueError):
+            bad = True
+        if bad:
+            raise ConfigError(f"{csv_p}:{i + 2}", None, "finite numbers and a label among the oracle's actions",
+                              show_value=False)
     return meta, rows
 
 
@@ -153,6 +179,9 @@ def evaluate(head: dict, rows, meta, fused_k: int, k_max: int) -> dict:
 def train_head(oracle_dir, out, *, hidden=(0, 8, 16), seed: int = 0, smoothing: float = 0.5) -> dict:
     """Fit a linear head and SiLU MLPs, pick by held-out regret, write the head YAML; return its report."""
     import yaml
+    out = Path(out)
+    if not out.parent.is_dir() or out.is_dir():
+        raise ConfigError(str(out), None, "a head file to write, in an existing folder", show_value=False)
     meta, rows = load_oracle(oracle_dir)
     groups = sorted({(float(r["rtt_mult"]), float(r["load_mult"])) for r in rows})
     if len(groups) >= 2:        # every third condition held out (at least one)
@@ -185,5 +214,12 @@ def train_head(oracle_dir, out, *, hidden=(0, 8, 16), seed: int = 0, smoothing: 
            "provenance": {"oracle": meta, "split": how, "train_rows": len(train), "validation_rows": len(val),
                           "loss": f"Huber (delta {HUBER_DELTA}) + L2 {L2}, L-BFGS, seed {seed}"},
            "report": {"chosen": rep, "candidates": [c[3] for c in cands]}}
-    Path(out).write_text(yaml.safe_dump(doc, sort_keys=False, default_flow_style=None))
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:                                   # all or nothing: no half-written head under its name
+        tmp.write_text(yaml.safe_dump(doc, sort_keys=False, default_flow_style=None))
+        tmp.replace(out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(str(out), None, f"a head file that can be written ({e.strerror})", show_value=False) \
+            from None
     return doc

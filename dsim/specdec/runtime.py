@@ -177,6 +177,7 @@ class SpecRuntime:
         first = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter
         rep.inst.draft_model = RooflineModel(first, spec.device, 1)
         rep.inst.verify_edf = cfg.verify_order == "edf"
+        rep.inst.mixed_drafts = cfg.tree is not None or cfg.portfolio is not None
 
     def _bind(self, reqs) -> None:
         """Canonical trace mapping: a request whose tenant names a group's cohort goes to that group,

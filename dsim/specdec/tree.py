@@ -55,7 +55,7 @@ class DraftTree:
     then earlier parent).  Any prefix of that order is itself a tree, so a step that can verify only
     the first n nodes (token budget, remaining output) keeps a connected subtree."""
 
-    __slots__ = ("parent", "rank", "level", "value", "hits", "_children")
+    __slots__ = ("parent", "rank", "level", "value", "hits", "_children", "_depth", "_pairs", "_steps")
 
     def __init__(self, probs, topk: int, tokens: int, beta: float):
         self.hits = [rank_hits(a, topk, beta) for a in probs]
@@ -77,6 +77,12 @@ class DraftTree:
                         heapq.heappush(heap, (v * h, lv + 1, jj, idx))
         self.parent, self.rank, self.level, self.value = parent, rank, level, value
         self._children: dict = {}
+        self._steps: dict = {}
+        # per prefix of n nodes (what the replica asks every round): depth and masked pairs
+        self._depth, self._pairs = [0], [1]
+        for lv in level:
+            self._depth.append(max(self._depth[-1], lv))
+            self._pairs.append(self._pairs[-1] + lv + 1)
 
     def __len__(self) -> int:
         return len(self.parent)
@@ -86,7 +92,8 @@ class DraftTree:
         return 1.0 + sum(self.value[:n])
 
     def depth(self, n: int | None = None) -> int:
-        return max(self.level[:n], default=0)
+        """Levels among the first n nodes (all of them by default)."""
+        return self._depth[len(self.level) if n is None else min(n, len(self.level))]
 
     def widths(self, n: int | None = None) -> list:
         """Nodes per level 1..depth among the first n: the drafter's forward at level j runs the
@@ -99,14 +106,16 @@ class DraftTree:
     def draft_steps(self, n: int) -> list:
         """Tokens the drafter runs at each of its forward passes for the first n nodes: the root,
         then at level j the nodes of level j - 1 it expands (at most topk, as EAGLE-2 does)."""
-        w = self.widths(n)
-        topk = len(self.hits[0])
-        return [1] + [min(topk, x) for x in w[:-1]]
+        out = self._steps.get(n)
+        if out is None:
+            topk = len(self.hits[0])
+            out = self._steps[n] = [1] + [min(topk, x) for x in self.widths(n)[:-1]]
+        return out
 
     def attention_pairs(self, n: int) -> int:
         """Query-key pairs of the n + 1 verify tokens among themselves under the tree mask: each
         token sees its ancestors and itself (a chain of c tokens has c (c + 1) / 2)."""
-        return 1 + sum(lv + 1 for lv in self.level[:n])
+        return self._pairs[n]
 
     def children(self, n: int) -> dict:
         """{(parent index, rank): node index} over the first n nodes (memoised per n)."""
