@@ -49,7 +49,8 @@ def run_policy(raw, rm, lm, gamma) -> dict:
     doc["speculation"]["mode"] = "distributed"
     doc["speculation"]["gamma"] = gamma
     res = dsim.run(doc, plots=False)
-    return {r.rid: (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in res.fleet.completed if r.n_out > 1}
+    return {r.rid: (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in res.requests
+            if r.t_completion is not None and r.n_out > 1}
 
 
 def main():

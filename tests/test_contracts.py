@@ -18,7 +18,7 @@ def test_a_request_is_routed_before_it_is_queued():
                                            "prompt_tokens": 100, "output_tokens": 4}))
     ses = Session(scn, check_invariants=True)
     ses.advance(0.002)
-    r = ses.reqs[0]
+    r = ses.fleet.live[0]                 # arrived, not finished
     assert r.state == ROUTED and STATE_NAMES[r.state] == "routed"
     assert r.t_routed == r.arrival == 0.0 and r.t_queued is None
     ses.advance(0.006)

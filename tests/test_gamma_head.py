@@ -34,7 +34,7 @@ def test_oracle_label_is_the_fastest_action_meeting_the_slo(tmp_path):
         worlds[k] = {r.rid: ((r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1),
                              (r.t_first_token - r.arrival) * 1e3 <= scn.slo_ttft_ms and
                              (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) <= scn.slo_tpot_ms)
-                     for r in res.fleet.completed if r.n_out > 1}
+                     for r in res.requests if r.t_completion is not None and r.n_out > 1}
     for row in rows:
         rid = int(row["rid"])
         ok = [k for k in (2, 6) if worlds[k][rid][1]] or [2, 6]

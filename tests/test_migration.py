@@ -25,7 +25,7 @@ def test_a_running_request_moves_with_its_kv():
     ses.advance(0.0101)                              # both decoding on p-0 (1 ms steps)
     fleet.pool("p").add_replica(0.0)                 # ready at once
     ses.advance(0.0201)                              # p-1 ready (no cold start), idle
-    a, b = sorted(ses.reqs, key=lambda r: r.rid)
+    a, b = sorted(fleet.live.values(), key=lambda r: r.rid)     # the requests in flight
     out = apply_action(fleet, Rebalance("p", migrate=True))
     assert out["changed"] == 1                       # (2 - 0) // 2
     ses.run_to_end()
@@ -42,7 +42,7 @@ def test_a_running_request_moves_with_its_kv():
     assert b.t_completion == pytest.approx(t_out + d + left * 0.001, abs=1e-9)
     assert a.t_completion < b.t_completion
     s = ses.fleet
-    assert len(s.completed) == 2 and s.in_transfer == 0
+    assert s.n_completed == 2 and s.in_transfer == 0
     from dsim.metrics.summary import summarize
     assert summarize(ses.scn, s, ses.reqs)["migrations"] == {"requests": 1, "kv_bytes": moved * kv}
 

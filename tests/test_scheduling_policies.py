@@ -68,9 +68,11 @@ def test_edf_admits_the_least_slack_and_beats_fcfs_on_the_tight_class():
     att = {name: res.summary["slo_classes"]["tight"]["slo_attainment"] for name, res in (("fcfs", fcfs), ("edf", edf))}
     assert att["edf"] > att["fcfs"] + 0.2
     # every first admission under EDF took the smallest key among the requests waiting then
-    for r in edf.requests:
-        waiting = [x for x in edf.requests if x.arrival <= r.t_scheduled and x.t_scheduled > r.t_scheduled]
-        assert all(r.sched_key <= x.sched_key for x in waiting), r.rid
+    key = edf.instance.policy.key                  # fixed per request (arrival, target, prompt)
+    reqs = list(edf.requests)
+    for r in reqs:
+        waiting = [x for x in reqs if x.arrival <= r.t_scheduled and x.t_scheduled > r.t_scheduled]
+        assert all(key(r) <= key(x) for x in waiting), r.rid
 
 
 def test_class_sections_recomputed_from_the_requests():

@@ -349,7 +349,7 @@ def test_pd_speculation_verifies_on_the_decode_pool_only(monkeypatch):
     monkeypatch.setattr(SpecRuntime, "round_done", spy)
     ses = simulate(_pd_spec(), check_invariants=True)
     assert len(where) > 1000 and set(where) == {("decode", True, True)}
-    assert all(r.spec.rounds > 0 for r in ses.fleet.completed if r.max_tokens > 2)
+    assert all(r.spec.rounds > 0 for r in ses.reqs if r.t_completion is not None and r.max_tokens > 2)
 
 
 def test_gateway_to_replica_hop_is_on_the_path():
@@ -359,7 +359,7 @@ def test_gateway_to_replica_hop_is_on_the_path():
     net = ses.fleet.network
     hop = net.latency_s("gateway", "prefill-0")
     assert hop > 0
-    for r in ses.fleet.completed:
+    for r in (r for r in ses.reqs if r.t_completion is not None):
         # the hop's latency, its serialization overhead, and the prompt's bytes at the edge rate at most
         assert hop + net.overhead_s <= r.t_queued - r.t_routed <= hop + net.overhead_s + 1e-3
     links = net.summary(ses.sim.now)["links"]

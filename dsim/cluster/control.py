@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config.fields import Section
 from ..config.limits import MIN_TIMER_S
-from ..metrics.summary import request_latencies
+from ..metrics.summary import ledger_latencies
 from ..core.invariant import check
 
 
@@ -92,7 +92,7 @@ class Window:
     def __init__(self, fleet):
         self.fleet = fleet
         self.t = fleet.sim.now
-        self.n_done = 0
+        self.n_seen = 0                  # ledger rows already observed
         self.n_rej = 0
         self.n_arr = 0
         self.busy = {}
@@ -101,8 +101,10 @@ class Window:
         f = self.fleet
         now = f.sim.now
         dt = max(now - self.t, 1e-12)
-        new = f.completed[self.n_done:]
-        lat = request_latencies(new)
+        rows = f.ledger.since(self.n_seen)        # requests finished since the last observation
+        is_done = rows.present("t_completion")
+        n_new = int(is_done.sum())
+        lat = ledger_latencies(rows, is_done)
         ttft, tpot = lat["ttft_ms"], lat["tpot_ms"]
         pools = {}
         for name, p in f.pools.items():
@@ -124,18 +126,18 @@ class Window:
             "time_s": now,
             "interval_s": dt,
             "arrivals": f.arrived - self.n_arr,
-            "completed": len(new),
-            "rejected": len(f.rejected) - self.n_rej,
-            "in_flight": f.arrived - len(f.completed) - len(f.rejected),
-            "throughput_rps": len(new) / dt,
+            "completed": n_new,
+            "rejected": f.n_rejected - self.n_rej,
+            "in_flight": f.arrived - f.n_completed - f.n_rejected,
+            "throughput_rps": n_new / dt,
             "ttft_p50_ms": float(np.percentile(ttft, 50)) if len(ttft) else None,
             "ttft_p95_ms": float(np.percentile(ttft, 95)) if len(ttft) else None,
             "tpot_mean_ms": float(np.mean(tpot)) if len(tpot) else None,
             "pools": pools,
         }
         self.t = now
-        self.n_done = len(f.completed)
-        self.n_rej = len(f.rejected)
+        self.n_seen = f.ledger.n
+        self.n_rej = f.n_rejected
         self.n_arr = f.arrived
         return obs
 

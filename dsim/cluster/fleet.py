@@ -18,6 +18,7 @@ from .pool import DRAINING, READY, RETIRED, Pool, Replica  # noqa: F401 (Replica
 from .transfer import build_transfer
 from .views import ClusterView, RouterSlot
 from ..core.invariant import check
+from ..metrics.ledger import RequestLedger
 
 # BC-14 (seed 004): the event queue holds O(requests in flight x events per request).  A request in
 # flight has at most a few events pending (its arrival-delay timeout, a KV or draft message, a draft
@@ -174,8 +175,10 @@ class Fleet:
                 for _ in range(p.spec.replicas):
                     p.add_replica(0.0)
         self.arrived = 0
-        self.completed: list = []       # in completion order
-        self.rejected: list = []        # every rejected request (admission or replica)
+        self.n_completed = 0
+        self.n_rejected = 0              # admission or replica
+        self.live: dict = {}             # rid -> arrived request not finished yet
+        self.ledger = RequestLedger()    # finished requests, as columns (the objects are dropped)
         self.admission_rejected = 0
         self.arrivals_done = False
         self.booked: dict = {}          # rid -> booked work on its current replica
@@ -183,14 +186,17 @@ class Fleet:
         self.ingress = None              # (request, replica) -> event when it reaches the replica, or None
         self.speculation = None          # the SpecRuntime of a speculative run (dsim.specdec.runtime)
         self.scale_events: list = []    # (time, pool, action, replica)
+        self._roles_n = -1
+        self._roles_map: dict = {}
 
     # ---- gateway ---------------------------------------------------------------------------
     @property
     def done(self) -> bool:
-        return self.arrivals_done and self.arrived == len(self.completed) + len(self.rejected)
+        return self.arrivals_done and self.arrived == self.n_completed + self.n_rejected
 
     def arrive(self, r) -> None:
         self.arrived += 1
+        self.live[r.rid] = r
         if self.global_router is not None:
             cluster = self.global_router.choose(r, self._live_clusters()).cluster
         else:
@@ -202,9 +208,7 @@ class Fleet:
             r.state = REJECTED
             r.reject_reason = reason
             self.admission_rejected += 1
-            self.rejected.append(r)
-            for hook in self.done_hooks:
-                hook(r)
+            self._finish(r)
             return
         self._book(rep, r, cluster.router.router.routed_work(r))
         r.state = ROUTED
@@ -236,14 +240,25 @@ class Fleet:
     # ---- replica callbacks -----------------------------------------------------------------
     def _on_done(self, rep: Replica, r) -> None:
         self._unbook(rep, r)
-        if r.state == COMPLETED:
-            self.completed.append(r)
-        else:
-            self.rejected.append(r)
-        for hook in self.done_hooks:
-            hook(r)
+        self._finish(r)
         if rep.state == DRAINING:
             self._maybe_retire(rep)
+
+    def _finish(self, r) -> None:
+        """r completed or was rejected: the hooks run first (speculation moves its token times to the
+        device), then its final fields are checked and recorded, and the object leaves the fleet."""
+        for hook in self.done_hooks:
+            hook(r)
+        if r.state == COMPLETED:
+            self.n_completed += 1
+            if not (r.arrival <= r.t_routed <= r.t_queued <= r.t_scheduled <= r.t_first_token <= r.t_completion
+                    and r.n_out == r.max_tokens):           # message built only on failure (per request)
+                check(False, f"causality or token count violated for request {r.rid}")
+            self._check_isolated(r)
+        else:
+            self.n_rejected += 1
+        del self.live[r.rid]
+        self.ledger.add(r)
 
     def _on_handoff(self, rep: Replica, r) -> None:
         """A prefill replica produced r's first token: pick a decode replica, move the KV."""
@@ -269,9 +284,7 @@ class Fleet:
             self._unbook(dec, r)
             r.state = REJECTED
             r.reject_reason = "kv_transfer_failed"
-            self.rejected.append(r)
-            for hook in self.done_hooks:
-                hook(r)
+            self._finish(r)
             if src.state == DRAINING:
                 self._maybe_retire(src)
             return
@@ -383,11 +396,11 @@ class Fleet:
         placed = 0
         for rep in self.replicas():
             i = rep.inst
-            check(len(i.waiting) + i.in_alpha + len(i.running) + len(i.completed) + len(i.rejected)
+            check(len(i.waiting) + i.in_alpha + len(i.running) + i.n_completed + i.n_rejected
                   + len(i.transferring) + i.handed_off + i.moved_out + i.loading == i.submitted,
                   f"{rep.name}: conservation")
             placed += len(i.waiting) + i.in_alpha + len(i.running) + i.loading
-        check(placed + self.in_transfer + len(self.completed) + len(self.rejected) == self.arrived,
+        check(placed + self.in_transfer + self.n_completed + self.n_rejected == self.arrived,
               "fleet conservation: arrived != queued + running + in transfer + completed + rejected")
         for rep in self.replicas():
             check(rep.state != RETIRED or rep.inst.idle, f"{rep.name} retired with work")
@@ -395,30 +408,36 @@ class Fleet:
     def check_event_queue(self) -> None:
         """BC-14: the pending events are bounded by the requests in flight and the actors."""
         n = len(self.sim.env._queue)
-        active = self.arrived - len(self.completed) - len(self.rejected)
+        active = self.arrived - self.n_completed - self.n_rejected
         actors = len(self.replicas()) + self.extra_actors
         bound = EVENTS_PER_REQUEST * active + EVENTS_PER_ACTOR * actors + EVENTS_FIXED
         if n > bound:
             check(False, f"BC-14: {n} pending events > {bound} ({active} requests in flight, {actors} actors)")
 
-    def check_isolation(self) -> None:
-        """P/D pool isolation over finished requests: the first token came from a prefill replica
+    def _check_isolated(self, r) -> None:
+        """P/D pool isolation of a completed request: the first token came from a prefill replica
         and every later token from a decode replica of the same cluster."""
-        roles = {rep.name: rep.pool for rep in self.replicas()}
-        for r in self.completed:
-            pool = roles[r.replica]
-            if not pool.cluster.disagg:
-                check(r.prefill_replica is None)
-                continue
-            if r.max_tokens == 1:
-                check(pool.role == "prefill" and r.prefill_replica is None)
-                continue
+        roles = self._roles()
+        pool = roles[r.replica]
+        if not pool.cluster.disagg:
+            check(r.prefill_replica is None)
+        elif r.max_tokens == 1:
+            check(pool.role == "prefill" and r.prefill_replica is None)
+        else:
             pre = roles[r.prefill_replica]
             check(pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster,
                   f"pool isolation violated for request {r.rid}")
             # speculation's device-issued requests have their token times as the device saw them
             first = self.speculation.first_token_at_server(r) if self.speculation is not None else r.t_first_token
             check(first <= r.t_handoff <= r.t_kv_ready <= r.t_completion)
+
+    def _roles(self) -> dict:
+        """Replica name -> pool, for every replica ever created (rebuilt when the fleet changes)."""
+        n = sum(len(p.replicas) for p in self.pools.values())
+        if self._roles_n != n:
+            self._roles_map = {rep.name: rep.pool for rep in self.replicas()}
+            self._roles_n = n
+        return self._roles_map
 
 
 def _check_parallel_groups(spec, scn) -> None:

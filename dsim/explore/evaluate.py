@@ -51,5 +51,5 @@ def evaluate(source, overrides, seed=None, keep_requests: bool = False, extra=No
     if extra is not None:
         row.update(extra(res.summary))
     if keep_requests:
-        row["_arrivals"] = [r.arrival for r in res.requests]
+        row["_arrivals"] = res.requests.col("arrival").tolist()
     return row

@@ -70,8 +70,8 @@ def _run_world(doc: dict, action) -> dict:
     scn = load_scenario(doc)
     ses = simulate(scn)
     out = {}
-    for r in ses.fleet.completed:
-        if r.n_out > 1:
+    for r in ses.reqs:                   # the ledger of every request, in id order
+        if r.t_completion is not None and r.n_out > 1:
             out[r.rid] = ((r.t_first_token - r.arrival) * 1e3,
                           (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1),
                           meets_slo(r, scn.slo_ttft_ms, scn.slo_tpot_ms))

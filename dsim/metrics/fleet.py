@@ -95,7 +95,7 @@ def fleet_sections(fleet, done: list, t_end: float) -> dict:
         replicas[rep.name] = {
             "pool": rep.pool.name, "cluster": rep.pool.cluster.name, "role": rep.pool.role, "state": rep.state,
             "created_s": rep.t_created, "ready_s": rep.t_ready, "retired_s": rep.t_retired,
-            "submitted": i.submitted, "completed": len(i.completed), "rejected": len(i.rejected),
+            "submitted": i.submitted, "completed": i.n_completed, "rejected": i.n_rejected,
             "handed_off": i.handed_off, "steps": i.num_steps, "preemptions": i.num_preemptions,
             "busy_fraction": busy / p["alive_s"] if p["alive_s"] else 0.0,
             "mean_kv_usage": float((kv * dur).sum() / busy / i.kv.total) if busy else 0.0,

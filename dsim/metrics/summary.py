@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.request import PENDING
+from ..core.request import PENDING, REJECTED
 
 PCTS = (50, 90, 95, 99)
 
@@ -74,7 +74,10 @@ def flat_metrics(summary: dict, pcts) -> dict:
 
 
 def request_latencies(reqs) -> dict:
-    """Arrays (ms) over completed requests: ttft, tpot (requests with > 1 token), e2e, queue."""
+    """Arrays (ms) over completed requests: ttft, tpot (requests with > 1 token), e2e, queue.
+    ``reqs``: Requests, or a sealed ``RequestLedger`` (read as columns, in id order)."""
+    if hasattr(reqs, "col"):
+        return ledger_latencies(reqs, reqs.present("t_completion"))
     done = [r for r in reqs if r.t_completion is not None]
     n = len(done)
 
@@ -85,6 +88,19 @@ def request_latencies(reqs) -> dict:
     tpot = col(((r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in done if r.n_out > 1), -1)
     queue = col((r.t_scheduled - r.arrival) * 1e3 for r in done)
     return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "queue_ms": queue}
+
+
+def ledger_latencies(ledger, sel) -> dict:
+    """``request_latencies`` of the ledger's rows where ``sel`` (a bool mask of completed requests)."""
+    arr = ledger.col("arrival")[sel]
+    first = ledger.col("t_first_token")[sel]
+    last = ledger.col("t_last_token")[sel]
+    n_out = ledger.col("n_out")[sel]
+    multi = n_out > 1
+    return {"ttft_ms": (first - arr) * 1e3,
+            "tpot_ms": (last[multi] - first[multi]) * 1e3 / (n_out[multi] - 1).astype(float),
+            "e2e_ms": (ledger.col("t_completion")[sel] - arr) * 1e3,
+            "queue_ms": (ledger.col("t_scheduled")[sel] - arr) * 1e3}
 
 
 # Tolerated trend of the queueing delay, seconds of extra wait per second of arrivals.  A deployment
@@ -99,12 +115,16 @@ def queue_delay_trend(reqs, end: float) -> float:
     if never scheduled) against its arrival time, rejected requests left out: ~0 when the deployment
     keeps up, ~ the overload share when it does not."""
     kept = [r for r in reqs if not r.reject_reason]
-    if len(kept) < 3:
-        return 0.0
     t = np.fromiter((r.arrival for r in kept), dtype=float, count=len(kept))
     q = np.fromiter(((r.t_scheduled if r.t_scheduled is not None else end) - r.arrival for r in kept),
                     dtype=float, count=len(kept))
-    if not t.max() > t.min() or not np.isfinite(t).all() or not np.isfinite(q).all():
+    return delay_trend(t, q)
+
+
+def delay_trend(t: np.ndarray, q: np.ndarray) -> float:
+    """Least-squares slope of delays ``q`` against arrival times ``t`` (0 for fewer than 3 points,
+    one arrival time, or non-finite values)."""
+    if t.size < 3 or not t.max() > t.min() or not np.isfinite(t).all() or not np.isfinite(q).all():
         return 0.0
     return float(np.polyfit(t - t.min(), q, 1)[0])
 
@@ -124,9 +144,14 @@ def meets_slo(r, ttft_ms=None, tpot_ms=None) -> bool:
 
 
 def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
+    """The run's summary.json from its sealed ``RequestLedger`` (columns; request objects are
+    rebuilt only for the sections that group them: fleet, tenants, SLO classes)."""
     from .fleet import efficiency, energy_cost, fairness, fleet_sections
-    lat = request_latencies(reqs)
-    done = [r for r in reqs if r.t_completion is not None]
+    led = reqs
+    is_done = led.present("t_completion")
+    n_done = int(is_done.sum())
+    lat = ledger_latencies(led, is_done)
+    arrival = led.col("arrival")
     insts = [rep.inst for rep in fleet.replicas()]
     itl_v, itl_w = [], []          # numpy views of the step logs, in replica order (no float objects)
     for inst in insts:
@@ -134,21 +159,21 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         itl_w += [np.asarray(inst.log.itl_count), np.array([w for _, w in inst.itl_extra], dtype=np.int64)]
     pcts = sorted(set(PCTS) | set(getattr(scn, "percentiles", PCTS)))
     itl = weighted_stats(np.concatenate(itl_v) * 1e3, np.concatenate(itl_w), pcts)
-    first = min((r.arrival for r in reqs), default=0.0)
-    last = max((r.t_completion for r in done), default=first)
+    first = float(arrival.min()) if led.n else 0.0
+    last = float(led.col("t_completion")[is_done].max()) if n_done else first
     span = max(last - first, 1e-12)
-    out_tok = sum(r.n_out for r in done)
-    in_tok = sum(r.prompt_len for r in done)
-    rejected = fleet.rejected
+    out_tok = int(led.col("n_out")[is_done].sum())
+    in_tok = int(led.col("prompt_len")[is_done].sum())
+    state = led.col("state")
     summary = {
         "scenario": scn.name,
         "seed": scn.seed,
         "requests": {
             "submitted": fleet.arrived,
-            "completed": len(done),
-            "rejected": len(rejected),
-            "unfinished": fleet.arrived - len(done) - len(rejected),
-            "not_arrived": len(reqs) - fleet.arrived,
+            "completed": n_done,
+            "rejected": fleet.n_rejected,
+            "unfinished": fleet.arrived - n_done - fleet.n_rejected,
+            "not_arrived": led.n - fleet.arrived,
         },
         "latency_ms": {
             "ttft": stats(lat["ttft_ms"], pcts),
@@ -159,21 +184,20 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         },
         "throughput": {
             "duration_s": span,
-            "requests_per_s": len(done) / span,
+            "requests_per_s": n_done / span,
             "output_tokens_per_s": out_tok / span,
             "input_tokens_per_s": in_tok / span,
             "output_tokens": out_tok,
             "input_tokens": in_tok,
         },
     }
-    if rejected:
-        reasons: dict = {}
-        for r in rejected:
-            reasons[r.reject_reason] = reasons.get(r.reject_reason, 0) + 1
-        summary["requests"]["rejected_by"] = dict(sorted(reasons.items()))
+    if fleet.n_rejected:
+        codes, counts = np.unique(led.col("reject_reason")[state == REJECTED], return_counts=True)
+        names = led.string_table
+        summary["requests"]["rejected_by"] = dict(sorted((names[c], int(k)) for c, k in zip(codes, counts)))
     ttft_slo, tpot_slo = scn.slo_ttft_ms, scn.slo_tpot_ms
-    if any(r.ttft_slo_ms is not None or r.tpot_slo_ms is not None for r in reqs):
-        good = sum(1 for r in done if meets_slo(r, ttft_slo, tpot_slo))
+    if led.present("ttft_slo_ms").any() or led.present("tpot_slo_ms").any():
+        good = int(_meets_slo_mask(led, is_done, ttft_slo, tpot_slo).sum())
         summary["goodput"] = {
             "slo_ttft_ms": ttft_slo, "slo_tpot_ms": tpot_slo,
             "requests_meeting_slo": good,
@@ -184,7 +208,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         if scn.slo_classes:
             summary["goodput"]["per_request_targets"] = True     # each judged by its class's SLO
     if scn.slo_classes:
-        summary["slo_classes"] = class_sections(reqs, scn.slo_classes, span, pcts)
+        summary["slo_classes"] = class_sections(list(led), scn.slo_classes, span, pcts)
     durs = [np.asarray(i.log.dur) for i in insts]
     busy = [float(d.sum()) for d in durs]
     used_t = sum(float((np.asarray(i.log.kv_used, dtype=float) * d).sum() / i.kv.total) for i, d in zip(insts, durs))
@@ -197,7 +221,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         "mean_usage": used_t / sum(busy) if sum(busy) else 0.0,
         "peak_usage": float(peak),
         "prefix_hit_rate": hits / queries if queries else 0.0,
-        "prefix_hit_tokens": int(sum(r.cached_tokens for r in reqs)),
+        "prefix_hit_tokens": int(led.col("cached_tokens").sum()),
     }
     tiers = [i.tier for i in insts if i.tier is not None]
     if tiers:
@@ -209,15 +233,16 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     n_steps = sum(i.num_steps for i in insts)
     summary["scheduler"] = {
         "steps": n_steps,
-        "busy_fraction": min(1.0, sum(busy) / (span * len(insts))) if done else None,
+        "busy_fraction": min(1.0, sum(busy) / (span * len(insts))) if n_done else None,
         "preemptions": sum(i.num_preemptions for i in insts),
-        "preempted_requests": sum(1 for r in reqs if r.preempt_times),
+        "preempted_requests": len(led.preempt_times),
         "mean_batch_tokens": float(sum(t.sum() for t in tok) / n_steps) if n_steps else 0.0,
         "peak_running": max((max(i.log.running, default=0) for i in insts), default=0),
         "peak_waiting": max((max(i.log.waiting, default=0) for i in insts), default=0),
     }
     if t_end is None or (scn.horizon_s is None or scn.drain):
-        t_acct = max(last, max((r.arrival for r in reqs if r.state != PENDING), default=0.0))
+        sent = arrival[state != PENDING]
+        t_acct = max(last, float(sent.max()) if sent.size else 0.0)
     else:
         t_acct = t_end
     energy, cost = energy_cost(fleet.replicas(), t_acct, out_tok, out_tok + in_tok)
@@ -228,7 +253,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     if cost is not None:
         summary["cost"] = cost
     if scn.fleet.declared:
-        summary.update(fleet_sections(fleet, done, t_acct))
+        summary.update(fleet_sections(fleet, [r for r in led if r.t_completion is not None], t_acct))
         summary["scale_events"] = [{"time_s": t, "pool": p, "event": e, "replica": n}
                                    for t, p, e, n in fleet.scale_events]
         if actions:
@@ -237,15 +262,36 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         summary["migrations"] = {"requests": fleet.migrations, "kv_bytes": fleet.migrated_bytes}
     if getattr(fleet, "network", None) is not None:
         summary["network"] = fleet.network.summary(t_acct)
-    fair = fairness(reqs, done, ttft_slo, tpot_slo)
-    if fair is not None:
-        summary["fairness"] = fair
-    summary["stability"] = stability(reqs, last if t_end is None else max(t_end, last))
+    if len(set(led.col("tenant").tolist()) - {led.code_of("")}) >= 2:     # two tenants or more
+        views = list(led)
+        fair = fairness(views, [r for r in views if r.t_completion is not None], ttft_slo, tpot_slo)
+        if fair is not None:
+            summary["fairness"] = fair
+    summary["stability"] = stability(led, last if t_end is None else max(t_end, last))
     summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
     warn = health_warnings(summary, lat)
     if warn:
         summary["warnings"] = warn
     return summary
+
+
+def _meets_slo_mask(led, sel, ttft_ms, tpot_ms) -> np.ndarray:
+    """``meets_slo`` over the ledger's rows where ``sel``, as a bool array."""
+    arr = led.col("arrival")[sel]
+    first = led.col("t_first_token")[sel]
+    last = led.col("t_last_token")[sel]
+    n_out = led.col("n_out")[sel]
+    ok = np.ones(arr.size, dtype=bool)
+    for key, default in (("ttft_slo_ms", ttft_ms), ("tpot_slo_ms", tpot_ms)):
+        own = led.present(key)[sel]
+        target = np.where(own, led.col(key)[sel], np.nan if default is None else default)
+        if key == "ttft_slo_ms":
+            ok &= ~((first - arr) * 1e3 > target)
+        else:
+            multi = n_out > 1
+            tpot = (last[multi] - first[multi]) * 1e3 / (n_out[multi] - 1).astype(float)
+            ok[multi] &= ~(tpot > target[multi])
+    return ok
 
 
 def class_sections(reqs, classes: dict, span: float, pcts) -> dict:
@@ -271,19 +317,23 @@ def class_sections(reqs, classes: dict, span: float, pcts) -> dict:
     return out
 
 
-def stability(reqs, end: float, warmup: float = 0.1) -> dict:
+def stability(led, end: float, warmup: float = 0.1) -> dict:
     """Offered load and the trend of the queueing delay over the arrivals after the first ``warmup``
     share of the arrival span: a drained run of an overloaded deployment finishes every request,
-    and only this says its percentiles describe a growing queue."""
-    arr = sorted(r.arrival for r in reqs if r.arrival <= end)
-    if len(arr) < 3 or not arr[-1] > arr[0]:
+    and only this says its percentiles describe a growing queue.  ``led``: a sealed RequestLedger."""
+    arrival = led.col("arrival")
+    arr = np.sort(arrival[arrival <= end])
+    if arr.size < 3 or not arr[-1] > arr[0]:
         return {"offered_requests_per_s": None, "queue_delay_trend_ms_per_s": None, "overloaded": False}
-    t0, t1 = arr[0], arr[-1]
+    t0, t1 = float(arr[0]), float(arr[-1])
     tw = t0 + warmup * (t1 - t0)
     # requests a stopped run never scheduled have no queueing delay yet (their wait is censored at
-    # the stop, which would bend the trend down): the trend is over the scheduled ones
-    trend = queue_delay_trend([r for r in reqs if tw <= r.arrival <= t1 and r.t_scheduled is not None], end)
-    return {"offered_requests_per_s": (len(arr) - 1) / (t1 - t0), "queue_delay_trend_ms_per_s": trend * 1e3,
+    # the stop, which would bend the trend down): the trend is over the scheduled ones; rejected
+    # requests are left out
+    sel = ((tw <= arrival) & (arrival <= t1) & led.present("t_scheduled")
+           & (led.col("reject_reason") == led.code_of("")))
+    trend = delay_trend(arrival[sel], led.col("t_scheduled")[sel] - arrival[sel])
+    return {"offered_requests_per_s": (arr.size - 1) / (t1 - t0), "queue_delay_trend_ms_per_s": trend * 1e3,
             "overloaded": trend > GROWTH_LIMIT}
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import shutil
@@ -36,7 +35,7 @@ def request_rows(reqs, raw: bool = False):
     f = (lambda x, scale=1.0: None if x is None else x * scale) if raw else _f
     opt = (lambda i: None if i < 0 else i) if raw else _opt
     empty = None if raw else ""
-    for r in sorted(reqs, key=lambda r: r.rid):
+    for r in (reqs if hasattr(reqs, "col") else sorted(reqs, key=lambda r: r.rid)):   # a ledger is in id order
         done = r.t_completion is not None
         tpot = (r.t_last_token - r.t_first_token) / (r.n_out - 1) if done and r.n_out > 1 else None
         yield (r.rid, r.label, STATE_NAMES[r.state], f(r.arrival), f(r.t_queued), f(r.t_scheduled),
@@ -62,12 +61,11 @@ def _spec_cols(st, f, empty) -> tuple:
             st.drafter_name or empty)
 
 
-def requests_csv(reqs) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+def write_requests_csv(reqs, f) -> None:
+    """requests.csv into an open text file, row by row (a million requests never sit in memory as text)."""
+    w = csv.writer(f, lineterminator="\n")
     w.writerow(COLUMNS)
     w.writerows(request_rows(reqs))
-    return buf.getvalue()
 
 
 def _rounded(obj):

@@ -116,8 +116,8 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
         self.n_gap = 0                   # decoders whose next ITL is not one step
         # bookkeeping
         self.submitted = 0
-        self.completed: list = []
-        self.rejected: list = []
+        self.n_completed = 0
+        self.n_rejected = 0
         self.in_alpha = 0                # submitted, still in the arrival-to-queue delay
         self.transferring: dict = {}     # rid -> Request handed off, KV still held (prefill role)
         self.handed_off = 0              # handed off and released
@@ -169,7 +169,7 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
     def _reject(self, r, reason: str) -> None:
         r.state = REJECTED
         r.reject_reason = reason
-        self.rejected.append(r)
+        self.n_rejected += 1
         self.on_done(r)
 
     def _enqueue(self, r, delayed: bool = False) -> None:
@@ -320,7 +320,7 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
                 self._load_blocks = 0
             if self.tracer is not None:
                 snap = self.tracer.before(self, prefills, skipped, shape)
-                n_done0 = len(self.completed) + self.handed_off + len(self.transferring)
+                n_done0 = self.n_completed + self.handed_off + len(self.transferring)
             if self.dp_group is None:
                 yield env.timeout(dur)
             else:                            # DP ranks step together (dsim.serving.dataparallel)
@@ -397,7 +397,7 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
             log.kv_used.append(self.kv.total - self.kv.free_count)
             if self.tracer is not None and snap is not None:
                 self.tracer.after(self, snap, now, t_end,
-                                  len(self.completed) + self.handed_off + len(self.transferring) - n_done0)
+                                  self.n_completed + self.handed_off + len(self.transferring) - n_done0)
             if self._leaving:
                 self._migrate_leaving(t_end)
             if self.check:
@@ -416,7 +416,7 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
         r.state = COMPLETED
         r.t_completion = emit_t + self.post_overhead
         r.t_last_token = emit_t
-        self.completed.append(r)
+        self.n_completed += 1
         self.on_done(r)
 
     def set_engine(self, engine) -> None:

@@ -30,8 +30,63 @@ _QUESTION_BASE = 1 << 32
 _HASH_BASE = 1 << 40
 
 
+class Workload:
+    """A run's requests in arrival order.  A generated workload keeps three arrays and makes each
+    Request when it is read, so a run holds the requests in flight, not all of them (issue 17);
+    traces, mixes and shared prefixes keep their request list.  Reading twice gives equal but
+    distinct objects for a generated workload: the simulation reads it once."""
+
+    def __init__(self, items: list | None = None, arrivals=None, prompts=None, outputs=None):
+        self._items = items
+        self._cols = None if items is not None else (np.asarray(arrivals, dtype=float), _narrow(prompts),
+                                                     _narrow(outputs))
+        self._slo = (None, None)
+
+    def __len__(self) -> int:
+        return len(self._items) if self._items is not None else len(self._cols[0])
+
+    def __iter__(self):
+        return self.tail(0)
+
+    def tail(self, start: int):
+        """The requests from index ``start`` on."""
+        if self._items is not None:
+            yield from self._items[start:]
+            return
+        arr, pr, out = self._cols
+        ttft, tpot = self._slo
+        for i in range(start, len(arr)):
+            r = Request(i, float(arr[i]), int(pr[i]), int(out[i]))
+            r.ttft_slo_ms, r.tpot_slo_ms = ttft, tpot
+            yield r
+
+    def apply_slo_targets(self, classes: dict, ttft_ms, tpot_ms) -> None:
+        """See ``apply_slo_targets``; a generated workload has no classes or own targets."""
+        if self._items is not None:
+            apply_slo_targets(self._items, classes, ttft_ms, tpot_ms)
+        else:
+            self._slo = (ttft_ms, tpot_ms)
+
+    def has_ttft_targets(self) -> bool:
+        if self._items is not None:
+            return any(r.ttft_slo_ms is not None for r in self._items)
+        return self._slo[0] is not None and len(self) > 0
+
+
+def _narrow(a) -> np.ndarray:
+    """Lengths as int32 when they fit (all but pathological tails): 16 bytes a request, not 24."""
+    a = np.asarray(a)
+    return a.astype(np.int32) if a.size and int(a.max()) < 2**31 else a
+
+
 def build_requests(data, rng, base_dir: Path | None, path: str = "workload") -> tuple[list, dict]:
     """Return (requests sorted by arrival, a description for the manifest)."""
+    wl, desc = build_workload(data, rng, base_dir, path)
+    return list(wl), desc
+
+
+def build_workload(data, rng, base_dir: Path | None, path: str = "workload") -> tuple[Workload, dict]:
+    """Return (the Workload, a description for the manifest)."""
     s = Section(data, path)
     kind = s.str("type", choices=TYPES)
     desc: dict = {"type": kind}
@@ -41,26 +96,25 @@ def build_requests(data, rng, base_dir: Path | None, path: str = "workload") -> 
     if kind == "mix":
         reqs = _mix(s, rng, base_dir, desc)
         s.done()
-        return reqs, desc
+        return Workload(reqs), desc
     if kind == "trace":
         reqs = _from_trace(s, base_dir, desc)
         s.done()
-        return reqs, desc
+        return Workload(reqs), desc
     arrivals = generate_arrivals(s, kind, rng.stream("workload.arrivals"))
     n = len(arrivals)
     sp = s.raw("shared_prefix", None)
     if sp is not None:
-        reqs = _shared_prefix(Section(sp, s.sub("shared_prefix")), arrivals, rng, s, base_dir, desc)
+        wl = Workload(_shared_prefix(Section(sp, s.sub("shared_prefix")), arrivals, rng, s, base_dir, desc))
     else:
         prompts = sample_lengths(s.raw("prompt_tokens"), s.sub("prompt_tokens"), n,
                                  rng.stream("workload.prompt_tokens"), base_dir)
         outputs = sample_lengths(s.raw("output_tokens"), s.sub("output_tokens"), n,
                                  rng.stream("workload.output_tokens"), base_dir)
-        reqs = [Request(i, float(t), int(p), int(o))
-                for i, (t, p, o) in enumerate(zip(arrivals.tolist(), prompts.tolist(), outputs.tolist()))]
+        wl = Workload(arrivals=arrivals, prompts=prompts, outputs=outputs)
     s.done()
-    desc["num_requests"] = len(reqs)
-    return reqs, desc
+    desc["num_requests"] = len(wl)
+    return wl, desc
 
 
 def _from_trace(s: Section, base_dir, desc) -> list:
