@@ -107,7 +107,7 @@ class Session:
     """
 
     def __init__(self, scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=(),
-                 vllm_traces: dict | None = None):
+                 vllm_traces: dict | None = None, keep_steps: bool = False):
         self.scn = scn
         self.sim = sim = Simulation(scn.seed)
         self.recorders: list = []          # (instance, StepRecorder) when emitting vLLM traces
@@ -126,7 +126,7 @@ class Session:
             from .network.fabric import build_network
             self.network = build_network(scn.raw["network"], sim.env, sim.rng.stream("network"))
         self.fleet = Fleet(sim, scn, check_invariants, network=self.network,
-                           tracer_factory=self._recorder_factory(vllm_traces))
+                           tracer_factory=self._recorder_factory(vllm_traces), keep_steps=keep_steps)
         self.spec = None
         if scn.spec is not None:
             if vllm_traces is not None:
@@ -248,9 +248,9 @@ def prepare(scn: Scenario) -> Session:
 
 
 def simulate(scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=(),
-             vllm_traces: dict | None = None):
+             vllm_traces: dict | None = None, keep_steps: bool = False):
     """Run the simulation; return the finished Session."""
-    ses = Session(scn, check_invariants, progress, controllers, vllm_traces)
+    ses = Session(scn, check_invariants, progress, controllers, vllm_traces, keep_steps)
     ses.end = ses.run_to_end()
     return ses
 
@@ -271,7 +271,8 @@ def _final_invariants(fleet: Fleet, horizon, drain) -> None:
 
 
 def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: bool = False,
-        progress: bool = False, plots: bool | None = None, controllers=(), vllm_traces=None) -> Result:
+        progress: bool = False, plots: bool | None = None, controllers=(), vllm_traces=None,
+        keep_steps: bool = False) -> Result:
     """Run a scenario and return its Result; write the report to ``out_dir`` when given.
 
     scenario: a YAML/JSON path, a mapping with the same keys, or a loaded ``dsim.load_scenario(...)``.
@@ -283,13 +284,15 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
     controllers: extra ``dsim.Controller`` objects run alongside the scenario's own.
     vllm_traces: True or {step_rate, rich_rate} to record vLLM's tracing streams
     (written as ``vllm_traces.otlp.jsonl`` in the report; ``Result.write_vllm_traces(path)``).
+    keep_steps: keep every step of every series in the replicas' step logs (``inst.log``), not
+    only what summary.json needs (``dsim.serving.steplog``); on with ``output.timeline``.
     """
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
     traces = {} if vllm_traces is True else (vllm_traces or None)
     # open the output first: an unwritable --out fails before the simulation, not after it
     ao = AtomicOutput(Path(out_dir)) if out_dir is not None else None
     try:
-        ses = simulate(scn, check_invariants, progress, controllers, traces)
+        ses = simulate(scn, check_invariants, progress, controllers, traces, keep_steps)
         return finish(ses, out_dir, plots, ao)
     except BaseException:
         if ao is not None:

@@ -127,7 +127,7 @@ def simulate_run(run: RealRun, base=None, overrides=(), seed: int | None = None,
             scn["latency"] = copy.deepcopy(latency)
         if run.trace_rows is not None:
             tr.write_text(trace_text(replay_rows(run, scn.get("seed", 42))))
-        res = run_scenario(load_scenario(scn))
+        res = run_scenario(load_scenario(scn), keep_steps=True)
     return res, scn
 
 
@@ -137,6 +137,8 @@ def _sim_itl(res, t0: float, t1: float) -> list:
     whole = t0 <= 0 and math.isinf(t1)
     for rep in res.fleet.replicas():
         log = rep.inst.log
+        if not log.keep_all:
+            raise ValueError("co-simulation windows need every step's end time: run with keep_steps=True")
         te = np.asarray(log.t_end)
         keep = (te >= t0) & (te < t1)
         v += list(np.asarray(log.dur)[keep])

@@ -149,7 +149,8 @@ class NetworkTransfer:
 class Fleet:
     """All clusters of a scenario, the gateway (global router + admission) and the bookkeeping."""
 
-    def __init__(self, sim, scn, check_invariants: bool = False, network=None, tracer_factory=None):
+    def __init__(self, sim, scn, check_invariants: bool = False, network=None, tracer_factory=None,
+                 keep_steps: bool = False):
         self.sim = sim
         self.network = network
         self.tracer_factory = tracer_factory     # inst -> step observer (vLLM trace emission), or None
@@ -158,6 +159,7 @@ class Fleet:
         self.spec = scn.fleet
         self.base_dir = scn.base_dir
         self.check = check_invariants
+        self.keep_steps = keep_steps or scn.timeline     # timeline.json lists every step of every replica
         self.migrations = 0           # live migrations (Rebalance with migrate)
         self.migrated_bytes = 0.0
         self.extra_actors = 0        # draft devices, controllers: processes besides the replicas (BC-14)

@@ -179,7 +179,8 @@ class Pool:
                         on_done=lambda r: f._on_done(holder[0], r),
                         on_handoff=lambda r: f._on_handoff(holder[0], r),
                         cpu_tier=build_tier(sim.env, self.engine.kv_offload, self.spec.model, self.spec.device,
-                                            self.engine))
+                                            self.engine),
+                        keep_steps=f.keep_steps)
         if f.tracer_factory is not None:
             inst.tracer = f.tracer_factory(inst)
         if f.check:

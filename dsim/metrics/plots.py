@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..serving.steplog import minmax_decimate
+
 
 def _plt():
     import matplotlib
@@ -64,26 +66,6 @@ def latency_cdfs(lat: dict, path, title: str = "", slos: dict | None = None) -> 
     plt.close(fig)
 
 
-def minmax_decimate(t, y, max_points: int):
-    """At most ~max_points points that keep each bin's minimum and maximum, in time order."""
-    t = np.asarray(t, dtype=float)
-    y = np.asarray(y, dtype=float)
-    if t.size <= max_points:
-        return t, y
-    nb = max(1, max_points // 2)
-    edges = np.linspace(0, t.size, nb + 1).astype(int)
-    ts, ys = [], []
-    for a, b in zip(edges[:-1], edges[1:]):
-        if b <= a:
-            continue
-        seg = y[a:b]
-        i, j = a + int(np.argmin(seg)), a + int(np.argmax(seg))
-        for k in sorted({i, j}):
-            ts.append(t[k])
-            ys.append(y[k])
-    return np.asarray(ts), np.asarray(ys)
-
-
 def _arrival_rate(ax, arrivals, color="tab:gray"):
     """Arrivals per second (binned) on a twin axis."""
     a = np.asarray(arrivals, dtype=float)
@@ -104,10 +86,9 @@ def _arrival_rate(ax, arrivals, color="tab:gray"):
 
 def timeline(log, total_blocks: int, path, max_points: int = 4000, title: str = "", arrivals=()) -> None:
     plt = _plt()
-    t = np.asarray(log.t_end)
     fig, ax = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True)
-    for series, name in ((log.waiting, "waiting"), (log.running, "running")):
-        ax[0].plot(*minmax_decimate(t, series, max_points), label=name, lw=0.8)
+    for name in ("waiting", "running"):
+        ax[0].plot(*minmax_decimate(*log.series(name), max_points), label=name, lw=0.8)
     ax[0].set_ylabel("requests")
     tw = _arrival_rate(ax[0], arrivals)
     handles = ax[0].get_legend_handles_labels()
@@ -115,8 +96,8 @@ def timeline(log, total_blocks: int, path, max_points: int = 4000, title: str = 
         h2 = tw.get_legend_handles_labels()
         handles = (handles[0] + h2[0], handles[1] + h2[1])
     ax[0].legend(*handles, loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=7, borderaxespad=0)
-    ax[1].plot(*minmax_decimate(t, np.asarray(log.kv_used, dtype=float) * 100 / max(1, total_blocks), max_points),
-               lw=0.8)
+    t, kv = log.series("kv")
+    ax[1].plot(*minmax_decimate(t, kv * 100 / max(1, total_blocks), max_points), lw=0.8)
     _finish_timeline(plt, fig, ax, path, title)
 
 
@@ -126,13 +107,11 @@ def fleet_timeline(insts, path, max_points: int = 2000, title: str = "", arrival
     fig, ax = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True)
     for inst in insts:
         log = inst.log
-        t = np.asarray(log.t_end)
-        if not t.size:
+        if not log.steps:
             continue
-        depth = np.asarray(log.waiting) + np.asarray(log.running)
-        ax[0].plot(*minmax_decimate(t, depth, max_points), label=inst.name, lw=0.8)
-        ax[1].plot(*minmax_decimate(t, np.asarray(log.kv_used, dtype=float) * 100 / max(1, inst.kv.total),
-                                    max_points), lw=0.8)
+        ax[0].plot(*minmax_decimate(*log.series("depth"), max_points), label=inst.name, lw=0.8)
+        t, kv = log.series("kv")
+        ax[1].plot(*minmax_decimate(t, kv * 100 / max(1, inst.kv.total), max_points), lw=0.8)
     colors = {"scale_out": "tab:green", "scale_in": "tab:orange", "retired": "tab:red"}
     seen = set()
     for ev in scale_events:

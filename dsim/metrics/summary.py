@@ -26,19 +26,32 @@ def stats(values, pcts=PCTS) -> dict:
 
 def weighted_stats(values, weights, pcts=PCTS) -> dict:
     """Statistics of a distribution given as (value, multiplicity) pairs (percentiles: inverted CDF)."""
-    v = np.asarray(values, dtype=float)
-    w = np.asarray(weights, dtype=float)
+    return _weighted_stats_owned(np.array(values, dtype=float), np.array(weights), pcts)
+
+
+def _weighted_stats_owned(v: np.ndarray, w: np.ndarray, pcts) -> dict:
+    """``weighted_stats`` over float64 values and integer (or float) weights that it may reorder in
+    place: over every step of a long run this keeps four arrays of the steps' length alive at most."""
     keep = w > 0
-    v, w = v[keep], w[keep]
+    if not keep.all():
+        v, w = v[keep], w[keep]
+    del keep
     if v.size == 0:
         return {"count": 0}
     order = np.argsort(v, kind="stable")
-    v, w = v[order], w[order]
-    cw = np.cumsum(w)
+    v[:] = v[order]
+    w[:] = w[order]
+    del order
+    tmp = np.multiply(v, w, dtype=float)
+    cw = np.cumsum(w, dtype=float)          # integer counts: every partial sum is exact
     total = cw[-1]
-    mean = float((v * w).sum() / total)
-    out = {"count": int(total), "mean": mean, "std": float(np.sqrt(max(0.0, ((v - mean) ** 2 * w).sum() / total))),
+    mean = float(tmp.sum() / total)
+    np.subtract(v, mean, out=tmp)
+    np.square(tmp, out=tmp)
+    tmp *= w
+    out = {"count": int(total), "mean": mean, "std": float(np.sqrt(max(0.0, tmp.sum() / total))),
            "min": float(v[0])}
+    del tmp
     for p in pcts:
         i = int(np.searchsorted(cw, p / 100.0 * total, side="left"))
         out[_pkey(p)] = float(v[min(i, v.size - 1)])
@@ -103,6 +116,24 @@ def ledger_latencies(ledger, sel) -> dict:
             "queue_ms": (ledger.col("t_scheduled")[sel] - arr) * 1e3}
 
 
+def _itl_stats(values: list, weights: list, pcts) -> dict:
+    """ITL statistics of the replicas' steps (seconds, token counts), concatenated here so that no
+    caller holds a second copy while they are sorted."""
+    keep = [np.asarray(w) > 0 for w in weights]
+    n = sum(int(k.sum()) for k in keep)
+    v = np.empty(n)
+    w = np.empty(n, dtype=np.int32 if all(int(np.max(x, initial=0)) < 2**31 for x in weights) else np.int64)
+    i = 0
+    for a, b, k in zip(values, weights, keep):    # steps without a token left out, no copy on the way
+        j = i + int(k.sum())
+        np.compress(k, a, out=v[i:j])
+        np.compress(k, b, out=w[i:j])
+        i = j
+    del keep
+    v *= 1e3
+    return _weighted_stats_owned(v, w, pcts)
+
+
 # Tolerated trend of the queueing delay, seconds of extra wait per second of arrivals.  A deployment
 # overloaded by a share e adds e seconds of wait per second of arrivals, so this is the overload a
 # finite run lets pass; unlike a growing backlog, it does not mistake a rising arrival rate (traces
@@ -158,7 +189,8 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         itl_v += [np.asarray(inst.log.dur), np.array([v for v, _ in inst.itl_extra], dtype=float)]
         itl_w += [np.asarray(inst.log.itl_count), np.array([w for _, w in inst.itl_extra], dtype=np.int64)]
     pcts = sorted(set(PCTS) | set(getattr(scn, "percentiles", PCTS)))
-    itl = weighted_stats(np.concatenate(itl_v) * 1e3, np.concatenate(itl_w), pcts)
+    itl = _itl_stats(itl_v, itl_w, pcts)
+    del itl_v, itl_w
     first = float(arrival.min()) if led.n else 0.0
     last = float(led.col("t_completion")[is_done].max()) if n_done else first
     span = max(last - first, 1e-12)
@@ -229,16 +261,15 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         cpu["hit_rate"] = cpu["hit_tokens"] / queries if queries else 0.0
         summary["kv_cache"]["gpu_hit_tokens"] = hits
         summary["kv_cache"]["cpu_tier"] = cpu
-    tok = [np.asarray(i.log.prefill_tokens) + np.asarray(i.log.decode_tokens) for i in insts]
     n_steps = sum(i.num_steps for i in insts)
     summary["scheduler"] = {
         "steps": n_steps,
         "busy_fraction": min(1.0, sum(busy) / (span * len(insts))) if n_done else None,
         "preemptions": sum(i.num_preemptions for i in insts),
         "preempted_requests": len(led.preempt_times),
-        "mean_batch_tokens": float(sum(t.sum() for t in tok) / n_steps) if n_steps else 0.0,
-        "peak_running": max((max(i.log.running, default=0) for i in insts), default=0),
-        "peak_waiting": max((max(i.log.waiting, default=0) for i in insts), default=0),
+        "mean_batch_tokens": float(sum(i.log.total_tokens() for i in insts) / n_steps) if n_steps else 0.0,
+        "peak_running": max((i.log.peak_running() for i in insts), default=0),
+        "peak_waiting": max((i.log.peak_waiting() for i in insts), default=0),
     }
     if t_end is None or (scn.horizon_s is None or scn.drain):
         sent = arrival[state != PENDING]

@@ -14,6 +14,8 @@ def chrome_trace(insts) -> str:
 
 
 def _steps(log, pid: int, ev: list) -> None:
+    if not log.keep_all:
+        raise ValueError("the replica's step log was not kept whole (output.timeline)")
     for t_end, dur, p, d, run, wait, kv in zip(log.t_end, log.dur, log.prefill_tokens, log.decode_tokens,
                                                log.running, log.waiting, log.kv_used):
         ts = (t_end - dur) * 1e6

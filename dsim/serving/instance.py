@@ -74,7 +74,7 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
 
     def __init__(self, sim, engine, step_model, queueing, num_blocks: int, name: str = "replica0",
                  check_invariants: bool = False, role: str = "mixed", on_done=None, on_handoff=None,
-                 cpu_tier=None):
+                 cpu_tier=None, keep_steps: bool = False):
         if role not in ROLES:
             raise ValueError(f"role {role!r} not in {ROLES}")
         self.sim = sim
@@ -122,7 +122,7 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
         self.transferring: dict = {}     # rid -> Request handed off, KV still held (prefill role)
         self.handed_off = 0              # handed off and released
         self.moved_out = 0               # taken back unstarted (rebalancing)
-        self.log = StepLog()
+        self.log = StepLog(keep_steps)
         self.itl_extra: list = []        # (ITL seconds, count) samples that are not one step long
         self.stall_n = 0                 # decoders idle through V0 prefill-only steps
         self.stall_t = 0.0
@@ -387,14 +387,8 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
                     self._complete(r, comp, emit_t)
             if spec:
                 self._verified(spec, t_end, emit_t)
-            log.t_end.append(t_end)
-            log.dur.append(dur)
-            log.prefill_tokens.append(p_tok0)
-            log.decode_tokens.append(shape.decode_tokens + shape.prefill_tokens - p_tok0 if spec else n_dec)
-            log.itl_count.append(itl_regular)
-            log.running.append(len(self.running))
-            log.waiting.append(len(self.waiting))
-            log.kv_used.append(self.kv.total - self.kv.free_count)
+            log.append(t_end, dur, p_tok0, shape.decode_tokens + shape.prefill_tokens - p_tok0 if spec else n_dec,
+                       itl_regular, len(self.running), len(self.waiting), self.kv.total - self.kv.free_count)
             if self.tracer is not None and snap is not None:
                 self.tracer.after(self, snap, now, t_end,
                                   self.n_completed + self.handed_off + len(self.transferring) - n_done0)
