@@ -2,7 +2,7 @@
 wall-second and peak RSS of `dsim bench` (single replica and 4 replicas) and of the network and
 speculative scenarios at 10x their request count, no plots.
 
-    python experiments/bench_all.py [--repeat 3] [--pythonpath OTHER_CHECKOUT]
+    python experiments/bench_all.py [--repeat 3] [--pythonpath OTHER_CHECKOUT] [--memory]
 
 Each figure is the median of --repeat runs, each in its own process (`dsim bench` times from
 process start, imports included).  --pythonpath runs another checkout of dsim the same way, for a
@@ -48,6 +48,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pythonpath", default=None)
+    ap.add_argument("--memory", action="store_true",
+                    help="also the bench workload at 10^5 and 10^6 requests, once each (peak RSS; ~5 min)")
     a = ap.parse_args(argv)
     print("| case | requests | sim req/s (median) | runs | peak RSS MB |")
     print("|---|---|---|---|---|")
@@ -56,6 +58,10 @@ def main(argv=None):
         rates = [r["sim_req_per_wall_s"] for r in runs]
         print(f"| {name} | {runs[0]['requests']} | {statistics.median(rates):,.0f} | "
               f"{' / '.join(f'{x:,.0f}' for x in rates)} | {max(r['peak_rss_mb'] for r in runs):.0f} |", flush=True)
+    if a.memory:
+        for n in (100_000, 1_000_000):
+            r = one(["--requests", str(n)], a.pythonpath)
+            print(f"| bench | {n} | {r['sim_req_per_wall_s']:,.0f} | 1 | {r['peak_rss_mb']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from dsim.core.request import COMPLETED, PENDING, REJECTED, Request
+import dsim.metrics.ledger as ledger_mod
 from dsim.metrics.ledger import FIELDS, RequestLedger
 
 
@@ -27,7 +28,9 @@ def _random_request(rng: random.Random, rid: int) -> Request:
     return r
 
 
-def test_rows_come_back_field_by_field_in_id_order():
+@pytest.mark.parametrize("batch", [1, 7, 2048])
+def test_rows_come_back_field_by_field_in_id_order(batch, monkeypatch):
+    monkeypatch.setattr(ledger_mod, "BATCH", batch)     # columns made in the middle of a run too
     rng = random.Random(3)
     reqs = [_random_request(rng, i) for i in range(300)]
     led = RequestLedger()
@@ -65,7 +68,9 @@ def test_fields_never_set_read_as_their_defaults():
     assert led.col("session").tolist() == [-1]
 
 
-def test_rows_since_read_the_order_of_finishing_and_sealing_freezes():
+@pytest.mark.parametrize("batch", [2, 2048])
+def test_rows_since_read_the_order_of_finishing_and_sealing_freezes(batch, monkeypatch):
+    monkeypatch.setattr(ledger_mod, "BATCH", batch)
     led = RequestLedger()
     for rid in (4, 1, 9):
         r = Request(rid, float(rid), 1, 1)

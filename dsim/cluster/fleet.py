@@ -188,8 +188,7 @@ class Fleet:
         self.ingress = None              # (request, replica) -> event when it reaches the replica, or None
         self.speculation = None          # the SpecRuntime of a speculative run (dsim.specdec.runtime)
         self.scale_events: list = []    # (time, pool, action, replica)
-        self._roles_n = -1
-        self._roles_map: dict = {}
+        self._pools_by_replica: dict = {}
 
     # ---- gateway ---------------------------------------------------------------------------
     @property
@@ -419,27 +418,26 @@ class Fleet:
     def _check_isolated(self, r) -> None:
         """P/D pool isolation of a completed request: the first token came from a prefill replica
         and every later token from a decode replica of the same cluster."""
-        roles = self._roles()
-        pool = roles[r.replica]
+        pool = self._pool_of(r.replica)
         if not pool.cluster.disagg:
             check(r.prefill_replica is None)
         elif r.max_tokens == 1:
             check(pool.role == "prefill" and r.prefill_replica is None)
         else:
-            pre = roles[r.prefill_replica]
+            pre = self._pool_of(r.prefill_replica)
             check(pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster,
                   f"pool isolation violated for request {r.rid}")
             # speculation's device-issued requests have their token times as the device saw them
             first = self.speculation.first_token_at_server(r) if self.speculation is not None else r.t_first_token
             check(first <= r.t_handoff <= r.t_kv_ready <= r.t_completion)
 
-    def _roles(self) -> dict:
-        """Replica name -> pool, for every replica ever created (rebuilt when the fleet changes)."""
-        n = sum(len(p.replicas) for p in self.pools.values())
-        if self._roles_n != n:
-            self._roles_map = {rep.name: rep.pool for rep in self.replicas()}
-            self._roles_n = n
-        return self._roles_map
+    def _pool_of(self, replica: str):
+        """The pool of a replica by name (names are never reused; the map grows with the fleet)."""
+        pool = self._pools_by_replica.get(replica)
+        if pool is None:
+            self._pools_by_replica = {rep.name: rep.pool for rep in self.replicas()}
+            pool = self._pools_by_replica[replica]
+        return pool
 
 
 def _check_parallel_groups(spec, scn) -> None:
