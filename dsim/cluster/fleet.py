@@ -189,6 +189,7 @@ class Fleet:
         self.speculation = None          # the SpecRuntime of a speculative run (dsim.specdec.runtime)
         self.scale_events: list = []    # (time, pool, action, replica)
         self._pools_by_replica: dict = {}
+        self._disagg = any(c.disagg for c in self.clusters)
 
     # ---- gateway ---------------------------------------------------------------------------
     @property
@@ -255,7 +256,10 @@ class Fleet:
             if not (r.arrival <= r.t_routed <= r.t_queued <= r.t_scheduled <= r.t_first_token <= r.t_completion
                     and r.n_out == r.max_tokens):           # message built only on failure (per request)
                 check(False, f"causality or token count violated for request {r.rid}")
-            self._check_isolated(r)
+            if self._disagg:
+                self._check_isolated(r)
+            elif r.prefill_replica is not None:
+                check(False, f"pool isolation: request {r.rid} has a prefill replica without P/D")
         else:
             self.n_rejected += 1
         del self.live[r.rid]

@@ -83,7 +83,11 @@ class RequestLedger:
                 else:
                     mask |= np.uint16(_BIT[name])
             elif kind == "s":
-                vals = [self._intern(v) for v in vals]
+                if vals.count(vals[0]) == m:     # one value in the whole batch (the usual case)
+                    vals = [self._intern(vals[0])] * m
+                else:
+                    code = self._code
+                    vals = [code[v] if v in code else self._intern(v) for v in vals]
             col = self._cols.get(name)
             if col is None:
                 if vals.count(dflt) == m:

@@ -387,8 +387,17 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
                     self._complete(r, comp, emit_t)
             if spec:
                 self._verified(spec, t_end, emit_t)
-            log.append(t_end, dur, p_tok0, shape.decode_tokens + shape.prefill_tokens - p_tok0 if spec else n_dec,
-                       itl_regular, len(self.running), len(self.waiting), self.kv.total - self.kv.free_count)
+            # StepLog.append, inline
+            log.t_end.append(t_end)
+            log.dur.append(dur)
+            log.prefill_tokens.append(p_tok0)
+            log.decode_tokens.append(shape.decode_tokens + shape.prefill_tokens - p_tok0 if spec else n_dec)
+            log.itl_count.append(itl_regular)
+            log.running.append(len(self.running))
+            log.waiting.append(len(self.waiting))
+            log.kv_used.append(self.kv.total - self.kv.free_count)
+            if len(log.running) >= log.fold_at:
+                log.fold()
             if self.tracer is not None and snap is not None:
                 self.tracer.after(self, snap, now, t_end,
                                   self.n_completed + self.handed_off + len(self.transferring) - n_done0)

@@ -142,9 +142,11 @@ class SchedulerIteration:
         n_dec = self.n_dec
         if (self.n_prefilling == 0 and self.n_gap == 0 and n_dec <= budget and not self.spec_dec
                 and self.boundary[self.D % self.bs] <= kv.free_count):
-            kv.allocate(self.boundary[self.D % self.bs])       # fast path: every decoder steps
+            nb = self.boundary[self.D % self.bs]                 # fast path: every decoder steps
+            if nb:
+                kv.allocate(nb)
             budget -= n_dec
-            if not v0:
+            if not v0 and self.waiting:
                 self._admit(budget, prefills, now, False)
             return prefills, n_dec, skipped, gap_dec
         # slow path: walk the running list in order, exactly as vLLM does; under a keyed policy

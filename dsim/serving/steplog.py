@@ -22,7 +22,7 @@ class StepLog:
     (~32 bytes), and appends as cheap as a list's; numpy reads them without a copy."""
 
     __slots__ = ("t_end", "dur", "prefill_tokens", "decode_tokens", "itl_count", "running", "waiting", "kv_used",
-                 "keep_all", "_tokens", "_peak_running", "_peak_waiting", "_folded")
+                 "keep_all", "fold_at", "_tokens", "_peak_running", "_peak_waiting", "_folded")
     FLOATS = ("t_end", "dur")
     CHUNKED = ("t_end", "prefill_tokens", "decode_tokens", "running", "waiting")
     SERIES = ("t_end", "dur", "prefill_tokens", "decode_tokens", "itl_count", "running", "waiting", "kv_used")
@@ -31,6 +31,7 @@ class StepLog:
         for k in self.SERIES:
             setattr(self, k, array("d" if k in self.FLOATS else "i"))     # counts fit in int32
         self.keep_all = keep_all
+        self.fold_at = float("inf") if keep_all else CHUNK     # chunk length that triggers ``fold``
         self._tokens = 0                  # over folded chunks: batch tokens, peaks
         self._peak_running = 0
         self._peak_waiting = 0
@@ -38,6 +39,7 @@ class StepLog:
 
     def append(self, t_end: float, dur: float, prefill: int, decode: int, itl: int, running: int, waiting: int,
                kv: int) -> None:
+        """One step (the replica's loop does the same inline: it runs millions of times)."""
         self.t_end.append(t_end)
         self.dur.append(dur)
         self.prefill_tokens.append(prefill)
@@ -46,10 +48,10 @@ class StepLog:
         self.running.append(running)
         self.waiting.append(waiting)
         self.kv_used.append(kv)
-        if len(self.running) >= CHUNK and not self.keep_all:
-            self._fold()
+        if len(self.running) >= self.fold_at:
+            self.fold()
 
-    def _fold(self) -> None:
+    def fold(self) -> None:
         """Fold the chunk of running, waiting and token counts into totals, peaks and plot points."""
         n = len(self.running)
         t = np.asarray(self.t_end)
