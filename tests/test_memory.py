@@ -13,6 +13,7 @@ from dsim.bench import BENCH_SCENARIO
 from dsim.config.scenario import load_scenario
 from dsim.core.request import Request
 from dsim.runner import Session, simulate
+from dsim.serving import steplog
 
 
 def _bench(n: int, **workload):
@@ -42,11 +43,33 @@ def test_request_objects_alive_are_the_ones_in_flight():
     assert seen > 2000 and fleet.ledger.n == fleet.n_completed
 
 
+def test_a_long_run_keeps_the_requests_in_flight_and_about_100_bytes_a_request():
+    """10^5 requests (short answers at a high rate, so it runs in seconds): Request objects stay
+    within the requests in flight at every sample, the ledger's columns take < 110 bytes a request
+    and the step log's running/waiting series stay within one chunk."""
+    gc.collect()
+    base = _requests_alive()
+    n = 100_000
+    ses = Session(_bench(n, rate=100, output_tokens={"dist": "normal", "mean": 32, "std": 10, "min": 1, "max": 64}))
+    fleet = ses.fleet
+    for t in (250.0, 500.0, 750.0):
+        ses.advance(t)
+        in_flight = fleet.arrived - fleet.n_completed - fleet.n_rejected
+        assert fleet.n_completed > t * 90 and in_flight < 200      # a steady state, not a growing queue
+        assert _requests_alive() - base <= in_flight + 2
+    ses.run_to_end()
+    led = ses.reqs
+    assert len(led) == n == fleet.n_completed
+    assert led.nbytes < 110 * n, led.nbytes / n
+    log = fleet.replicas()[0].inst.log
+    assert len(log.running) <= steplog.CHUNK and log.steps == len(log.dur)
+
+
 def test_memory_held_per_request_is_columns_not_objects():
     """What stays after the simulation is bounded per request by the columns.  Short answers at a
     high rate keep it fast under tracemalloc (which slows the run ~10x); 10^5 and 10^6 requests of
     the bench workload are measured by experiments/bench_all.py (peak RSS)."""
-    n = 20_000
+    n = 10_000
     scn = _bench(n, rate=400, output_tokens={"dist": "normal", "mean": 32, "std": 10, "min": 1, "max": 64})
     gc.collect()
     tracemalloc.start()

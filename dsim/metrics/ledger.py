@@ -104,6 +104,13 @@ class RequestLedger:
             self._strs.append(v)
         return c
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the columns (not the sparse per-request extras or the string table)."""
+        if self._sealed is not None:
+            return sum(a.nbytes for a in self._sealed.arrays.values()) + self._sealed.mask.nbytes
+        return sum(c.itemsize * len(c) for c in self._cols.values()) + 2 * len(self._mask)
+
     def since(self, start: int) -> "Rows":
         """The rows recorded from the ``start``-th on, in the order they finished (before ``seal``):
         what a controller's observation window reads."""
