@@ -5,6 +5,8 @@ from .base import BatchShape
 
 
 class BlackboxModel:
+
+    pure = True          # step_time keeps no state: quiet decode steps may be replayed in one go
     name = "blackbox"
 
     def __init__(self, b0_us: float, b1_us: float, b2_us: float):

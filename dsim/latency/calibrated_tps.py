@@ -33,6 +33,8 @@ def saturation_penalty(util_pct: float) -> float:
 
 
 class CalibratedTPSModel:
+
+    pure = True          # step_time keeps no state: quiet decode steps may be replayed in one go
     name = "calibrated_tps"
     DEFAULTS = {"base_prefill_tps": 3000.0, "base_decode_tps": 200.0, "comm_overhead_ms": 5.0,
                 "speculative": False, "speculation_factor": 0.6, "draft_compute_overhead": 0.2}

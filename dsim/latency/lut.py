@@ -193,6 +193,8 @@ class LutModel:
     lookups minus that fixed cost once, estimated as the smallest decode row (one request at the
     shortest context).
     """
+
+    pure = False         # step_time has effects (see dsim.serving.fastforward)
     name = "lut"
 
     def __init__(self, table: LutTable, decode_phase: str = "fused_decode", fanout_k: int = 1,

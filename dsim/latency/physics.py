@@ -238,6 +238,8 @@ def load_coefficients(path, where: str = "latency.coefficients") -> PhysicsCoeff
 
 class PhysicsModel:
     """Step-time and queueing model in one object: both read the same preemption EMA."""
+
+    pure = False         # step_time has effects (see dsim.serving.fastforward)
     name = "physics"
     needs_state = True
     MIN_STEP = 1e-6

@@ -20,6 +20,8 @@ from .base import BatchShape
 
 
 class RooflineModel:
+
+    pure = True          # step_time keeps no state: quiet decode steps may be replayed in one go
     name = "roofline"
     # Fitted on the H100 inference-perf runs by experiments/fit_roofline.py (docs/engine-overheads.md).
     DEFAULTS = {"compute_efficiency": 0.8, "memory_efficiency": 0.84, "overlap": 0.98}

@@ -27,6 +27,8 @@ SPEC_VERSION = "1.0"         # coefficient files written by ``dsim fit --model u
 
 
 class Unified5Model:
+
+    pure = True          # step_time keeps no state: quiet decode steps may be replayed in one go
     name = "unified5"
     # Seed 003, "Fitted coefficients (BLIS-in-the-loop, 21 ground truth experiments)", H100 SXM.
     BETA = (0.393, 0.093, 0.910, 68.3, 12.9)

@@ -83,6 +83,8 @@ class DPRankStep:
     """A rank's own step model: host time plus its dense part (the group adds experts and a2a).
     ``unpipelined``: the full step as if alone, for estimates (EDF's prefill time)."""
 
+    pure = False         # step_time has effects (see dsim.serving.fastforward)
+
     def __init__(self, host_model, parts: DPRoofline):
         self.host_model = host_model                 # HostStepModel around the roofline, or the roofline
         self.parts = parts

@@ -56,6 +56,7 @@ from .lazy import LazyDecoders
 from .offload import TierAdmission
 from .scheduling import SchedulerIteration
 from .speculative import SpeculativeSteps
+from .fastforward import FastForward
 from .steplog import StepLog
 from .prefix import block_hashes
 from .policies import make_policy
@@ -68,7 +69,7 @@ def _noop(*_a) -> None:
     return None
 
 
-class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps, Handoff, ReplicaChecks):
+class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, SpeculativeSteps, Handoff, ReplicaChecks):
     """One replica.  ``on_done(r)`` is called when a request completes or is rejected here,
     ``on_handoff(r)`` when a prefill replica has produced a request's first token."""
 
@@ -125,6 +126,8 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
         self.log = StepLog(keep_steps)
         self.itl_extra: list = []        # (ITL seconds, count) samples that are not one step long
         self.stall_n = 0                 # decoders idle through V0 prefill-only steps
+        self.ff_steps = 0                # steps run inside quiet stretches (dsim.serving.fastforward)
+        self.ff_trial = None             # (shape, duration) of the step a stretch stopped before
         self.stall_t = 0.0
         self.num_preemptions = 0
         self.num_steps = 0
@@ -233,13 +236,23 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
         step_time = self.step_model.step_time
         tok_over = self.token_overhead
         bs = self.bs
+        ff = self._can_stretch()
+        after_stretch = False
         while True:
             if not self.running and not self.waiting:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
+                after_stretch = False
                 continue
             now = env.now
+            if ff and not after_stretch:
+                ev = self._stretch(now)          # quiet decode steps up to the next event, in one go
+                if ev is not None:
+                    yield ev
+                    after_stretch = True         # the step after a stretch is not quiet
+                    continue
+            after_stretch = False
             n_pre0 = self.num_preemptions
             prefills, n_dec, skipped, gap_dec = self._schedule(now)
             if not prefills and not n_dec and not self._spec_sched:
@@ -312,7 +325,12 @@ class Instance(SchedulerIteration, LazyDecoders, TierAdmission, SpeculativeSteps
             shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
                                p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx,
                                self._load_blocks)
-            dur = step_time(shape) + extra
+            trial = self.ff_trial
+            if trial is not None:                # computed by a stretch that stopped before this step
+                self.ff_trial = None
+                dur = (trial[1] if trial[0] == shape else step_time(shape)) + extra
+            else:
+                dur = step_time(shape) + extra
             if self._load_wait:
                 if not self._model_loads:
                     dur += self._load_wait

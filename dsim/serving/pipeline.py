@@ -50,6 +50,8 @@ class Pipeline:
 class PipelineStep:
     """A virtual engine's step model: the wrapped model's time, split over the group's stages."""
 
+    pure = False         # step_time has effects (see dsim.serving.fastforward)
+
     def __init__(self, inner, pipeline: Pipeline, env):
         self.inner = inner
         self.pipeline = pipeline

@@ -1,0 +1,63 @@
+"""Quiet decode stretches replayed in one go give the same run, byte for byte, as stepping one at
+a time (dsim.serving.fastforward)."""
+import json
+
+import numpy as np
+import pytest
+
+from dsim.bench import BENCH_SCENARIO
+from dsim.config.scenario import load_scenario
+from dsim.runner import Session, simulate
+from dsim.serving.fastforward import FastForward
+
+_stretch_on = FastForward._can_stretch
+
+
+def _scenario(**extra):
+    scn = json.loads(json.dumps(BENCH_SCENARIO))
+    scn["workload"].update(num_requests=1500, rate=4)
+    scn.update(extra)
+    return load_scenario(scn)
+
+
+def _state(ses) -> tuple:
+    led = ses.reqs
+    cols = {name: led.col(name).tobytes() for name in ("arrival", "t_scheduled", "t_first_token", "t_completion",
+                                                       "t_last_token", "n_out", "num_computed", "state")}
+    log = ses.fleet.replicas()[0].inst.log
+    steps = tuple(np.asarray(getattr(log, k)).tobytes() for k in ("dur", "itl_count", "kv_used", "t_end", "running"))
+    inst = ses.fleet.replicas()[0].inst
+    return cols, steps, inst.num_steps, inst.busy_time, inst.D, inst.kv.free_count
+
+
+def _run(make, fast: bool, monkeypatch, advance=None):
+    monkeypatch.setattr(FastForward, "_can_stretch", _stretch_on if fast else (lambda self: False))
+    if advance is None:
+        ses = simulate(make())
+    else:
+        ses = Session(make())
+        for t in advance:
+            ses.advance(t)
+        ses.end = ses.run_to_end()
+    return ses
+
+
+@pytest.mark.parametrize("case", ["drained", "horizon", "slices"])
+def test_stretches_change_nothing(case, monkeypatch):
+    if case == "horizon":
+        make = lambda: _scenario(horizon_s=200.0, drain=False)      # noqa: E731 (stops mid-stretch)
+    else:
+        make = lambda: _scenario()                                   # noqa: E731
+    advance = (13.37, 100.0, 101.5) if case == "slices" else None
+    fast = _run(make, True, monkeypatch, advance)
+    slow = _run(make, False, monkeypatch, advance)
+    inst = fast.fleet.replicas()[0].inst
+    assert inst.ff_steps > 0.5 * inst.num_steps                      # most steps went through stretches
+    assert slow.fleet.replicas()[0].inst.ff_steps == 0
+    assert _state(fast) == _state(slow)
+
+
+def test_models_with_state_step_one_at_a_time(monkeypatch):
+    """The physics model smooths preemptions per call: its replica never stretches."""
+    ses = simulate(_scenario(latency={"model": "physics"}))
+    assert ses.fleet.replicas()[0].inst.ff_steps == 0
