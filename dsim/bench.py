@@ -86,6 +86,7 @@ def bench(num_requests: int | None = None, t_start: float | None = None, replica
         "scenario": name, "replicas": len(res.fleet.replicas()), "router": router if replicas > 1 else None,
         "requests": n, "wall_s": round(wall, 3), "sim_req_per_wall_s": round(n / wall, 1),
         "sim_steps": steps, "steps_per_wall_s": round(steps / wall, 1),
+        "fast_forwarded_steps": sum(r.inst.ff_steps for r in res.fleet.replicas()),
         "events_per_wall_s": None if events is None else round(events / t_sim, 1),
         "simulation_s": round(t_sim, 3),
         "peak_rss_mb": round(rss_kb / 1024, 1),

@@ -57,6 +57,8 @@ class LatencyContext(NamedTuple):
 
 class StepTimeModel(Protocol):
     name: str
+    # optional ``pure = True``: step_time keeps no state and draws nothing at random, so a replica
+    # may replay quiet decode steps in one go (dsim.serving.fastforward); absent means False
 
     def step_time(self, batch: BatchShape) -> float:
         """Seconds one scheduler iteration with this batch takes on the replica."""

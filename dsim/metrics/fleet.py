@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING
-from .summary import meets_slo, request_latencies, stats
+from .summary import ledger_latencies, meets_slo, request_latencies, stats
 
 
 def jain(values) -> float | None:
@@ -79,11 +79,22 @@ def efficiency(replicas, t_end: float, span: float, out_tok: int, good: int | No
     return out
 
 
-def fleet_sections(fleet, done: list, t_end: float) -> dict:
-    """``replicas``, ``pools`` and ``clusters`` sections of the summary."""
-    by_rep: dict = {}
-    for r in done:
-        by_rep.setdefault(r.replica, []).append(r)
+def _ledger_block(led, sel) -> dict:
+    """``_latency_block`` of the ledger's completed rows ``sel`` (indices, in that order)."""
+    lat = ledger_latencies(led, sel)
+    return {k: stats(lat[f"{k}_ms"]) for k in ("ttft", "tpot", "e2e")}
+
+
+def fleet_sections(fleet, led, t_end: float) -> dict:
+    """``replicas``, ``pools`` and ``clusters`` sections of the summary, from the run's sealed
+    RequestLedger (completed requests grouped by the replica that finished them)."""
+    done = np.flatnonzero(led.present("t_completion"))
+    rep_code = led.col("replica")[done]
+    n_out, prompt = led.col("n_out"), led.col("prompt_len")
+
+    def rows_of(names) -> np.ndarray:          # completed rows finished on these replicas, in id order
+        codes = [c for c in (led.code_of(n) for n in names) if c is not None]
+        return done[np.isin(rep_code, codes)]
     replicas = {}
     for rep in fleet.replicas():
         i = rep.inst
@@ -106,9 +117,9 @@ def fleet_sections(fleet, done: list, t_end: float) -> dict:
     pools = {}
     for name, pool in fleet.pools.items():
         reps = pool.replicas
-        reqs = [r for rep in reps for r in by_rep.get(rep.name, ())]
-        out_tok = sum(r.n_out for r in reqs)
-        energy, cost = energy_cost(reps, t_end, out_tok, out_tok + sum(r.prompt_len for r in reqs))
+        rows = np.concatenate([rows_of([rep.name]) for rep in reps]) if reps else done[:0]   # replica by replica
+        out_tok = int(n_out[rows].sum())
+        energy, cost = energy_cost(reps, t_end, out_tok, out_tok + int(prompt[rows].sum()))
         pw = [replica_power(r, t_end) for r in reps]
         tot_alive = sum(x["alive_s"] for x in pw)
         pools[name] = {
@@ -116,19 +127,18 @@ def fleet_sections(fleet, done: list, t_end: float) -> dict:
             "hardware": pool.spec.device.name, "gpus_per_replica": pool.spec.gpus_per_replica,
             "replicas_initial": pool.spec.replicas, "replicas_final": len(pool.ready), "peak_replicas": pool.peak_ready,
             "replicas_created": len(reps),
-            "completed": len(reqs), "output_tokens": out_tok,
+            "completed": int(rows.size), "output_tokens": out_tok,
             "busy_fraction": sum(x["busy_s"] for x in pw) / tot_alive if tot_alive else 0.0,
-            "latency_ms": _latency_block(reqs), "energy": energy, "cost": cost,
+            "latency_ms": _ledger_block(led, rows), "energy": energy, "cost": cost,
         }
     clusters = {}
     for c in fleet.clusters:
         reps = [r for p in c.pools for r in p.replicas]
-        names = {r.name for r in reps}
-        reqs = [r for r in done if r.replica in names]
-        out_tok = sum(r.n_out for r in reqs)
-        energy, cost = energy_cost(reps, t_end, out_tok, out_tok + sum(r.prompt_len for r in reqs))
-        clusters[c.name] = {"router": c.router.policy, "pools": [p.name for p in c.pools], "completed": len(reqs),
-                            "latency_ms": _latency_block(reqs), "energy": energy, "cost": cost}
+        rows = rows_of({r.name for r in reps})
+        out_tok = int(n_out[rows].sum())
+        energy, cost = energy_cost(reps, t_end, out_tok, out_tok + int(prompt[rows].sum()))
+        clusters[c.name] = {"router": c.router.policy, "pools": [p.name for p in c.pools], "completed": int(rows.size),
+                            "latency_ms": _ledger_block(led, rows), "energy": energy, "cost": cost}
         if c.disagg:
             clusters[c.name]["decode_router"] = c.decode_router.policy
             clusters[c.name]["kv_transfer"] = c.transfer.summary()

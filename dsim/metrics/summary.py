@@ -284,7 +284,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     if cost is not None:
         summary["cost"] = cost
     if scn.fleet.declared:
-        summary.update(fleet_sections(fleet, [r for r in led if r.t_completion is not None], t_acct))
+        summary.update(fleet_sections(fleet, led, t_acct))
         summary["scale_events"] = [{"time_s": t, "pool": p, "event": e, "replica": n}
                                    for t, p, e, n in fleet.scale_events]
         if actions:

@@ -34,11 +34,14 @@ class FastForward:
         if (self.waiting or self.n_prefilling or self.n_gap or self.stall_n or self.spec_dec or self._leaving
                 or self._load_wait or self._load_blocks or self.n_dec != len(self.running) or not self.n_dec):
             return None
+        env = self.env
+        horizon = env.peek()
+        log = self.log
+        if log.dur and horizon - now < 2.0 * log.dur[-1]:
+            return None                                # not two steps' room before the next event
         n_dec = self.n_dec
         if n_dec > self.engine.max_num_batched_tokens:
             return None
-        env = self.env
-        horizon = env.peek()
         bs = self.bs
         boundary = self.boundary
         finish = self.finish
@@ -46,7 +49,6 @@ class FastForward:
         step_time = self.step_model.step_time
         lazy = self.lazy_sum
         running = len(self.running)
-        log = self.log
         fold_at = log.fold_at
         t = now
         k = 0
