@@ -103,7 +103,9 @@ class Session:
     """A built simulation: requests, fleet, controllers and the arrival process, ready to run.
 
     ``run_to_end`` is what ``dsim run`` does; ``advance(t)`` lets the stepping API
-    (``dsim.ClusterEnv``) run it in slices.
+    (``dsim.ClusterEnv``) run it in slices.  While it runs, ``fleet.live`` holds the requests in
+    flight (rid -> Request) and ``reqs`` is the workload; after ``run_to_end``, ``reqs`` is the
+    fleet's sealed ``RequestLedger`` of every request (docs/memory.md).
     """
 
     def __init__(self, scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=(),

@@ -23,6 +23,8 @@ def _bench(n: int, **workload):
 
 
 def _requests_alive() -> int:
+    """Request objects still reachable (garbage in reference cycles is collected first)."""
+    gc.collect()
     return sum(1 for o in gc.get_objects() if type(o) is Request)
 
 
@@ -37,8 +39,9 @@ def test_request_objects_alive_are_the_ones_in_flight():
         in_flight = fleet.arrived - fleet.n_completed - fleet.n_rejected
         assert len(fleet.live) == in_flight
         # the in-flight ones, plus the next one the arrival process holds before sending it and the
-        # last finished one a replica's loop variable still names
-        assert _requests_alive() - base <= in_flight + 2
+        # last finished one a replica's loop variable still names (and, rarely, a one-token
+        # request still in the last step's list of prefills)
+        assert _requests_alive() - base <= in_flight + 3
         seen = max(seen, fleet.n_completed)
     assert seen > 2000 and fleet.ledger.n == fleet.n_completed
 
@@ -56,7 +59,7 @@ def test_a_long_run_keeps_the_requests_in_flight_and_about_100_bytes_a_request()
         ses.advance(t)
         in_flight = fleet.arrived - fleet.n_completed - fleet.n_rejected
         assert fleet.n_completed > t * 90 and in_flight < 200      # a steady state, not a growing queue
-        assert _requests_alive() - base <= in_flight + 2
+        assert _requests_alive() - base <= in_flight + 3
     ses.run_to_end()
     led = ses.reqs
     assert len(led) == n == fleet.n_completed

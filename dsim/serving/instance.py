@@ -403,6 +403,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
                     comp = self._lazy_detach(r)
                     r.n_out = r.max_tokens
                     self._complete(r, comp, emit_t)
+                done = None                      # finished requests leave with the fleet (memory)
             if spec:
                 self._verified(spec, t_end, emit_t)
             # StepLog.append, inline
