@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING
-from .summary import ledger_latencies, meets_slo, request_latencies, stats
+from .summary import _meets_slo_mask, ledger_latencies, stats
 
 
 def jain(values) -> float | None:
@@ -38,11 +38,6 @@ def replica_power(rep, t_end: float) -> dict:
     cost = alive / 3600 * gpus * dev.usd_per_gpu_hour if dev.usd_per_gpu_hour is not None else None
     return {"gpus": gpus, "alive_s": alive, "busy_s": busy, "busy_joules": busy_j, "idle_joules": idle_j,
             "cost_usd": cost, "energy_source": "lut" if lut_mj is not None else "device power states"}
-
-
-def _latency_block(reqs) -> dict:
-    lat = request_latencies(reqs)
-    return {k: stats(lat[f"{k}_ms"]) for k in ("ttft", "tpot", "e2e")}
 
 
 def energy_cost(replicas, t_end: float, out_tok: int, all_tok: int) -> tuple[dict, dict | None]:
@@ -80,7 +75,8 @@ def efficiency(replicas, t_end: float, span: float, out_tok: int, good: int | No
 
 
 def _ledger_block(led, sel) -> dict:
-    """``_latency_block`` of the ledger's completed rows ``sel`` (indices, in that order)."""
+    """TTFT, TPOT and E2E statistics of the ledger's completed rows ``sel`` (a mask, or indices in
+    the order the statistics sum them)."""
     lat = ledger_latencies(led, sel)
     return {k: stats(lat[f"{k}_ms"]) for k in ("ttft", "tpot", "e2e")}
 
@@ -145,22 +141,29 @@ def fleet_sections(fleet, led, t_end: float) -> dict:
     return {"replicas": replicas, "pools": pools, "clusters": clusters}
 
 
-def fairness(reqs, done, slo_ttft_ms, slo_tpot_ms) -> dict | None:
-    """Per-tenant service and Jain's index over tenants (when the workload has two or more)."""
-    tenants = sorted({r.tenant for r in reqs if r.tenant})
+def fairness(led, slo_ttft_ms, slo_tpot_ms) -> dict | None:
+    """Per-tenant service and Jain's index over tenants (when the workload has two or more), from
+    the run's sealed RequestLedger."""
+    tenant = led.col("tenant")
+    names = led.string_table
+    tenants = sorted((names[c], c) for c in set(tenant.tolist()) if names[c])
     if len(tenants) < 2:
         return None
+    sent = led.col("state") != PENDING
+    finished = led.present("t_completion")
     per = {}
-    for t in tenants:
-        sub = [r for r in done if r.tenant == t]
-        n_all = sum(1 for r in reqs if r.tenant == t and r.state != PENDING)
-        lat = _latency_block(sub)
-        row = {"requests": n_all, "completed": len(sub),
-               "completed_fraction": len(sub) / n_all if n_all else None,
+    for t, code in tenants:
+        mine = tenant == code
+        sub = mine & finished
+        n_sub = int(sub.sum())
+        n_all = int((mine & sent).sum())
+        lat = _ledger_block(led, sub)
+        row = {"requests": n_all, "completed": n_sub,
+               "completed_fraction": n_sub / n_all if n_all else None,
                "ttft_mean_ms": lat["ttft"].get("mean"), "tpot_mean_ms": lat["tpot"].get("mean"),
                "e2e_mean_ms": lat["e2e"].get("mean")}
         if slo_ttft_ms is not None or slo_tpot_ms is not None:
-            good = sum(1 for r in sub if meets_slo(r, slo_ttft_ms, slo_tpot_ms))
+            good = int(_meets_slo_mask(led, sub, slo_ttft_ms, slo_tpot_ms).sum())
             row["goodput_fraction"] = good / n_all if n_all else None
         per[t] = row
     out = {"tenants": per,

@@ -240,7 +240,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         if scn.slo_classes:
             summary["goodput"]["per_request_targets"] = True     # each judged by its class's SLO
     if scn.slo_classes:
-        summary["slo_classes"] = class_sections(list(led), scn.slo_classes, span, pcts)
+        summary["slo_classes"] = class_sections(led, scn.slo_classes, span, pcts)
     durs = [np.asarray(i.log.dur) for i in insts]
     busy = [float(d.sum()) for d in durs]
     used_t = sum(float((np.asarray(i.log.kv_used, dtype=float) * d).sum() / i.kv.total) for i, d in zip(insts, durs))
@@ -293,11 +293,9 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         summary["migrations"] = {"requests": fleet.migrations, "kv_bytes": fleet.migrated_bytes}
     if getattr(fleet, "network", None) is not None:
         summary["network"] = fleet.network.summary(t_acct)
-    if len(set(led.col("tenant").tolist()) - {led.code_of("")}) >= 2:     # two tenants or more
-        views = list(led)
-        fair = fairness(views, [r for r in views if r.t_completion is not None], ttft_slo, tpot_slo)
-        if fair is not None:
-            summary["fairness"] = fair
+    fair = fairness(led, ttft_slo, tpot_slo)
+    if fair is not None:
+        summary["fairness"] = fair
     summary["stability"] = stability(led, last if t_end is None else max(t_end, last))
     summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
     warn = health_warnings(summary, lat)
@@ -325,24 +323,29 @@ def _meets_slo_mask(led, sel, ttft_ms, tpot_ms) -> np.ndarray:
     return ok
 
 
-def class_sections(reqs, classes: dict, span: float, pcts) -> dict:
+def class_sections(led, classes: dict, span: float, pcts) -> dict:
     """Per SLO class (and "(none)" for requests without one): targets, latency percentiles, SLO
-    attainment (share of the class's arrived requests meeting the class's SLO) and goodput."""
-    names = list(classes) + (["(none)"] if any(not r.slo_class for r in reqs) else [])
+    attainment (share of the class's arrived requests meeting the class's SLO) and goodput.
+    ``led``: the run's sealed RequestLedger."""
+    cls = led.col("slo_class")
+    names = list(classes) + (["(none)"] if (cls == led.code_of("")).any() else [])
+    sent = led.col("state") != PENDING
+    finished = led.present("t_completion")
     out = {}
     for name in names:
         key = "" if name == "(none)" else name
-        arrived = [r for r in reqs if r.slo_class == key and r.state != PENDING]
-        done = [r for r in arrived if r.t_completion is not None]
-        lat = request_latencies(done)
-        good = sum(1 for r in done if meets_slo(r))
+        arrived = sent & (cls == led.code_of(key))       # a class no request has: code None, nothing
+        done = arrived & finished
+        lat = ledger_latencies(led, done)
+        good = int(_meets_slo_mask(led, done, None, None).sum())      # each by its own targets
+        n_arrived = int(arrived.sum())
         ttft, tpot = classes.get(key, (None, None))
         out[name] = {
             "slo_ttft_ms": ttft, "slo_tpot_ms": tpot,
-            "requests": len(arrived), "completed": len(done),
+            "requests": n_arrived, "completed": int(done.sum()),
             "ttft_ms": stats(lat["ttft_ms"], pcts), "tpot_ms": stats(lat["tpot_ms"], pcts),
             "requests_meeting_slo": good,
-            "slo_attainment": good / len(arrived) if arrived else None,
+            "slo_attainment": good / n_arrived if n_arrived else None,
             "goodput_requests_per_s": good / span,
         }
     return out
