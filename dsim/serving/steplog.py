@@ -14,7 +14,7 @@ from array import array
 import numpy as np
 
 CHUNK = 1 << 16              # steps per folded chunk
-PLOT_POINTS = 512            # min/max points kept per chunk and plotted series
+PLOT_POINTS = 1024           # min/max points kept per chunk and plotted series
 
 
 class StepLog:
@@ -92,6 +92,8 @@ class StepLog:
         run, wait = np.asarray(self.running), np.asarray(self.waiting)
         y = {"running": run, "waiting": wait, "depth": run + wait,
              "kv": np.asarray(self.kv_used)[len(self.kv_used) - n:]}[name]
+        if self._folded[name]:                  # the same density of points as the folded chunks
+            t, y = minmax_decimate(t, y, max(2, PLOT_POINTS * n // CHUNK))
         parts = self._folded[name] + [(t, y)]
         return (np.concatenate([np.asarray(a, dtype=float) for a, _ in parts]),
                 np.concatenate([np.asarray(b, dtype=float) for _, b in parts]))
