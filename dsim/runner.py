@@ -231,8 +231,11 @@ class Session:
         return end
 
     def _seal(self) -> None:
-        """Record the requests still in flight and those never sent, then read the ledger in id order."""
+        """Record the requests still in flight and those never sent, then read the ledger in id order
+        (once: running a finished session to its end again changes nothing)."""
         ledger = self.fleet.ledger
+        if ledger.sealed:
+            return
         for r in self.fleet.live.values():
             ledger.add(r)
         if self.spec is not None:

@@ -84,3 +84,15 @@ def test_rows_since_read_the_order_of_finishing_and_sealing_freezes(batch, monke
     assert led.col("rid").tolist() == [1, 4, 9]
     with pytest.raises(RuntimeError):
         led.add(Request(2, 0.0, 1, 1))
+
+
+def test_a_length_past_32_bits_widens_its_column():
+    """An unbounded length distribution can draw a prompt past 2**31 tokens (kept as int64 by the
+    workload): the 32-bit column widens instead of failing."""
+    led = RequestLedger()
+    big = Request(1, 0.0, 3_000_000_000, 5)
+    big.state = REJECTED
+    for r in (Request(0, 0.0, 7, 5), big):
+        led.add(r)
+    led.seal()
+    assert led.col("prompt_len").tolist() == [7, 3_000_000_000] and led[1].prompt_len == 3_000_000_000

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING
-from .summary import _meets_slo_mask, ledger_latencies, stats
+from .summary import ledger_latencies, meets_slo_mask, stats
 
 
 def jain(values) -> float | None:
@@ -163,7 +163,7 @@ def fairness(led, slo_ttft_ms, slo_tpot_ms) -> dict | None:
                "ttft_mean_ms": lat["ttft"].get("mean"), "tpot_mean_ms": lat["tpot"].get("mean"),
                "e2e_mean_ms": lat["e2e"].get("mean")}
         if slo_ttft_ms is not None or slo_tpot_ms is not None:
-            good = int(_meets_slo_mask(led, sub, slo_ttft_ms, slo_tpot_ms).sum())
+            good = int(meets_slo_mask(led, sub, slo_ttft_ms, slo_tpot_ms).sum())
             row["goodput_fraction"] = good / n_all if n_all else None
         per[t] = row
     out = {"tenants": per,

@@ -18,7 +18,8 @@ import numpy as np
 from ..core.request import Request
 
 # (field, array typecode, default).  "f?" = float or None (a presence bit), "s" = string or None
-# (an index into the ledger's string table).  Integers that can pass 2**31 are 64-bit.
+# (an index into the ledger's string table).  Ids and groups are 64-bit; a 32-bit column that meets
+# a larger value is widened.
 FIELDS = (
     ("rid", "q", 0), ("arrival", "d", 0.0), ("prompt_len", "i", 0), ("max_tokens", "i", 0),
     ("n_out", "i", 0), ("num_computed", "i", 0), ("state", "b", 0),
@@ -93,7 +94,11 @@ class RequestLedger:
                 if vals.count(dflt) == m:
                     continue                  # still the default everywhere: no column yet
                 col = self._cols[name] = array(tc, [dflt]) * n0
-            col.extend(vals)
+            try:
+                col.extend(vals)
+            except OverflowError:             # a length past 2**31 (an unbounded tail): widen the column
+                col = self._cols[name] = array("q", col[:n0])     # (extend stopped part way)
+                col.extend(vals)
         self._mask.frombytes(mask.tobytes())
         buf.clear()
 
@@ -103,6 +108,10 @@ class RequestLedger:
             c = self._code[v] = len(self._strs)
             self._strs.append(v)
         return c
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed is not None
 
     @property
     def nbytes(self) -> int:

@@ -104,7 +104,8 @@ def request_latencies(reqs) -> dict:
 
 
 def ledger_latencies(ledger, sel) -> dict:
-    """``request_latencies`` of the ledger's rows where ``sel`` (a bool mask of completed requests)."""
+    """``request_latencies`` of the ledger's completed rows ``sel``: a bool mask, or row indices in
+    the order the statistics sum them."""
     arr = ledger.col("arrival")[sel]
     first = ledger.col("t_first_token")[sel]
     last = ledger.col("t_last_token")[sel]
@@ -174,11 +175,10 @@ def meets_slo(r, ttft_ms=None, tpot_ms=None) -> bool:
     return True
 
 
-def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
-    """The run's summary.json from its sealed ``RequestLedger`` (columns; request objects are
-    rebuilt only for the sections that group them: fleet, tenants, SLO classes)."""
+def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
+    """The run's summary.json from its sealed ``RequestLedger`` (columns only: no request is
+    rebuilt, so a million requests cost arrays, not objects)."""
     from .fleet import efficiency, energy_cost, fairness, fleet_sections
-    led = reqs
     is_done = led.present("t_completion")
     n_done = int(is_done.sum())
     lat = ledger_latencies(led, is_done)
@@ -229,7 +229,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
         summary["requests"]["rejected_by"] = dict(sorted((names[c], int(k)) for c, k in zip(codes, counts)))
     ttft_slo, tpot_slo = scn.slo_ttft_ms, scn.slo_tpot_ms
     if led.present("ttft_slo_ms").any() or led.present("tpot_slo_ms").any():
-        good = int(_meets_slo_mask(led, is_done, ttft_slo, tpot_slo).sum())
+        good = int(meets_slo_mask(led, is_done, ttft_slo, tpot_slo).sum())
         summary["goodput"] = {
             "slo_ttft_ms": ttft_slo, "slo_tpot_ms": tpot_slo,
             "requests_meeting_slo": good,
@@ -304,7 +304,7 @@ def summarize(scn, fleet, reqs, t_end: float | None = None, actions=()) -> dict:
     return summary
 
 
-def _meets_slo_mask(led, sel, ttft_ms, tpot_ms) -> np.ndarray:
+def meets_slo_mask(led, sel, ttft_ms, tpot_ms) -> np.ndarray:
     """``meets_slo`` over the ledger's rows where ``sel``, as a bool array."""
     arr = led.col("arrival")[sel]
     first = led.col("t_first_token")[sel]
@@ -337,7 +337,7 @@ def class_sections(led, classes: dict, span: float, pcts) -> dict:
         arrived = sent & (cls == led.code_of(key))       # a class no request has: code None, nothing
         done = arrived & finished
         lat = ledger_latencies(led, done)
-        good = int(_meets_slo_mask(led, done, None, None).sum())      # each by its own targets
+        good = int(meets_slo_mask(led, done, None, None).sum())      # each by its own targets
         n_arrived = int(arrived.sum())
         ttft, tpot = classes.get(key, (None, None))
         out[name] = {

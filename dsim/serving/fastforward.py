@@ -49,7 +49,6 @@ class FastForward:
         step_time = self.step_model.step_time
         lazy = self.lazy_sum
         running = len(self.running)
-        fold_at = log.fold_at
         t = now
         k = 0
         while True:
@@ -68,16 +67,7 @@ class FastForward:
             self.num_steps += 1
             self.busy_time += dur
             self.D = D + 1
-            log.t_end.append(t_end)
-            log.dur.append(dur)
-            log.prefill_tokens.append(0)
-            log.decode_tokens.append(n_dec)
-            log.itl_count.append(n_dec)
-            log.running.append(running)
-            log.waiting.append(0)
-            log.kv_used.append(kv.total - kv.free_count)
-            if len(log.running) >= fold_at:
-                log.fold()
+            log.append(t_end, dur, 0, n_dec, n_dec, running, 0, kv.total - kv.free_count)
             t = t_end
             k += 1
         if not k:
