@@ -28,15 +28,20 @@ def _random_request(rng: random.Random, rid: int) -> Request:
     return r
 
 
+@pytest.mark.parametrize("spill", [None, 5])
 @pytest.mark.parametrize("batch", [1, 7, 2048])
-def test_rows_come_back_field_by_field_in_id_order(batch, monkeypatch):
+def test_rows_come_back_field_by_field_in_id_order(batch, spill, monkeypatch):
     monkeypatch.setattr(ledger_mod, "BATCH", batch)     # columns made in the middle of a run too
+    if spill:                                           # columns in the spill file, read back 64 rows at a time
+        monkeypatch.setattr(ledger_mod, "SPILL_ROWS", spill)
+        monkeypatch.setattr(ledger_mod, "ITER_ROWS", 64)
     rng = random.Random(3)
     reqs = [_random_request(rng, i) for i in range(300)]
     led = RequestLedger()
     for r in rng.sample(reqs, len(reqs)):          # finished in any order
         led.add(r)
     led.seal()
+    assert led.spilled == bool(spill)
     assert len(led) == 300
     back = list(led)
     assert [r.rid for r in back] == list(range(300))
@@ -68,14 +73,18 @@ def test_fields_never_set_read_as_their_defaults():
     assert led.col("session").tolist() == [-1]
 
 
+@pytest.mark.parametrize("spill", [None, 2])
 @pytest.mark.parametrize("batch", [2, 2048])
-def test_rows_since_read_the_order_of_finishing_and_sealing_freezes(batch, monkeypatch):
+def test_rows_since_read_the_order_of_finishing_and_sealing_freezes(batch, spill, monkeypatch):
     monkeypatch.setattr(ledger_mod, "BATCH", batch)
+    if spill:
+        monkeypatch.setattr(ledger_mod, "SPILL_ROWS", spill)
     led = RequestLedger()
     for rid in (4, 1, 9):
         r = Request(rid, float(rid), 1, 1)
         r.t_completion = 10.0 + rid
         led.add(r)
+    assert led.spilled == (spill is not None and batch == 2)    # rows 0-1 spilled, row 2 in memory
     rows = led.since(1)
     assert rows.col("rid").tolist() == [1, 9] and rows.col("t_completion").tolist() == [11.0, 19.0]
     with pytest.raises(RuntimeError):
@@ -86,9 +95,14 @@ def test_rows_since_read_the_order_of_finishing_and_sealing_freezes(batch, monke
         led.add(Request(2, 0.0, 1, 1))
 
 
-def test_a_length_past_32_bits_widens_its_column():
+@pytest.mark.parametrize("spill", [None, 1])
+def test_a_length_past_32_bits_widens_its_column(spill, monkeypatch):
     """An unbounded length distribution can draw a prompt past 2**31 tokens (kept as int64 by the
-    workload): the 32-bit column widens instead of failing."""
+    workload): the 32-bit column widens instead of failing (after the first row spilled as 32 bits,
+    too)."""
+    if spill:
+        monkeypatch.setattr(ledger_mod, "BATCH", 1)
+        monkeypatch.setattr(ledger_mod, "SPILL_ROWS", spill)
     led = RequestLedger()
     big = Request(1, 0.0, 3_000_000_000, 5)
     big.state = REJECTED

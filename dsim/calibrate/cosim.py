@@ -21,7 +21,8 @@ import yaml
 from ..config.errors import ConfigError
 from ..config.scenario import apply_overrides, load_scenario
 from ..core.rng import PartitionedRNG
-from ..metrics.summary import request_latencies, weighted_stats
+from ..metrics.exact import weighted_stats
+from ..metrics.summary import request_latencies
 from ..metrics.writers import AtomicOutput, to_json
 from .realrun import METRICS, QUANTS, RealRun, quantiles
 

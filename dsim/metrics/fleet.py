@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING
-from .summary import ledger_latencies, meets_slo_mask, stats
+from .summary import busy_and_kv, ledger_latencies, meets_slo_mask, stats
 
 
 def jain(values) -> float | None:
@@ -95,9 +95,7 @@ def fleet_sections(fleet, led, t_end: float) -> dict:
     for rep in fleet.replicas():
         i = rep.inst
         log = i.log
-        dur = np.asarray(log.dur)
-        kv = np.asarray(log.kv_used, dtype=float)
-        busy = float(dur.sum())
+        busy, kv_used, kv_peak = busy_and_kv(log)
         p = replica_power(rep, t_end)
         replicas[rep.name] = {
             "pool": rep.pool.name, "cluster": rep.pool.cluster.name, "role": rep.pool.role, "state": rep.state,
@@ -105,8 +103,8 @@ def fleet_sections(fleet, led, t_end: float) -> dict:
             "submitted": i.submitted, "completed": i.n_completed, "rejected": i.n_rejected,
             "handed_off": i.handed_off, "steps": i.num_steps, "preemptions": i.num_preemptions,
             "busy_fraction": busy / p["alive_s"] if p["alive_s"] else 0.0,
-            "mean_kv_usage": float((kv * dur).sum() / busy / i.kv.total) if busy else 0.0,
-            "peak_kv_usage": float(kv.max() / i.kv.total) if kv.size else 0.0,
+            "mean_kv_usage": kv_used / busy / i.kv.total if busy else 0.0,
+            "peak_kv_usage": kv_peak / i.kv.total if kv_peak is not None else 0.0,
             "prefix_hit_rate": i.kv.hits / i.kv.queries if i.kv.queries else 0.0,
             "energy_joules": p["busy_joules"] + p["idle_joules"], "cost_usd": p["cost_usd"],
         }

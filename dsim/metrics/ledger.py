@@ -4,7 +4,8 @@ A request leaves the simulation when it completes or is rejected; the fleet reco
 drops the object, so memory grows with the requests in flight, not with the ones ever seen
 (issue 17).  Each field is a typed array created the first time a request has a non-default value
 for it (a plain run never pays for P/D, tenants or SLO classes); ``seal`` puts the rows in request
-id order.  Summaries read ``col`` arrays; ``RequestLedger`` is also a sequence of ``Request``
+id order.  Past ``SPILL_ROWS`` rows in memory, the columns move to a temporary file
+(``dsim.core.spill``), so a million-request run holds a bounded tail.  Summaries read ``col`` arrays; ``RequestLedger`` is also a sequence of ``Request``
 objects rebuilt on access (``Result.requests``), carrying what a report reads, without the
 scheduler's internals (segments, block hashes).
 """
@@ -16,6 +17,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..core.request import Request
+from ..core.spill import SpillFile, concat
 
 # (field, array typecode, default).  "f?" = float or None (a presence bit), "s" = string or None
 # (an index into the ledger's string table).  Ids and groups are 64-bit; a 32-bit column that meets
@@ -37,6 +39,8 @@ _OPTIONAL = tuple(f for f, t, _ in FIELDS if t == "f?")
 _BIT = {f: 1 << i for i, f in enumerate(_OPTIONAL)}
 _get_all = attrgetter(*NAMES)
 BATCH = 2048                 # rows buffered as tuples before they go into the columns
+SPILL_ROWS = 1 << 17         # rows in memory (~13 MB on the bench) before the columns move to the spill file
+ITER_ROWS = 1 << 16          # rows read back at a time when iterating a spilled ledger
 
 
 class RequestLedger:
@@ -52,6 +56,9 @@ class RequestLedger:
         self.spec: dict = {}                  # rid -> speculative round state, only for speculative requests
         self._sealed = None                   # the Rows in rid order, after seal
         self._buf: list = []                  # rows (tuples of FIELDS) not yet in the columns
+        self._spill = None                    # SpillFile, once the rows pass SPILL_ROWS
+        self._segs: dict = {}                 # field (and "_mask") -> spilled segments, in row order
+        self._n_spilled = 0                   # rows in the spill file; the columns hold the rest
 
     # ---- recording ---------------------------------------------------------------------------------
     def add(self, r) -> None:
@@ -93,14 +100,42 @@ class RequestLedger:
             if col is None:
                 if vals.count(dflt) == m:
                     continue                  # still the default everywhere: no column yet
-                col = self._cols[name] = array(tc, [dflt]) * n0
+                col = self._cols[name] = array(tc, [dflt]) * (n0 - self._n_spilled)
+                if self._n_spilled:           # the spilled rows had the default too
+                    self._segs[name] = [self._spill.put(np.full(self._n_spilled, dflt, dtype=tc))]
             try:
                 col.extend(vals)
             except OverflowError:             # a length past 2**31 (an unbounded tail): widen the column
-                col = self._cols[name] = array("q", col[:n0])     # (extend stopped part way)
+                col = self._cols[name] = array("q", col[:n0 - self._n_spilled])   # (extend stopped part way)
                 col.extend(vals)
         self._mask.frombytes(mask.tobytes())
         buf.clear()
+        if self.n - self._n_spilled >= SPILL_ROWS:
+            self._spill_tail()
+
+    def _spill_tail(self) -> None:
+        """Move every column's in-memory rows to the spill file (spilled segments of one column
+        may differ in width: reading widens them)."""
+        if self._spill is None:
+            self._spill = SpillFile()
+        for name, col in list(self._cols.items()) + [("_mask", self._mask)]:
+            self._segs.setdefault(name, []).append(self._spill.put(np.frombuffer(col, dtype=col.typecode)))
+            if name == "_mask":
+                self._mask = array("H")
+            else:
+                self._cols[name] = array(col.typecode)
+        self._n_spilled = self.n
+
+    def _rows_from(self, name: str, start: int) -> np.ndarray:
+        """A column's rows from ``start`` on, in finish order, spilled or not."""
+        col = self._mask if name == "_mask" else self._cols[name]
+        parts, at = [], 0
+        for seg in self._segs.get(name, ()):
+            if at + seg[2] > start:
+                parts.append(self._spill.get(seg, max(0, start - at)))
+            at += seg[2]
+        parts.append(np.frombuffer(col, dtype=col.typecode)[max(0, start - at):])
+        return concat(parts)
 
     def _intern(self, v) -> int:
         c = self._code.get(v)
@@ -117,8 +152,14 @@ class RequestLedger:
     def nbytes(self) -> int:
         """Bytes of the columns (not the sparse per-request extras or the string table)."""
         if self._sealed is not None:
-            return sum(a.nbytes for a in self._sealed.arrays.values()) + self._sealed.mask.nbytes
-        return sum(c.itemsize * len(c) for c in self._cols.values()) + 2 * len(self._mask)
+            return self._sealed.nbytes
+        spilled = sum(seg[2] * np.dtype(seg[1]).itemsize for segs in self._segs.values() for seg in segs)
+        return spilled + sum(c.itemsize * len(c) for c in self._cols.values()) + 2 * len(self._mask)
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the columns went to the spill file (a long run)."""
+        return self._spill is not None
 
     def since(self, start: int) -> "Rows":
         """The rows recorded from the ``start``-th on, in the order they finished (before ``seal``):
@@ -126,14 +167,16 @@ class RequestLedger:
         if self._sealed is not None:
             raise RuntimeError("the ledger is sealed")
         self._flush()
-        arrays = {name: np.frombuffer(col, dtype=col.typecode)[start:].copy() for name, col in self._cols.items()}
-        return Rows(arrays, np.frombuffer(self._mask, dtype=np.uint16)[start:].copy(), self._code)
+        arrays = {name: self._rows_from(name, start).copy() for name in self._cols}
+        return Rows(arrays, self._rows_from("_mask", start).copy(), self._code)
 
     def seal(self) -> "RequestLedger":
         """Put the rows in request id order and freeze them as numpy arrays."""
         if self._sealed is not None:
             return self
         self._flush()
+        if self._spill is not None:
+            return self._seal_spilled()
         n = self.n
         rid = np.frombuffer(self._cols["rid"], dtype=np.int64) if "rid" in self._cols else np.zeros(n, np.int64)
         order = np.argsort(rid, kind="stable")
@@ -146,6 +189,27 @@ class RequestLedger:
             del col                               # one column copied at a time
         self._sealed = Rows(arrays, np.frombuffer(self._mask, dtype=np.uint16)[order], self._code)
         self._mask = None
+        return self
+
+    def _seal_spilled(self) -> "RequestLedger":
+        """``seal`` for spilled columns: each is read back, put in id order and written again, one
+        column in memory at a time."""
+        self._spill_tail()
+        rid = self._rows_from("rid", 0) if "rid" in self._cols else np.zeros(self.n, np.int64)
+        order = np.argsort(rid, kind="stable")
+        if (order == np.arange(self.n)).all():
+            order = None                          # finished in id order: no reordering
+        del rid
+        segs = {}
+        for name in [f for f in NAMES if f in self._cols] + ["_mask"]:
+            a = self._rows_from(name, 0)
+            segs[name] = self._spill.put(a if order is None else a[order])
+            del a
+        mask = segs.pop("_mask")
+        self._cols.clear()
+        self._segs.clear()
+        self._mask = None
+        self._sealed = Rows(segs, mask, self._code, file=self._spill, n=self.n)
         return self
 
     # ---- columns -----------------------------------------------------------------------------------
@@ -187,13 +251,17 @@ class RequestLedger:
         if not 0 <= i < self.n:
             raise IndexError("request index out of range")
         s = self._frozen()
-        return self._build({name: a[i].item() for name, a in s.arrays.items()}, int(s.mask[i]))
+        return self._build({name: s.raw(name, i, i + 1)[0].item() for name in s.arrays},
+                           int(s.raw_mask(i, i + 1)[0]))
 
     def __iter__(self):
         s = self._frozen()
         names = [name for name in NAMES if name in s.arrays]
-        for row, mask in zip(zip(*(s.arrays[name].tolist() for name in names)), s.mask.tolist()):
-            yield self._build(dict(zip(names, row)), mask)
+        step = ITER_ROWS if s.file is not None else max(1, self.n)     # a spilled ledger: a block at a time
+        for lo in range(0, self.n, step):
+            hi = lo + step
+            for row, mask in zip(zip(*(s.raw(name, lo, hi).tolist() for name in names)), s.raw_mask(lo, hi).tolist()):
+                yield self._build(dict(zip(names, row)), mask)
 
     def _build(self, values: dict, mask: int):
         r = Request(0, 0.0, 0, 0)
@@ -215,16 +283,40 @@ class RequestLedger:
 
 class Rows:
     """Columns of some requests: ``col`` (fields never recorded read as their default) and
-    ``present`` (optional floats)."""
+    ``present`` (optional floats).  With ``file``, ``arrays`` and ``mask`` are segments of that
+    spill file, read back on each access."""
 
-    def __init__(self, arrays: dict, mask: np.ndarray, code: dict):
+    def __init__(self, arrays: dict, mask, code: dict, file=None, n: int | None = None):
         self.arrays = arrays
-        self.mask = mask
-        self.n = mask.size
+        self._mask = mask
+        self.file = file
+        self.n = mask.size if n is None else n
         self._code = code
 
-    def col(self, name: str) -> np.ndarray:
+    def raw(self, name: str, lo: int = 0, hi: int | None = None):
+        """The stored values of rows [lo, hi) (None: a field never recorded)."""
         a = self.arrays.get(name)
+        if a is None or self.file is None:
+            return a if a is None else a[lo:hi]
+        return self.file.get(a, lo, None if hi is None else hi - lo)
+
+    def raw_mask(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        if self.file is None:
+            return self._mask[lo:hi]
+        return self.file.get(self._mask, lo, None if hi is None else hi - lo)
+
+    @property
+    def mask(self) -> np.ndarray:
+        return self.raw_mask()
+
+    @property
+    def nbytes(self) -> int:
+        if self.file is None:
+            return sum(a.nbytes for a in self.arrays.values()) + self._mask.nbytes
+        return sum(s[2] * np.dtype(s[1]).itemsize for s in [*self.arrays.values(), self._mask])
+
+    def col(self, name: str) -> np.ndarray:
+        a = self.raw(name)
         if a is not None:
             return np.where(self.present(name), a, np.nan) if name in _BIT else a
         tc, dflt = _TYPE[name]

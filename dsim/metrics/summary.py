@@ -4,13 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING, REJECTED
-
-PCTS = (50, 90, 95, 99)
-
-
-def _pkey(p) -> str:
-    """'p99', 'p99.9': the percentile's name as vLLM's benchmark writes it."""
-    return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+from .exact import PCTS, pairwise_sum, pkey as _pkey, weighted_stats_chunked
 
 
 def stats(values, pcts=PCTS) -> dict:
@@ -21,41 +15,6 @@ def stats(values, pcts=PCTS) -> dict:
     for p, v in zip(pcts, np.percentile(a, pcts)):
         out[_pkey(p)] = float(v)
     out["max"] = float(a.max())
-    return out
-
-
-def weighted_stats(values, weights, pcts=PCTS) -> dict:
-    """Statistics of a distribution given as (value, multiplicity) pairs (percentiles: inverted CDF)."""
-    return _weighted_stats_owned(np.array(values, dtype=float), np.array(weights), pcts)
-
-
-def _weighted_stats_owned(v: np.ndarray, w: np.ndarray, pcts) -> dict:
-    """``weighted_stats`` over float64 values and integer (or float) weights that it may reorder in
-    place: over every step of a long run this keeps four arrays of the steps' length alive at most."""
-    keep = w > 0
-    if not keep.all():
-        v, w = v[keep], w[keep]
-    del keep
-    if v.size == 0:
-        return {"count": 0}
-    order = np.argsort(v, kind="stable")
-    v[:] = v[order]
-    w[:] = w[order]
-    del order
-    tmp = np.multiply(v, w, dtype=float)
-    cw = np.cumsum(w, dtype=float)          # integer counts: every partial sum is exact
-    total = cw[-1]
-    mean = float(tmp.sum() / total)
-    np.subtract(v, mean, out=tmp)
-    np.square(tmp, out=tmp)
-    tmp *= w
-    out = {"count": int(total), "mean": mean, "std": float(np.sqrt(max(0.0, tmp.sum() / total))),
-           "min": float(v[0])}
-    del tmp
-    for p in pcts:
-        i = int(np.searchsorted(cw, p / 100.0 * total, side="left"))
-        out[_pkey(p)] = float(v[min(i, v.size - 1)])
-    out["max"] = float(v[-1])
     return out
 
 
@@ -117,22 +76,29 @@ def ledger_latencies(ledger, sel) -> dict:
             "queue_ms": (ledger.col("t_scheduled")[sel] - arr) * 1e3}
 
 
-def _itl_stats(values: list, weights: list, pcts) -> dict:
-    """ITL statistics of the replicas' steps (seconds, token counts), concatenated here so that no
-    caller holds a second copy while they are sorted."""
-    keep = [np.asarray(w) > 0 for w in weights]
-    n = sum(int(k.sum()) for k in keep)
-    v = np.empty(n)
-    w = np.empty(n, dtype=np.int32 if all(int(np.max(x, initial=0)) < 2**31 for x in weights) else np.int64)
-    i = 0
-    for a, b, k in zip(values, weights, keep):    # steps without a token left out, no copy on the way
-        j = i + int(k.sum())
-        np.compress(k, a, out=v[i:j])
-        np.compress(k, b, out=w[i:j])
-        i = j
-    del keep
-    v *= 1e3
-    return _weighted_stats_owned(v, w, pcts)
+def _itl_stats(insts, pcts) -> dict:
+    """ITL statistics (ms) of the replicas' steps and their extra samples, in replica order, steps
+    without a token left out; read chunk by chunk, so a spilled step log is never whole in memory."""
+    def source():
+        for inst in insts:
+            for dur, cnt in inst.log.chunks("dur", "itl_count"):
+                keep = cnt > 0
+                yield np.compress(keep, dur) * 1e3, np.compress(keep, cnt)
+            if inst.itl_extra:
+                v = np.array([v for v, _ in inst.itl_extra], dtype=float)
+                w = np.array([w for _, w in inst.itl_extra], dtype=np.int64)
+                yield v[w > 0] * 1e3, w[w > 0]
+    return weighted_stats_chunked(source, pcts)
+
+
+def busy_and_kv(log) -> tuple:
+    """(busy seconds, KV block-seconds in use, peak blocks in use) of a step log, summed as numpy
+    sums the whole columns (the same bytes whether the log spilled or not)."""
+    n = log.steps
+    busy = pairwise_sum((d for d, in log.chunks("dur")), n)
+    used = pairwise_sum((k.astype(float) * d for d, k in log.chunks("dur", "kv_used")), n)
+    peak = max((int(k.max()) for k, in log.chunks("kv_used") if k.size), default=None)
+    return busy, used, peak
 
 
 # Tolerated trend of the queueing delay, seconds of extra wait per second of arrivals.  A deployment
@@ -184,13 +150,8 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
     lat = ledger_latencies(led, is_done)
     arrival = led.col("arrival")
     insts = [rep.inst for rep in fleet.replicas()]
-    itl_v, itl_w = [], []          # numpy views of the step logs, in replica order (no float objects)
-    for inst in insts:
-        itl_v += [np.asarray(inst.log.dur), np.array([v for v, _ in inst.itl_extra], dtype=float)]
-        itl_w += [np.asarray(inst.log.itl_count), np.array([w for _, w in inst.itl_extra], dtype=np.int64)]
     pcts = sorted(set(PCTS) | set(getattr(scn, "percentiles", PCTS)))
-    itl = _itl_stats(itl_v, itl_w, pcts)
-    del itl_v, itl_w
+    itl = _itl_stats(insts, pcts)
     first = float(arrival.min()) if led.n else 0.0
     last = float(led.col("t_completion")[is_done].max()) if n_done else first
     span = max(last - first, 1e-12)
@@ -241,12 +202,12 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
             summary["goodput"]["per_request_targets"] = True     # each judged by its class's SLO
     if scn.slo_classes:
         summary["slo_classes"] = class_sections(led, scn.slo_classes, span, pcts)
-    durs = [np.asarray(i.log.dur) for i in insts]
-    busy = [float(d.sum()) for d in durs]
-    used_t = sum(float((np.asarray(i.log.kv_used, dtype=float) * d).sum() / i.kv.total) for i, d in zip(insts, durs))
+    logs = [busy_and_kv(i.log) for i in insts]
+    busy = [b for b, _, _ in logs]
+    used_t = sum(u / i.kv.total for i, (_, u, _) in zip(insts, logs))
     hits = sum(i.kv.hits for i in insts)
     queries = sum(i.kv.queries for i in insts)
-    peak = max((max(i.log.kv_used) / i.kv.total for i in insts if i.log.kv_used), default=0.0)
+    peak = max((p / i.kv.total for i, (_, _, p) in zip(insts, logs) if p is not None), default=0.0)
     summary["kv_cache"] = {
         "total_blocks": sum(i.kv.total for i in insts),
         "block_size": insts[0].bs,

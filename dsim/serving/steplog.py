@@ -4,8 +4,10 @@ A long run takes millions of steps, so only what an exact statistic of summary.j
 whole: step durations and tokens emitted (ITL percentiles, busy time) and KV blocks in use (the
 duration-weighted mean usage).  Step end times, batch tokens, running and waiting counts are kept
 for the last ``CHUNK`` steps; older chunks fold into exact totals and peaks and min/max points
-for the plots.  ``keep_all`` keeps every series whole, for readers of single steps: the timeline
-trace (``output.timeline``) and co-simulation's windows.
+for the plots.  Past ``SPILL_STEPS`` steps, the whole series move to a temporary file
+(``dsim.core.spill``): their arrays hold only the recent steps, and readers take ``whole`` or
+``chunks``.  ``keep_all`` keeps every series whole in memory, for readers of single steps: the
+timeline trace (``output.timeline``) and co-simulation's windows.
 """
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ from array import array
 
 import numpy as np
 
+from ..core.spill import SpillFile, concat
+
 CHUNK = 1 << 16              # steps per folded chunk
 PLOT_POINTS = 1024           # min/max points kept per chunk and plotted series
+SPILL_STEPS = 1 << 18        # whole series past this many steps in memory move to the spill file (4 MB)
 
 
 class StepLog:
@@ -22,10 +27,12 @@ class StepLog:
     (~32 bytes), and appends as cheap as a list's; numpy reads them without a copy."""
 
     __slots__ = ("t_end", "dur", "prefill_tokens", "decode_tokens", "itl_count", "running", "waiting", "kv_used",
-                 "keep_all", "fold_at", "_tokens", "_peak_running", "_peak_waiting", "_folded")
+                 "keep_all", "fold_at", "_tokens", "_peak_running", "_peak_waiting", "_folded", "_spill", "_segs",
+                 "_n_spilled")
     FLOATS = ("t_end", "dur")
     CHUNKED = ("t_end", "prefill_tokens", "decode_tokens", "running", "waiting")
     SERIES = ("t_end", "dur", "prefill_tokens", "decode_tokens", "itl_count", "running", "waiting", "kv_used")
+    WHOLE = ("dur", "itl_count", "kv_used")
 
     def __init__(self, keep_all: bool = False):
         for k in self.SERIES:
@@ -36,6 +43,9 @@ class StepLog:
         self._peak_running = 0
         self._peak_waiting = 0
         self._folded = {"running": [], "waiting": [], "depth": [], "kv": []}    # name -> [(t, y) per chunk]
+        self._spill = None                # SpillFile of the WHOLE series' older steps, once they spill
+        self._segs = {k: [] for k in self.WHOLE}
+        self._n_spilled = 0
 
     def append(self, t_end: float, dur: float, prefill: int, decode: int, itl: int, running: int, waiting: int,
                kv: int) -> None:
@@ -67,11 +77,31 @@ class StepLog:
         del t, run, wait, kv
         for k in self.CHUNKED:
             setattr(self, k, array("d" if k in self.FLOATS else "i"))
+        if len(self.dur) >= SPILL_STEPS:          # folds come at chunk ends, so every series restarts together
+            if self._spill is None:
+                self._spill = SpillFile()
+            self._n_spilled += len(self.dur)
+            for k in self.WHOLE:
+                self._segs[k].append(self._spill.put(np.frombuffer(getattr(self, k), dtype=getattr(self, k).typecode)))
+                setattr(self, k, array("d" if k in self.FLOATS else "i"))
 
     # ---- exact statistics over every step ----------------------------------------------------------
     @property
     def steps(self) -> int:
-        return len(self.dur)
+        return self._n_spilled + len(self.dur)
+
+    def whole(self, name: str) -> np.ndarray:
+        """Every step's ``dur``, ``itl_count`` or ``kv_used`` (read back from the spill file if the
+        log spilled: prefer ``chunks`` for long runs)."""
+        return concat([self._spill.get(s) for s in self._segs[name]] + [getattr(self, name)])
+
+    def chunks(self, *names: str):
+        """Aligned pieces of the named ``WHOLE`` series, in step order: one tuple per spilled
+        segment, then the in-memory steps."""
+        for segs in zip(*(self._segs[k] for k in names)):
+            yield tuple(self._spill.get(s) for s in segs)
+        if len(self.dur):
+            yield tuple(np.asarray(getattr(self, k)) for k in names)
 
     def total_tokens(self) -> int:
         """Batch tokens (prefill + decode) over every step."""

@@ -1,0 +1,64 @@
+"""Column segments in an unnamed temporary file: a long run's per-step and per-request columns
+leave RAM as they grow, so peak memory stays bounded by what is in flight (issue 17).
+
+A million-request run logs ~7 M steps and a million ledger rows; kept in memory they are most of
+the process.  Owners (``StepLog``, ``RequestLedger``) keep a short tail in an ``array`` (appends
+stay as cheap as a list's) and move it here in one write once it passes their threshold; readers
+get numpy arrays back, whole or a slice at a time.  The file has no name (``TemporaryFile``), so
+nothing is left behind, even when the process is killed.
+"""
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+
+
+class SpillFile:
+    """Append-only store of numpy segments; a segment is ``(offset, dtype, count)``."""
+
+    __slots__ = ("_f", "_end")
+
+    def __init__(self):
+        self._f = None                # opened on the first write: short runs never touch the disk
+        self._end = 0
+
+    def put(self, a) -> tuple:
+        """Write ``a`` (any buffer numpy reads) at the end; return its segment."""
+        a = np.ascontiguousarray(a)
+        if self._f is None:
+            self._f = tempfile.TemporaryFile(prefix="dsim-spill-")
+        self._f.seek(self._end)
+        self._f.write(a.data.cast("B"))
+        seg = (self._end, a.dtype.str, a.size)
+        self._end += a.nbytes
+        return seg
+
+    def get(self, seg: tuple, start: int = 0, count: int | None = None) -> np.ndarray:
+        """The segment's values ``[start, start + count)`` (all of them from ``start`` by default)."""
+        off, dt, n = seg
+        dt = np.dtype(dt)
+        count = n - start if count is None else min(count, n - start)
+        out = np.empty(max(count, 0), dtype=dt)
+        if out.size:
+            self._f.seek(off + start * dt.itemsize)
+            got = self._f.readinto(out.data.cast("B"))
+            if got != out.nbytes:
+                raise OSError(f"spill file: read {got} of {out.nbytes} bytes")
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return self._end
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def concat(parts: list) -> np.ndarray:
+    """One array from segments read back and an in-memory tail (no copy for a lone tail)."""
+    if len(parts) == 1:
+        return np.asarray(parts[0])
+    return np.concatenate([np.asarray(p) for p in parts])

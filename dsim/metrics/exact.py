@@ -1,0 +1,181 @@
+"""Exact statistics over columns too long to hold twice in memory (a million-request run's steps).
+
+Why exact and not sketched: summary.json must be the same bytes whether a run's step log stayed in
+memory or spilled to disk (``dsim.core.spill``).  So sums reproduce numpy's pairwise summation
+tree over the concatenated column, chunk by chunk (``pairwise_sum``), and the ITL distribution is
+sorted out of core by value buckets, each bucket stably sorted in memory, which is the global
+stable sort piece by piece (``weighted_stats_chunked``).  Small inputs take the in-memory path.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PCTS = (50, 90, 95, 99)      # the percentiles every latency section reports
+LEAF = 1 << 16               # pairwise leaves summed by numpy itself (>= its 128-element block)
+MEM_ITEMS = 1 << 20          # (value, weight) pairs sorted in memory at once
+SAMPLE = 1 << 16             # values sampled to place the bucket bounds
+
+
+def pkey(p) -> str:
+    """'p99', 'p99.9': the percentile's name as vLLM's benchmark writes it."""
+    return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+
+
+class _Reader:
+    """Hands out the next k values of a stream of arrays, as one contiguous array."""
+
+    def __init__(self, chunks):
+        self._it = iter(chunks)
+        self._buf = np.empty(0)
+        self._pos = 0
+
+    def take(self, k: int) -> np.ndarray:
+        parts = []
+        while k:
+            if self._pos == self._buf.size:
+                self._buf = np.asarray(next(self._it), dtype=float)
+                self._pos = 0
+                continue
+            m = min(k, self._buf.size - self._pos)
+            parts.append(self._buf[self._pos:self._pos + m])
+            self._pos += m
+            k -= m
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def pairwise_sum(chunks, n: int) -> float:
+    """``np.sum`` of the concatenation of ``chunks`` (``n`` float values in all), bit for bit,
+    without concatenating: numpy halves a contiguous sum (each half a multiple of 8 long) down to
+    blocks it adds directly, so the same halving over a stream with numpy summing the leaves gives
+    the same rounding (pinned by tests/test_exact.py)."""
+    if n == 0:
+        return 0.0
+    return float(_halves(_Reader(chunks), n))
+
+
+def _halves(r: _Reader, m: int):
+    # a module function, not a recursive closure: a closure's cycle would keep the reader, and the
+    # step log's buffer it views, alive until a garbage collection (BufferError on the next append)
+    if m <= LEAF:
+        return np.add.reduce(r.take(m))
+    h = m // 2
+    h -= h % 8
+    return _halves(r, h) + _halves(r, m - h)
+
+
+def weighted_stats(values, weights, pcts=PCTS) -> dict:
+    """Statistics of a distribution given as (value, multiplicity) pairs (percentiles: inverted CDF)."""
+    return weighted_stats_owned(np.array(values, dtype=float), np.array(weights), pcts)
+
+
+def weighted_stats_owned(v: np.ndarray, w: np.ndarray, pcts) -> dict:
+    """``weighted_stats`` over float64 values and integer (or float) weights that it may reorder in
+    place: four arrays of the input's length alive at most."""
+    keep = w > 0
+    if not keep.all():
+        v, w = v[keep], w[keep]
+    del keep
+    if v.size == 0:
+        return {"count": 0}
+    order = np.argsort(v, kind="stable")
+    v[:] = v[order]
+    w[:] = w[order]
+    del order
+    tmp = np.multiply(v, w, dtype=float)
+    cw = np.cumsum(w, dtype=float)          # integer counts: every partial sum is exact
+    total = cw[-1]
+    mean = float(tmp.sum() / total)
+    np.subtract(v, mean, out=tmp)
+    np.square(tmp, out=tmp)
+    tmp *= w
+    out = {"count": int(total), "mean": mean, "std": float(np.sqrt(max(0.0, tmp.sum() / total))),
+           "min": float(v[0])}
+    del tmp
+    for p in pcts:
+        i = int(np.searchsorted(cw, p / 100.0 * total, side="left"))
+        out[pkey(p)] = float(v[min(i, v.size - 1)])
+    out["max"] = float(v[-1])
+    return out
+
+
+def weighted_stats_chunked(source, pcts, spill=None) -> dict:
+    """``weighted_stats`` of the pairs ``source()`` yields as (values, positive integer weights)
+    chunks, in order (a fresh iterator per call: the input is read up to three times).  Up to
+    ``MEM_ITEMS`` pairs are sorted in memory, byte-identical to ``weighted_stats_owned``; more go
+    through ``spill`` (a ``SpillFile``) in value buckets, and give the same bytes."""
+    n = 0
+    total = 0
+    for v, w in source():
+        n += v.size
+        total += int(w.sum(dtype=np.int64))
+    if n <= MEM_ITEMS:
+        parts = list(source())
+        v = np.concatenate([p for p, _ in parts]) if parts else np.empty(0)
+        w = np.concatenate([q for _, q in parts]) if parts else np.empty(0, dtype=np.int64)
+        del parts
+        return weighted_stats_owned(v, w, pcts)
+    if spill is None:
+        from ..core.spill import SpillFile
+        spill = SpillFile()
+    runs = _sorted_runs(source, n, spill)
+    tot = float(total)                          # the float cumulative sum's last value: exact below 2**53
+    found = {}
+
+    def products():
+        off = 0.0
+        for sv, sw in runs:
+            v, w = spill.get(sv), spill.get(sw)
+            cw = np.cumsum(w, dtype=float)
+            cw += off                             # integers: the same as one cumulative sum
+            for p in pcts:
+                t = p / 100.0 * tot
+                if p not in found and cw[-1] >= t:
+                    found[p] = float(v[int(np.searchsorted(cw, t, side="left"))])
+            off = cw[-1]
+            yield np.multiply(v, w, dtype=float)
+    mean = float(pairwise_sum(products(), n) / tot)
+
+    def squares():
+        for sv, sw in runs:
+            d = spill.get(sv)
+            np.subtract(d, mean, out=d)
+            np.square(d, out=d)
+            d *= spill.get(sw)
+            yield d
+    std = float(np.sqrt(max(0.0, pairwise_sum(squares(), n) / tot)))
+    lo, hi = spill.get(runs[0][0], 0, 1)[0], spill.get(runs[-1][0], runs[-1][0][2] - 1)[0]
+    out = {"count": int(tot), "mean": mean, "std": std, "min": float(lo)}
+    for p in pcts:
+        out[pkey(p)] = found.get(p, float(hi))
+    out["max"] = float(hi)
+    return out
+
+
+def _sorted_runs(source, n: int, spill) -> list:
+    """The pairs in stable value order as (values, weights) segments of ``spill``: each chunk is
+    split by value bucket (bounds at sample quantiles) keeping its order, then each bucket is
+    stably sorted alone.  Equal values share a bucket, so ties keep their input order, as a global
+    stable sort does."""
+    stride = max(1, n // SAMPLE)
+    sample = np.sort(np.concatenate([v[::stride] for v, _ in source()]))
+    nb = -(-n // (MEM_ITEMS // 2))
+    bounds = np.unique(sample[(np.arange(1, nb) * sample.size) // nb])
+    del sample
+    buckets = [[] for _ in range(bounds.size + 1)]
+    for v, w in source():
+        b = np.searchsorted(bounds, v, side="right")
+        order = np.argsort(b, kind="stable")
+        edges = np.concatenate(([0], np.cumsum(np.bincount(b, minlength=len(buckets)))))
+        v, w = v[order], w[order]
+        del b, order
+        for i in np.flatnonzero(np.diff(edges)):
+            buckets[i].append((spill.put(v[edges[i]:edges[i + 1]]), spill.put(w[edges[i]:edges[i + 1]])))
+    runs = []
+    for segs in buckets:
+        if not segs:
+            continue
+        v = np.concatenate([spill.get(s) for s, _ in segs])
+        w = np.concatenate([spill.get(s) for _, s in segs])
+        order = np.argsort(v, kind="stable")
+        runs.append((spill.put(v[order]), spill.put(w[order])))
+    return runs

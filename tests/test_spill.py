@@ -1,0 +1,43 @@
+"""A run whose step logs and ledger spill to disk writes the same report as one kept in memory.
+
+The thresholds are shrunk so a 3,000-request run crosses them several times; by default they are
+crossed only past ~2.6 x 10^5 steps (``steplog.SPILL_STEPS``) or 1.3 x 10^5 requests
+(``ledger.SPILL_ROWS``), where the in-memory columns would be most of the process."""
+import filecmp
+import json
+
+import pytest
+
+import dsim.metrics.exact as exact
+import dsim.metrics.ledger as ledger
+from dsim.bench import BENCH_SCENARIO
+from dsim.runner import run
+from dsim.serving import steplog
+
+
+def _scenario(replicas: int) -> dict:
+    scn = json.loads(json.dumps(BENCH_SCENARIO))
+    scn["workload"]["num_requests"] = 3000
+    if replicas > 1:
+        scn["cluster"] = {"router": "jsq", "pools": [{"name": "h100", "replicas": replicas}]}
+        scn["workload"]["rate"] = 20 * replicas
+        scn["slo"] = {"ttft_ms": 200, "tpot_ms": 30}
+    return scn
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_spilled_run_writes_the_same_bytes(replicas, tmp_path, monkeypatch):
+    kept = run(_scenario(replicas), tmp_path / "kept", plots=False)
+    assert not kept.requests.spilled
+    monkeypatch.setattr(steplog, "CHUNK", 1024)
+    monkeypatch.setattr(steplog, "SPILL_STEPS", 4096)
+    monkeypatch.setattr(ledger, "SPILL_ROWS", 500)
+    monkeypatch.setattr(ledger, "ITER_ROWS", 300)
+    monkeypatch.setattr(exact, "MEM_ITEMS", 2000)
+    spilled = run(_scenario(replicas), tmp_path / "spilled", plots=False)
+    assert spilled.requests.spilled
+    logs = [rep.inst.log for rep in spilled.fleet.replicas()]
+    assert all(log._n_spilled >= 4096 for log in logs)
+    assert sum(log.steps for log in logs) == sum(rep.inst.num_steps for rep in spilled.fleet.replicas())
+    for name in ("summary.json", "requests.csv"):
+        assert filecmp.cmp(tmp_path / "kept" / name, tmp_path / "spilled" / name, shallow=False), name
