@@ -41,3 +41,20 @@ def test_a_spilled_run_writes_the_same_bytes(replicas, tmp_path, monkeypatch):
     assert sum(log.steps for log in logs) == sum(rep.inst.num_steps for rep in spilled.fleet.replicas())
     for name in ("summary.json", "requests.csv"):
         assert filecmp.cmp(tmp_path / "kept" / name, tmp_path / "spilled" / name, shallow=False), name
+
+
+def test_memory_holds_a_bounded_tail_while_the_run_goes_on(monkeypatch):
+    """What stays in memory between spills is below the thresholds at every point of a run."""
+    from dsim.config.scenario import load_scenario
+    from dsim.runner import Session
+    monkeypatch.setattr(steplog, "CHUNK", 1024)
+    monkeypatch.setattr(steplog, "SPILL_STEPS", 4096)
+    monkeypatch.setattr(ledger, "SPILL_ROWS", 500)
+    ses = Session(load_scenario(_scenario(1)))
+    led, log = ses.fleet.ledger, ses.fleet.replicas()[0].inst.log
+    for k in range(1, 16):                     # 150 s at 20 req/s, in 10 s slices
+        ses.advance(10.0 * k)
+        assert led.n - led._n_spilled < 500 + ledger.BATCH
+        assert len(log.dur) < 4096 + 1024 and len(log.t_end) <= 1024
+        assert led.nbytes >= 40 * (led.n - len(led._buf))    # every flushed row is still there, on disk
+    assert led.spilled and log.steps > 4096 > len(log.dur)

@@ -22,7 +22,7 @@ from ..config.errors import ConfigError
 from ..config.scenario import apply_overrides, load_scenario
 from ..core.rng import PartitionedRNG
 from ..metrics.exact import weighted_stats
-from ..metrics.summary import request_latencies
+from ..metrics.summary import ledger_latencies, request_latencies
 from ..metrics.writers import AtomicOutput, to_json
 from .realrun import METRICS, QUANTS, RealRun, quantiles
 
@@ -181,15 +181,17 @@ def ks_statistic(a, b) -> float | None:
 def cosim_report(run: RealRun, res, scn: dict) -> dict:
     """Compare a finished replay with the real run, stage by stage."""
     stages = []
-    reqs = res.requests
+    led = res.requests                      # columns: a stage window is a mask, no request rebuilt
+    arrival, finished = led.col("arrival"), led.present("t_completion")
     for st in run.stages:
-        inside = [r for r in reqs if st.t0 <= r.arrival < st.t1]
-        lat = request_latencies(inside)
+        inside = (st.t0 <= arrival) & (arrival < st.t1)
+        done = inside & finished
+        lat = ledger_latencies(led, done)
         sim_samples = {"ttft": lat["ttft_ms"], "tpot": lat["tpot_ms"], "e2e": lat["e2e_ms"]}
         v, w = _sim_itl(res, st.t0, st.t1)
         sim_stats = {m: quantiles(x) for m, x in sim_samples.items()}
         sim_stats["itl"] = weighted_stats(np.asarray(v) * 1e3, w)
-        done = [r for r in inside if r.t_completion is not None]
+        n_done = int(done.sum())
         metrics = {}
         for m in METRICS:
             if m not in st.real:
@@ -200,17 +202,17 @@ def cosim_report(run: RealRun, res, scn: dict) -> dict:
             c["count"] = {"real": st.real[m].get("count"), "sim": sim_stats.get(m, {}).get("count")}
             metrics[m] = c
         thr = {}
-        if done and st.throughput:
-            span = max(r.t_completion for r in done) - min(r.arrival for r in inside)
-            sim_thr = {"requests_per_s": len(done) / span if span > 0 else None,
-                       "output_tokens_per_s": sum(r.n_out for r in done) / span if span > 0 else None}
+        if n_done and st.throughput:
+            span = float(led.col("t_completion")[done].max() - arrival[inside].min())
+            sim_thr = {"requests_per_s": n_done / span if span > 0 else None,
+                       "output_tokens_per_s": int(led.col("n_out")[done].sum()) / span if span > 0 else None}
             for k, real_v in st.throughput.items():
                 s = sim_thr.get(k)
                 thr[k] = {"real": real_v, "sim": s,
                           "error": (s - real_v) / real_v if real_v and s is not None else None}
         stages.append({"stage": st.name, "rate": st.rate, "overloaded": st.overloaded, "failures": st.failures,
-                       "requests": {"real": st.real.get("e2e", {}).get("count"), "sim_completed": len(done),
-                                    "sim_arrived": len(inside)},
+                       "requests": {"real": st.real.get("e2e", {}).get("count"), "sim_completed": n_done,
+                                    "sim_arrived": int(inside.sum())},
                        "metrics": metrics, "throughput": thr})
     mapes = [c["mape"] for s in stages if not s["overloaded"] for m, c in s["metrics"].items()
              if c["mape"] is not None and m != "itl"]
@@ -253,13 +255,15 @@ def cdf_plot(run: RealRun, res, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    lat = request_latencies(res.requests)
+    led = res.requests
+    lat = request_latencies(led)
     sim = {"ttft": lat["ttft_ms"], "tpot": lat["tpot_ms"], "e2e": lat["e2e_ms"]}
+    arrival, finished = led.col("arrival"), led.present("t_completion")
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, m in zip(axes, ("ttft", "tpot", "e2e")):
         for i, st in enumerate(run.stages):
-            inside = [r for r in res.requests if st.t0 <= r.arrival < st.t1]
-            s = np.sort(request_latencies(inside)[f"{m}_ms"]) if len(run.stages) > 1 else np.sort(sim[m])
+            inside = (st.t0 <= arrival) & (arrival < st.t1) & finished
+            s = np.sort(ledger_latencies(led, inside)[f"{m}_ms"]) if len(run.stages) > 1 else np.sort(sim[m])
             lab = "" if len(run.stages) == 1 else f" {st.name}"
             if s.size:
                 ax.plot(s, np.arange(1, s.size + 1) / s.size, color=f"C{i}", label=f"sim{lab}")

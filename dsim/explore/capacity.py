@@ -19,7 +19,7 @@ import numpy as np
 from ..config.errors import ConfigError
 from .backends import run_calls
 from .evaluate import resolve, summary_row
-from ..metrics.summary import GROWTH_LIMIT, queue_delay_trend
+from ..metrics.summary import GROWTH_LIMIT, delay_trend, ledger_latencies
 from .points import as_overrides
 from .store import ensure_out_dir, write_atomic
 
@@ -64,18 +64,18 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
         res = run(scn, None, plots=False)
     except ConfigError as e:
         return {"status": "error", "error": str(e), "pass": False, "reasons": [str(e)]}
-    reqs = res.requests
-    arr = sorted(r.arrival for r in reqs)
+    led = res.requests                      # columns, in request id order: no request is rebuilt
+    arrival = led.col("arrival")
+    arr = np.sort(arrival)
     row = {"status": "ok", "error": "", **summary_row(res.summary)}
-    if len(arr) < 2:
+    if arr.size < 2:
         return {**row, "pass": False, "reasons": ["fewer than 2 requests"]}
-    t0, t1 = arr[0], arr[-1]
+    t0, t1 = float(arr[0]), float(arr[-1])
     tw = t0 + warmup * (t1 - t0)
-    win = [r for r in reqs if tw <= r.arrival <= t1]
-    done = [r for r in win if r.t_completion is not None]
-    vals = {"ttft": [(r.t_first_token - r.arrival) * 1e3 for r in done],
-            "tpot": [(r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) for r in done if r.n_out > 1],
-            "e2el": [(r.t_completion - r.arrival) * 1e3 for r in done]}
+    win = (tw <= arrival) & (arrival <= t1)
+    finished = led.present("t_completion")
+    lat = ledger_latencies(led, win & finished)
+    vals = {"ttft": lat["ttft_ms"], "tpot": lat["tpot_ms"], "e2el": lat["e2e_ms"]}
     reasons = []
     for key, bound in slos.items():
         stat, metric = key[:-3].split("_", 1)
@@ -83,9 +83,12 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
         row[f"window_{key}"] = v
         if v is None or v > bound:
             reasons.append(f"{key} {'n/a' if v is None else f'{v:.1f}'} > {bound:g}")
-    offered = (len(arr) - 1) / (t1 - t0) if t1 > t0 else math.inf
-    end = max([r.t_completion for r in reqs if r.t_completion is not None] + [t1])
-    growth = queue_delay_trend(win, end)
+    offered = (arr.size - 1) / (t1 - t0) if t1 > t0 else math.inf
+    end = max(float(led.col("t_completion")[finished].max()) if finished.any() else t1, t1)
+    # the window's queueing delays, rejected requests left out, an unscheduled one waiting until the end
+    kept = win & (led.col("reject_reason") == led.code_of(""))
+    sched = np.where(led.present("t_scheduled"), led.col("t_scheduled"), end)
+    growth = delay_trend(arrival[kept], sched[kept] - arrival[kept])
     row.update(offered_rate=offered, queue_delay_trend=growth)
     if growth > GROWTH_LIMIT:
         reasons.append(f"queueing delay grows {growth * 1e3:.0f} ms per s of arrivals (> {GROWTH_LIMIT * 1e3:.0f})")

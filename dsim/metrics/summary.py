@@ -108,17 +108,6 @@ def busy_and_kv(log) -> tuple:
 GROWTH_LIMIT = 0.02
 
 
-def queue_delay_trend(reqs, end: float) -> float:
-    """Least-squares slope of each request's queueing delay (arrival to first scheduling; to ``end``
-    if never scheduled) against its arrival time, rejected requests left out: ~0 when the deployment
-    keeps up, ~ the overload share when it does not."""
-    kept = [r for r in reqs if not r.reject_reason]
-    t = np.fromiter((r.arrival for r in kept), dtype=float, count=len(kept))
-    q = np.fromiter(((r.t_scheduled if r.t_scheduled is not None else end) - r.arrival for r in kept),
-                    dtype=float, count=len(kept))
-    return delay_trend(t, q)
-
-
 def delay_trend(t: np.ndarray, q: np.ndarray) -> float:
     """Least-squares slope of delays ``q`` against arrival times ``t`` (0 for fewer than 3 points,
     one arrival time, or non-finite values)."""
