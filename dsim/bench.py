@@ -49,6 +49,7 @@ def bench(num_requests: int | None = None, t_start: float | None = None, replica
 
     ``replicas > 1``: the same workload at 20 req/s per replica (or ``rate``), behind ``router``."""
     from .config.scenario import load_scenario
+    from .core.spill import SpillFile
     from .runner import run
     if scenario is None:
         scn = json.loads(json.dumps(BENCH_SCENARIO))
@@ -75,6 +76,7 @@ def bench(num_requests: int | None = None, t_start: float | None = None, replica
     elif t_start is not None:
         t0 = t_start
     t_sim = time.perf_counter()
+    spilled0 = SpillFile.written
     res = run(scn, plots=False)
     t_sim = time.perf_counter() - t_sim
     wall = time.perf_counter() - t0
@@ -90,5 +92,6 @@ def bench(num_requests: int | None = None, t_start: float | None = None, replica
         "events_per_wall_s": None if events is None else round(events / t_sim, 1),
         "simulation_s": round(t_sim, 3),
         "peak_rss_mb": round(rss_kb / 1024, 1),
+        "spilled_mb": round((SpillFile.written - spilled0) / 2**20, 1),
         "simulated_s": round(res.summary["throughput"]["duration_s"], 3),
     }

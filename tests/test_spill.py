@@ -58,3 +58,14 @@ def test_memory_holds_a_bounded_tail_while_the_run_goes_on(monkeypatch):
         assert len(log.dur) < 4096 + 1024 and len(log.t_end) <= 1024
         assert led.nbytes >= 40 * (led.n - len(led._buf))    # every flushed row is still there, on disk
     assert led.spilled and log.steps > 4096 > len(log.dur)
+
+
+def test_bench_reports_the_bytes_it_spilled(monkeypatch):
+    from dsim.bench import bench
+    assert bench(2000)["spilled_mb"] == 0.0
+    monkeypatch.setattr(steplog, "CHUNK", 1024)
+    monkeypatch.setattr(steplog, "SPILL_STEPS", 4096)
+    monkeypatch.setattr(ledger, "SPILL_ROWS", 500)
+    out = bench(2000)
+    # at least the 2,000 rows' ~70 bytes of columns and 16 bytes of each of 3 x 4,096 steps
+    assert out["spilled_mb"] * 2**20 > 2000 * 70 + 16 * 3 * 4096

@@ -18,6 +18,7 @@ class SpillFile:
     """Append-only store of numpy segments; a segment is ``(offset, dtype, count)``."""
 
     __slots__ = ("_f", "_end")
+    written = 0                       # bytes every SpillFile of this process wrote (``dsim bench`` reports it)
 
     def __init__(self):
         self._f = None                # opened on the first write: short runs never touch the disk
@@ -32,6 +33,7 @@ class SpillFile:
         self._f.write(a.data.cast("B"))
         seg = (self._end, a.dtype.str, a.size)
         self._end += a.nbytes
+        SpillFile.written += a.nbytes
         return seg
 
     def get(self, seg: tuple, start: int = 0, count: int | None = None) -> np.ndarray:
