@@ -406,6 +406,10 @@ def main(argv=None) -> int:
         import os
 
         from .config.files import input_error
+        from .core.spill import SpillError
+        if isinstance(e, SpillError):         # the machine's temporary directory, not dsim or the input
+            print(f"dsim: error: {e}", file=sys.stderr)
+            return 1
         msg = input_error(e)
         if msg is not None and not os.environ.get("DSIM_DEBUG"):   # hostile file content a reader missed
             print(f"dsim: error: {msg}", file=sys.stderr)

@@ -6,11 +6,13 @@ crossed only past ~2.6 x 10^5 steps (``steplog.SPILL_STEPS``) or 1.3 x 10^5 requ
 import filecmp
 import json
 
+import numpy as np
 import pytest
 
 import dsim.metrics.exact as exact
 import dsim.metrics.ledger as ledger
 from dsim.bench import BENCH_SCENARIO
+from dsim.core.spill import SpillFile
 from dsim.runner import run
 from dsim.serving import steplog
 
@@ -69,3 +71,36 @@ def test_bench_reports_the_bytes_it_spilled(monkeypatch):
     out = bench(2000)
     # at least the 2,000 rows' ~70 bytes of columns and 16 bytes of each of 3 x 4,096 steps
     assert out["spilled_mb"] * 2**20 > 2000 * 70 + 16 * 3 * 4096
+
+
+def test_a_spilled_ledger_survives_pickling(monkeypatch):
+    """Results travel between processes (sweep workers): the spill file goes with its bytes."""
+    import pickle
+    monkeypatch.setattr(ledger, "SPILL_ROWS", 300)
+    res = run(_scenario(1) | {"workload": {**_scenario(1)["workload"], "num_requests": 1000}}, plots=False)
+    assert res.requests.spilled
+    back = pickle.loads(pickle.dumps(res.requests))
+    assert back.col("t_completion").tolist() == res.requests.col("t_completion").tolist()
+    assert [r.rid for r in back][-3:] == [997, 998, 999] and back[500].n_out == res.requests[500].n_out
+    empty = pickle.loads(pickle.dumps(SpillFile()))
+    assert empty.nbytes == 0 and empty.put(np.arange(3)) == (0, np.dtype(int).str, 3)
+
+
+def test_a_full_temporary_directory_is_a_clear_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import yaml
+
+    import dsim.core.spill as spill
+    from dsim.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(spill.tempfile, "TemporaryFile", full)
+    monkeypatch.setattr(ledger, "SPILL_ROWS", 500)
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump({**_scenario(1), "name": "long"}))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-plots", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dsim: error: a long run spills") and "No space left on device" in err and "TMPDIR" in err
+    assert "internal error" not in err and not (tmp_path / "out").exists()

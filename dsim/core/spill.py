@@ -14,6 +14,11 @@ import tempfile
 import numpy as np
 
 
+class SpillError(OSError):
+    """The spill file could not be written (a full or unwritable temporary directory): a fact about
+    the machine, said with where and what to do, not a traceback."""
+
+
 class SpillFile:
     """Append-only store of numpy segments; a segment is ``(offset, dtype, count)``."""
 
@@ -27,10 +32,15 @@ class SpillFile:
     def put(self, a) -> tuple:
         """Write ``a`` (any buffer numpy reads) at the end; return its segment."""
         a = np.ascontiguousarray(a)
-        if self._f is None:
-            self._f = tempfile.TemporaryFile(prefix="dsim-spill-")
-        self._f.seek(self._end)
-        self._f.write(a.data.cast("B"))
+        try:
+            if self._f is None:
+                self._f = tempfile.TemporaryFile(prefix="dsim-spill-")
+            self._f.seek(self._end)
+            self._f.write(a.data.cast("B"))
+        except OSError as e:
+            raise SpillError(f"a long run spills its step and request columns to {tempfile.gettempdir()}, "
+                             f"which failed ({e.strerror or e}): free space there or point TMPDIR at a "
+                             "larger disk") from e
         seg = (self._end, a.dtype.str, a.size)
         self._end += a.nbytes
         SpillFile.written += a.nbytes
@@ -52,6 +62,22 @@ class SpillFile:
     @property
     def nbytes(self) -> int:
         return self._end
+
+    def __getstate__(self):
+        """Pickled with its bytes (a Result sent between processes keeps its spilled columns)."""
+        if self._f is None:
+            return (b"",)                 # a true value: pickle calls __setstate__ only for those
+        self._f.seek(0)
+        return (self._f.read(self._end),)
+
+    def __setstate__(self, state: tuple):
+        (data,) = state
+        self._f = None
+        self._end = 0
+        if data:
+            self._f = tempfile.TemporaryFile(prefix="dsim-spill-")
+            self._f.write(data)
+            self._end = len(data)
 
     def close(self) -> None:
         if self._f is not None:
