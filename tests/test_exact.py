@@ -27,13 +27,14 @@ def test_pairwise_sum_is_numpys_sum_bit_for_bit(n):
 def test_the_bucketed_sort_gives_the_in_memory_statistics(n, mem, monkeypatch):
     rng = np.random.default_rng(n)
     v = np.round(rng.lognormal(-5.0, 1.0, n), 5)     # many ties: their input order matters to the sums
-    w = rng.integers(1, 40, n).astype(np.int32)
-    ref = weighted_stats_owned(v.copy(), w.copy(), PCTS)
-    monkeypatch.setattr(exact, "MEM_ITEMS", mem)
+    w = rng.integers(0, 40, n).astype(np.int32)      # weight 0: left out
+    ref = weighted_stats_owned(v * 1e3, w.copy(), PCTS)
     cuts = np.sort(rng.integers(0, n + 1, 12))
     pieces = list(zip(np.split(v, cuts), np.split(w, cuts)))
+    assert weighted_stats_chunked(lambda: iter(pieces), PCTS, scale=1e3) == ref      # in memory
+    monkeypatch.setattr(exact, "MEM_ITEMS", mem)
     spill = SpillFile()
-    got = weighted_stats_chunked(lambda: iter(pieces), PCTS, spill)
+    got = weighted_stats_chunked(lambda: iter(pieces), PCTS, scale=1e3, spill=spill)
     assert spill.nbytes > 0                         # it went out of core
     assert got == ref
 

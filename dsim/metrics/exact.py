@@ -98,26 +98,36 @@ def weighted_stats_owned(v: np.ndarray, w: np.ndarray, pcts) -> dict:
     return out
 
 
-def weighted_stats_chunked(source, pcts, spill=None) -> dict:
-    """``weighted_stats`` of the pairs ``source()`` yields as (values, positive integer weights)
-    chunks, in order (a fresh iterator per call: the input is read up to three times).  Up to
-    ``MEM_ITEMS`` pairs are sorted in memory, byte-identical to ``weighted_stats_owned``; more go
-    through ``spill`` (a ``SpillFile``) in value buckets, and give the same bytes."""
-    n = 0
-    total = 0
+def weighted_stats_chunked(source, pcts, scale: float = 1.0, spill=None) -> dict:
+    """``weighted_stats`` of (value x ``scale``, weight) pairs that ``source()`` yields as chunks of
+    (float values, integer weights), in order; pairs of weight 0 are left out.  ``source`` is
+    called for a fresh iterator each pass (three or four).  Up to ``MEM_ITEMS`` pairs are gathered
+    without a copy per chunk and sorted in memory (``weighted_stats_owned``); more go through
+    ``spill`` (a ``SpillFile``) in value buckets and give the same bytes."""
+    n = total = wmax = 0
     for v, w in source():
-        n += v.size
-        total += int(w.sum(dtype=np.int64))
+        keep = w > 0
+        k = int(np.count_nonzero(keep))
+        if k:
+            n += k
+            total += int(w[keep].sum(dtype=np.int64))
+            wmax = max(wmax, int(w.max()))
     if n <= MEM_ITEMS:
-        parts = list(source())
-        v = np.concatenate([p for p, _ in parts]) if parts else np.empty(0)
-        w = np.concatenate([q for _, q in parts]) if parts else np.empty(0, dtype=np.int64)
-        del parts
+        v = np.empty(n)
+        w = np.empty(n, dtype=np.int32 if wmax < 2**31 else np.int64)
+        i = 0
+        for a, b in source():                  # straight into the arrays the sort reorders in place
+            keep = b > 0
+            j = i + int(np.count_nonzero(keep))
+            np.compress(keep, a, out=v[i:j])
+            np.compress(keep, b, out=w[i:j])
+            i = j
+        v *= scale
         return weighted_stats_owned(v, w, pcts)
     if spill is None:
         from ..core.spill import SpillFile
         spill = SpillFile()
-    runs = _sorted_runs(source, n, spill)
+    runs = _sorted_runs(source, n, scale, spill)
     tot = float(total)                          # the float cumulative sum's last value: exact below 2**53
     found = {}
 
@@ -151,18 +161,22 @@ def weighted_stats_chunked(source, pcts, spill=None) -> dict:
     return out
 
 
-def _sorted_runs(source, n: int, spill) -> list:
-    """The pairs in stable value order as (values, weights) segments of ``spill``: each chunk is
-    split by value bucket (bounds at sample quantiles) keeping its order, then each bucket is
+def _sorted_runs(source, n: int, scale: float, spill) -> list:
+    """The kept pairs in stable value order as (values, weights) segments of ``spill``: each chunk
+    is split by value bucket (bounds at sample quantiles) keeping its order, then each bucket is
     stably sorted alone.  Equal values share a bucket, so ties keep their input order, as a global
     stable sort does."""
+    def kept():
+        for v, w in source():
+            keep = w > 0
+            yield np.compress(keep, v) * scale, np.compress(keep, w)
     stride = max(1, n // SAMPLE)
-    sample = np.sort(np.concatenate([v[::stride] for v, _ in source()]))
+    sample = np.sort(np.concatenate([v[::stride] for v, _ in kept()]))
     nb = -(-n // (MEM_ITEMS // 2))
     bounds = np.unique(sample[(np.arange(1, nb) * sample.size) // nb])
     del sample
     buckets = [[] for _ in range(bounds.size + 1)]
-    for v, w in source():
+    for v, w in kept():
         b = np.searchsorted(bounds, v, side="right")
         order = np.argsort(b, kind="stable")
         edges = np.concatenate(([0], np.cumsum(np.bincount(b, minlength=len(buckets)))))

@@ -81,14 +81,11 @@ def _itl_stats(insts, pcts) -> dict:
     without a token left out; read chunk by chunk, so a spilled step log is never whole in memory."""
     def source():
         for inst in insts:
-            for dur, cnt in inst.log.chunks("dur", "itl_count"):
-                keep = cnt > 0
-                yield np.compress(keep, dur) * 1e3, np.compress(keep, cnt)
+            yield from inst.log.chunks("dur", "itl_count")
             if inst.itl_extra:
-                v = np.array([v for v, _ in inst.itl_extra], dtype=float)
-                w = np.array([w for _, w in inst.itl_extra], dtype=np.int64)
-                yield v[w > 0] * 1e3, w[w > 0]
-    return weighted_stats_chunked(source, pcts)
+                yield (np.array([v for v, _ in inst.itl_extra], dtype=float),
+                       np.array([w for _, w in inst.itl_extra], dtype=np.int64))
+    return weighted_stats_chunked(source, pcts, scale=1e3)
 
 
 def busy_and_kv(log) -> tuple:
