@@ -1,6 +1,6 @@
 """Resident memory of a bench run by phase (setup, simulation, summary), sampled every 50 ms.
 
-    python experiments/memory_phases.py [--requests 1000000]
+    python experiments/memory_phases.py [--requests 1000000] [--trace-summary]
 
 Peak RSS (``dsim bench``) says how much a run needs; this says where: a run whose peak is in the
 summary holds its per-request arrays there, one whose peak is in the simulation holds state that
@@ -9,10 +9,32 @@ grows with the requests seen.  Linux only (reads /proc/self/status).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import threading
 import time
+import tracemalloc
+
+SUMMARY_STEPS = ("ledger_latencies", "stats", "_itl_stats", "busy_and_kv", "stability", "health_warnings")
+
+
+def trace_summary_steps() -> None:
+    """Wrap the summary's steps so each prints its tracemalloc peak above its starting point."""
+    import dsim.metrics.summary as sm
+
+    def traced(name, f):
+        @functools.wraps(f)
+        def g(*args, **kwargs):
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            out = f(*args, **kwargs)
+            held, peak = tracemalloc.get_traced_memory()
+            print(f"{name}: peak +{(peak - base) / 1e6:.1f} MB, kept +{(held - base) / 1e6:.1f} MB", flush=True)
+            return out
+        return g
+    for name in SUMMARY_STEPS:
+        setattr(sm, name, traced(name, getattr(sm, name)))
 
 
 def rss_mb() -> float:
@@ -26,6 +48,7 @@ def rss_mb() -> float:
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--trace-summary", action="store_true")
     a = ap.parse_args(argv)
     phase = ["imports"]
     peaks: dict = {}
@@ -46,6 +69,9 @@ def main(argv=None):
     phase[0] = "simulation"
     ses.end = ses.run_to_end()
     phase[0] = "summary"
+    if a.trace_summary:
+        trace_summary_steps()
+        tracemalloc.start()
     runner.finish(ses, None, False)
     phase[0] = "done"
     time.sleep(0.2)
