@@ -3,7 +3,8 @@
 A run holds Request objects only for the requests in flight: a generated workload makes each one
 at its arrival and the fleet drops it into the columnar ledger when it finishes.  What grows with
 the requests ever seen is columns: ~100 bytes a request in the ledger and 16 bytes a step in the
-step log (~7 steps a request on the bench workload).  Before issue 17's work the bench workload
+step log (~7 steps a request on the bench workload), and past 2^17 requests or 2^18 steps those go
+to a spill file (tests/test_spill.py).  Before issue 17's work the bench workload
 kept 3.6 KB a request (112 MB at 20k requests), then ~0.9 KB (the objects plus 40 bytes a step)."""
 import gc
 import json

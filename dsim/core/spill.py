@@ -79,11 +79,6 @@ class SpillFile:
             self._f.write(data)
             self._end = len(data)
 
-    def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-
 
 def concat(parts: list) -> np.ndarray:
     """One array from segments read back and an in-memory tail (no copy for a lone tail)."""

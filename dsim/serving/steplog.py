@@ -5,9 +5,9 @@ whole: step durations and tokens emitted (ITL percentiles, busy time) and KV blo
 duration-weighted mean usage).  Step end times, batch tokens, running and waiting counts are kept
 for the last ``CHUNK`` steps; older chunks fold into exact totals and peaks and min/max points
 for the plots.  Past ``SPILL_STEPS`` steps, the whole series move to a temporary file
-(``dsim.core.spill``): their arrays hold only the recent steps, and readers take ``whole`` or
-``chunks``.  ``keep_all`` keeps every series whole in memory, for readers of single steps: the
-timeline trace (``output.timeline``) and co-simulation's windows.
+(``dsim.core.spill``): their arrays hold only the recent steps, and readers take ``chunks``.
+``keep_all`` keeps every series whole in memory, for readers of single steps: the timeline trace
+(``output.timeline``) and co-simulation's windows.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from array import array
 
 import numpy as np
 
-from ..core.spill import SpillFile, concat
+from ..core.spill import SpillFile
 
 CHUNK = 1 << 16              # steps per folded chunk
 PLOT_POINTS = 1024           # min/max points kept per chunk and plotted series
@@ -89,11 +89,6 @@ class StepLog:
     @property
     def steps(self) -> int:
         return self._n_spilled + len(self.dur)
-
-    def whole(self, name: str) -> np.ndarray:
-        """Every step's ``dur``, ``itl_count`` or ``kv_used`` (read back from the spill file if the
-        log spilled: prefer ``chunks`` for long runs)."""
-        return concat([self._spill.get(s) for s in self._segs[name]] + [getattr(self, name)])
 
     def chunks(self, *names: str):
         """Aligned pieces of the named ``WHOLE`` series, in step order: one tuple per spilled
