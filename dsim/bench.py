@@ -53,7 +53,7 @@ def bench(num_requests: int | None = None, t_start: float | None = None, replica
     from .runner import run
     if scenario is None:
         scn = json.loads(json.dumps(BENCH_SCENARIO))
-        if num_requests:
+        if num_requests is not None:
             scn["workload"]["num_requests"] = num_requests
         if replicas > 1:
             scn["cluster"] = {"router": router, "pools": [{"name": "h100", "replicas": replicas}]}
@@ -63,7 +63,7 @@ def bench(num_requests: int | None = None, t_start: float | None = None, replica
         name = "bench"
     else:
         ovs = list(overrides) + ["output.plots=false"]
-        if num_requests:
+        if num_requests is not None:
             ovs.append(f"workload.num_requests={num_requests}")
         if rate is not None:
             ovs.append(f"workload.rate={rate}")

@@ -42,3 +42,16 @@ def assert_refused(name, sets, key, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"dsim: error: {key}"), err
     assert not any(tmp_path.iterdir())
+
+
+def bench_scenario(n: int, replicas: int = 1, **workload) -> dict:
+    """`dsim bench`'s workload with ``n`` requests (and ``workload`` keys overridden); ``replicas``
+    > 1 puts it behind JSQ at 20 req/s a replica, with TTFT/TPOT SLOs."""
+    from dsim.bench import BENCH_SCENARIO
+    s = copy.deepcopy(BENCH_SCENARIO)
+    s["workload"].update(num_requests=n, **workload)
+    if replicas > 1:
+        s["cluster"] = {"router": "jsq", "pools": [{"name": "h100", "replicas": replicas}]}
+        s["workload"]["rate"] = 20 * replicas
+        s["slo"] = {"ttft_ms": 200, "tpot_ms": 30}
+    return s

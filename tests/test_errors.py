@@ -122,3 +122,18 @@ def test_a_closed_pipe_ends_quietly():
     p.stdout.close()                          # the reader is gone before dsim writes
     err = p.stderr.read().decode()
     assert p.wait() == 141 and err == ""
+
+
+@pytest.mark.parametrize("args", [["--requests", "0"], ["--requests", "-5"],
+                                  ["--scenario", "quickstart", "--requests", "0"]])
+def test_bench_refuses_a_request_count_below_one(args, capsys):
+    """`dsim bench --requests 0` once ran the default 20,000 (0 read as "not given")."""
+    from pathlib import Path
+
+    from dsim.cli import main
+    args = [str(Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml") if a == "quickstart" else a
+            for a in args]
+    assert main(["bench", *args]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.strip() == "dsim: error: workload.num_requests: got " \
+        f"{args[-1]}, expected a number >= 1"

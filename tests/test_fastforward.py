@@ -1,23 +1,20 @@
 """Quiet decode stretches replayed in one go give the same run, byte for byte, as stepping one at
 a time (dsim.serving.fastforward)."""
-import json
 
 import numpy as np
 import pytest
 
-from dsim.bench import BENCH_SCENARIO
 from dsim.config.scenario import load_scenario
 from dsim.runner import Session, simulate
 from dsim.serving.fastforward import FastForward
+
+from helpers import bench_scenario
 
 _stretch_on = FastForward._can_stretch
 
 
 def _scenario(**extra):
-    scn = json.loads(json.dumps(BENCH_SCENARIO))
-    scn["workload"].update(num_requests=1500, rate=4)
-    scn.update(extra)
-    return load_scenario(scn)
+    return load_scenario({**bench_scenario(1500, rate=4), **extra})
 
 
 def _state(ses) -> tuple:

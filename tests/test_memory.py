@@ -7,20 +7,18 @@ step log (~7 steps a request on the bench workload), and past 2^17 requests or 2
 to a spill file (tests/test_spill.py).  Before issue 17's work the bench workload
 kept 3.6 KB a request (112 MB at 20k requests), then ~0.9 KB (the objects plus 40 bytes a step)."""
 import gc
-import json
 import tracemalloc
 
-from dsim.bench import BENCH_SCENARIO
 from dsim.config.scenario import load_scenario
 from dsim.core.request import Request
 from dsim.runner import Session, simulate
 from dsim.serving import steplog
 
+from helpers import bench_scenario
+
 
 def _bench(n: int, **workload):
-    scn = json.loads(json.dumps(BENCH_SCENARIO))
-    scn["workload"].update(num_requests=n, **workload)
-    return load_scenario(scn)
+    return load_scenario(bench_scenario(n, **workload))
 
 
 def _requests_alive() -> int:

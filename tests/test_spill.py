@@ -4,27 +4,21 @@ The thresholds are shrunk so a 3,000-request run crosses them several times; by 
 crossed only past ~2.6 x 10^5 steps (``steplog.SPILL_STEPS``) or 1.3 x 10^5 requests
 (``ledger.SPILL_ROWS``), where the in-memory columns would be most of the process."""
 import filecmp
-import json
 
 import numpy as np
 import pytest
 
 import dsim.metrics.exact as exact
 import dsim.metrics.ledger as ledger
-from dsim.bench import BENCH_SCENARIO
 from dsim.core.spill import SpillFile
 from dsim.runner import run
 from dsim.serving import steplog
 
+from helpers import bench_scenario
+
 
 def _scenario(replicas: int) -> dict:
-    scn = json.loads(json.dumps(BENCH_SCENARIO))
-    scn["workload"]["num_requests"] = 3000
-    if replicas > 1:
-        scn["cluster"] = {"router": "jsq", "pools": [{"name": "h100", "replicas": replicas}]}
-        scn["workload"]["rate"] = 20 * replicas
-        scn["slo"] = {"ttft_ms": 200, "tpot_ms": 30}
-    return scn
+    return bench_scenario(3000, replicas)
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
@@ -77,7 +71,7 @@ def test_a_spilled_ledger_survives_pickling(monkeypatch):
     """Results travel between processes (sweep workers): the spill file goes with its bytes."""
     import pickle
     monkeypatch.setattr(ledger, "SPILL_ROWS", 300)
-    res = run(_scenario(1) | {"workload": {**_scenario(1)["workload"], "num_requests": 1000}}, plots=False)
+    res = run(bench_scenario(1000), plots=False)
     assert res.requests.spilled
     back = pickle.loads(pickle.dumps(res.requests))
     assert back.col("t_completion").tolist() == res.requests.col("t_completion").tolist()
