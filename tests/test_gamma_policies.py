@@ -94,3 +94,20 @@ def test_bandit_finds_the_best_arm():
         p.observe(k, true[k] + rng.normal(0, 0.2))
         picks.append(k)
     assert max(set(picks[-200:]), key=picks[-200:].count) == 3
+
+
+def test_specpp_memo_shared_by_a_configuration_gives_the_rule_s_choice():
+    from dsim.specdec.acceptance import CurveAcceptance
+    from dsim.specdec.config import build_policy
+    curve = CurveAcceptance({"points": [{"context_len": 10, "conditional": [0.95, 0.9, 0.85, 0.8]},
+                                        {"context_len": 5000, "conditional": [0.7, 0.5, 0.4, 0.3]}]})
+    memo: dict = {}
+    a = build_policy("specpp", {"threshold": 0.5, "k_max": 8}, "fused", curve, memo)
+    b = build_policy("specpp", {"threshold": 0.5, "k_max": 8}, "fused", curve, memo)
+    ks = set()
+    for ctx in (10, 300, 10, 2000, 4999, 300):
+        t = Telemetry(context_len=ctx)
+        fresh = SpecPP(curve, threshold=0.5, k_max=8)._choose(ctx, 0.0)
+        assert a.choose(t) == b.choose(t) == (DISTRIBUTED, fresh)
+        ks.add(fresh)
+    assert len(ks) > 1 and len(memo) == 4

@@ -518,3 +518,32 @@ def test_single_target_sweep_is_router_independent():
 def test_a_replica_cut_off_from_the_gateway_is_refused(tmp_path, capsys):
     from helpers import assert_refused
     assert_refused("draft_sweep_multicluster", ["network.links[10].src=''"], "network", tmp_path, capsys)
+
+
+def test_accept_rows_samples_like_one_row_at_a_time():
+    """A step's verifications draw their uniforms at once; every row must get what ``accept`` gives
+    row by row from the same stream (same accepted counts, penalties, rollbacks, stream state)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from dsim.specdec.runtime import SpecState
+    ses = run(spec_scn({"mode": "fused", "gamma": {"k": 4}, "acceptance": {"geometric": 0.6},
+                        "partial_verification": {"rollback_penalty_ms": 2}}, out=8))
+    rt = ses.spec
+    ks = [4, 0, 1, 7, 3, 0, 5, 2] * 20
+
+    def rows():
+        return [[SimpleNamespace(spec=SpecState(rt, None, None, True), num_computed=100 + i), k, None]
+                for i, k in enumerate(ks)]
+    rt.rng = np.random.default_rng(7)
+    batch = rows()
+    extra = rt.accept_rows(batch)
+    end_batch = rt.rng.bit_generator.state
+    rt.rng = np.random.default_rng(7)
+    single = rows()
+    want = [rt.accept(r.spec, r, k) for r, k, _ in single]
+    assert [row[2] for row in batch] == [a for a, _ in want]
+    assert extra == sum(x for _, x in want) and extra > 0
+    assert [row[0].spec.rollbacks for row in batch] == [row[0].spec.rollbacks for row in single]
+    assert rt.rng.bit_generator.state == end_batch
+    assert len({row[2] for row in batch}) > 3           # the rows really differ

@@ -135,14 +135,18 @@ class Network:
         """Start a transfer now; the returned event fires when the last byte has arrived."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        for d in (src, dst):
-            if not self.topo.has(d):
-                self.topo.ensure(d, "network.send")
-        nodes, links = self._path(src, dst, self.policy == "failover")
-        if nodes is None:
-            nodes, links = self._path(src, dst, False)
+        hit = self._link_paths.get((src, dst))
+        if hit is not None and not self.down and hit[0] is self.topo._paths.get((src, dst)):
+            nodes, links = hit          # the route is cached and no link is down: nothing to look up
+        else:
+            for d in (src, dst):
+                if not self.topo.has(d):
+                    self.topo.ensure(d, "network.send")
+            nodes, links = self._path(src, dst, self.policy == "failover")
             if nodes is None:
-                raise ValueError(f"no network path from {src} to {dst}")
+                nodes, links = self._path(src, dst, False)
+                if nodes is None:
+                    raise ValueError(f"no network path from {src} to {dst}")
         f = _Flow()
         f.fid = self.next_fid
         self.next_fid += 1
@@ -179,6 +183,18 @@ class Network:
         f.seq = self.seq
         self.seq += 1
         self.active[f.fid] = f
+        if len(f.links) == 1 and not f.links[0].flows:
+            # alone on a one-link path (an access link): it gets the link's bandwidth and no other
+            # flow's rate changes, so there is nothing to re-solve (what _resolve would conclude)
+            lk = f.links[0]
+            lk.flows[f.fid] = f
+            f.ver += 1
+            if lk.up:
+                lk.since = now
+                f.rate = lk.bw
+                heapq.heappush(self.heap, (now + f.remaining / f.rate, f.seq, f.ver, f))
+            self._schedule_next()
+            return
         for lk in f.links:
             if not lk.flows and lk.up:
                 lk.since = now
@@ -194,10 +210,17 @@ class Network:
         if r > 0:
             moved = r * dt
             f.remaining -= moved
+            b = self.bin_s
+            t0 = f.t
+            i = int(t0 // b) if b else 0
+            one_bin = b and now <= (i + 1) * b  # the common case, inlined: _bin's first and only bin
             for lk in f.links:
                 lk.bytes += moved
-                if self.bin_s:
-                    self._bin(lk, f.t, now, r)
+                if one_bin:
+                    bins = lk.bins
+                    bins[i] = bins.get(i, 0.0) + r * (now - t0)
+                elif b:
+                    self._bin(lk, t0, now, r)
         elif any(not lk.up for lk in f.links):
             f.waited += dt
         f.t = now
@@ -243,6 +266,9 @@ class Network:
 
     def _resolve(self, links) -> None:
         flows = self._component(links)
+        if not flows:                              # the links emptied: no rate to change
+            self._schedule_next()
+            return
         now = self.env.now
         for f in flows:
             self._settle(f, now)
@@ -337,18 +363,21 @@ class Network:
             _, _, ver, f = heapq.heappop(heap)
             if ver == f.ver:
                 finished.append(f)
-        finished.sort(key=lambda f: f.seq)
-        touched = []
+        if len(finished) > 1:
+            finished.sort(key=lambda f: f.seq)
+        touched = []                               # links that still carry flows: re-solved below
         for f in finished:
             self._settle(f, now)
             f.ver += 1
             del self.active[f.fid]
             for lk in f.links:
-                del lk.flows[f.fid]
-                if not lk.flows and lk.since is not None:
+                flows = lk.flows
+                del flows[f.fid]
+                if flows:
+                    touched.append(lk)
+                elif lk.since is not None:
                     lk.busy_s += now - lk.since
                     lk.since = None
-                touched.append(lk)
             self._sent(f)
         if touched:
             self._resolve(touched)
@@ -368,7 +397,9 @@ class Network:
             ev = self.env.timeout(self.rto_s)
             ev.callbacks.append(lambda _e, f=f: self._begin(f))
             return
-        prop = sum(lk.latency_s for lk in f.links)
+        prop = 0
+        for lk in f.links:
+            prop += lk.latency_s
         if self.rtt_jitter is not None:
             prop = max(0.0, prop + self.rtt_jitter.sample(self.rng) / 2)
         self._deliver(f, prop)

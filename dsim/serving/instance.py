@@ -36,7 +36,8 @@ Speculative decoding: a request with ``r.spec`` set (see dsim.specdec) is an *ea
 instead: its context is explicit and a step verifies ``k`` drafted tokens for it (``k + 1``
 query tokens after its context, costed like a prefill chunk of ``k + 1``; ``k = 0`` is a plain
 decode token; with ``r.spec.tree`` set, the k drafted nodes of a tree under its attention mask).
-``r.spec.accept(r, k)`` decides how many drafts pass (``round_done`` is told after every round);
+``r.spec.accept_all(rows)`` decides how many drafts of each verified (r, k) row pass, all of a step's
+rows at once (``round_done`` is told after every round);
 the step emits the accepted ones plus one token from the target and frees the KV of the rejected
 positions (a tree's rejected branches included).  A speculative
 decoder that is not ``ready`` (its drafts are still on their way from a device) holds its KV and
@@ -317,8 +318,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
                     else:
                         d_tok += 1
                         dec_ctx += p + 1
-                    row[2], x = r.spec.accept(r, k)
-                    extra += x
+                extra += spec[0][0].spec.accept_all(spec)
                 n_samp += len(spec)
                 if self.draft_model is not None:
                     extra += self._draft_time(spec)

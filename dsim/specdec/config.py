@@ -71,15 +71,21 @@ class SpecConfig:
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
-        return build_policy(self.policy, self.policy_params, self.mode, self.acceptance)
+        memo = None
+        if self.policy == "specpp":      # one memo of choices for all the conversations' policies
+            key = (self.acceptance, tuple(sorted(self.policy_params.items())))
+            if getattr(self, "_specpp_memo", (None,))[0] != key:
+                self._specpp_memo = (key, {})
+            memo = self._specpp_memo[1]
+        return build_policy(self.policy, self.policy_params, self.mode, self.acceptance, memo)
 
 
-def build_policy(name: str, params: dict, mode: str, acceptance):
+def build_policy(name: str, params: dict, mode: str, acceptance, memo=None):
     p = dict(params)
     if name == "static":
         return G.StaticGamma(p.get("k", 4), G.FUSED if mode == "fused" else G.DISTRIBUTED)
     if name == "specpp":
-        return G.SpecPP(acceptance, **p)
+        return G.SpecPP(acceptance, memo=memo, **p)
     cls = {"acceptance_backoff": G.AcceptanceBackoff, "latency_head": G.LatencyHead, "backpressure": G.Backpressure,
            "pid": G.PIDGamma, "bandit": G.BanditGamma}[name]
     return cls(**p)

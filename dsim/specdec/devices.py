@@ -89,13 +89,16 @@ class DraftDevice:
     """One device's drafting loop.  ``submit(k, ctx, done)`` queues a job; ``done()`` runs when
     the k tokens are drafted."""
 
-    def __init__(self, env, name: str, group, drafter, think_rng=None):
+    def __init__(self, env, name: str, group, drafter, think_rng=None, token_cache=None):
         self.env = env
         self.name = name
         self.group = group
         self.kind = group.profile.kind
         self.prof = group.profile
         self.step = self.prof.roofline(drafter)
+        # batch-1 token times by context: the same for every device of a group (one profile, one
+        # drafter), so the runtime hands its devices one shared dict; a round looks up k of them
+        self._tok = token_cache if token_cache is not None else {}
         self.windows = group.available
         self.jobs: deque = deque()
         self._wake = None
@@ -120,7 +123,11 @@ class DraftDevice:
         return float("inf")
 
     def token_time(self, ctx: int) -> float:
-        return self.step.step_time(BatchShape(decode_tokens=1, decode_ctx_sum=ctx + 1, num_sampled=1, running=1))
+        t = self._tok.get(ctx)
+        if t is None:
+            t = self._tok[ctx] = self.step.step_time(BatchShape(decode_tokens=1, decode_ctx_sum=ctx + 1,
+                                                                num_sampled=1, running=1))
+        return t
 
     def submit(self, k: int, ctx: int, done, lost=None, steps=None, model=None) -> None:
         """Draft k tokens after ctx; ``done()`` when drafted, ``lost()`` if the device goes offline
@@ -173,7 +180,11 @@ class DraftDevice:
             if self.hot_since is None or now - self.last_end >= p.cooldown_s:
                 self.hot_since = now
             if steps is None and model is None:
-                d = sum(self.token_time(ctx + j) for j in range(k))
+                tok = self._tok
+                d = 0
+                for c in range(ctx, ctx + k):
+                    t = tok.get(c)
+                    d += t if t is not None else self.token_time(c)
             else:
                 step = (model or self.step).step_time
                 d = sum(step(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1), num_sampled=t, running=1))

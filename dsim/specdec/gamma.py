@@ -47,6 +47,14 @@ class _Clamp:
         """Feedback after a verified round (k drafts, ``accepted`` of them, ``round_s`` long)."""
         return None
 
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        # the runtime skips building on_round's arguments (an RTT lookup per round) for policies
+        # that ignore them
+        cls.wants_feedback = cls.on_round is not _Clamp.on_round
+
+    wants_feedback = False
+
 
 class StaticGamma(_Clamp):
     def __init__(self, k: int = 4, mode: str = DISTRIBUTED):
@@ -82,14 +90,28 @@ class SpecPP(_Clamp):
     The rule keeps the last length that passed (seed 002 Appendix B: assigning the candidate before
     the test made gamma one too long)."""
 
-    def __init__(self, acceptance, threshold: float = 0.7, k_min: int = 1, k_max: int = 8):
+    MEMO_MAX = 1 << 16
+
+    def __init__(self, acceptance, threshold: float = 0.7, k_min: int = 1, k_max: int = 8, memo=None):
+        """``memo``: a dict shared by the policies of one configuration (one per conversation):
+        the choice is a function of (context, temperature) alone, asked every round."""
         super().__init__(k_min, k_max)
         if not 0 < threshold < 1:
             raise ValueError("threshold must be in (0, 1)")
         self.acc, self.threshold = acceptance, threshold
+        self._memo = memo if memo is not None else {}
 
     def choose(self, t: Telemetry):
-        probs = self.acc.probabilities(t.context_len, self.k_max, t.temperature)
+        key = (t.context_len, t.temperature)
+        k = self._memo.get(key)
+        if k is None:
+            k = self._choose(t.context_len, t.temperature)
+            if len(self._memo) < self.MEMO_MAX:
+                self._memo[key] = k
+        return DISTRIBUTED, k
+
+    def _choose(self, context_len, temperature) -> int:
+        probs = self.acc.probabilities(context_len, self.k_max, temperature)
         keep = 1.0
         selected = self.k_min
         for idx in range(1, self.k_max + 1):
@@ -98,7 +120,7 @@ class SpecPP(_Clamp):
                 selected = max(self.k_min, idx - 1)
                 break
             selected = idx
-        return DISTRIBUTED, selected
+        return selected
 
 
 class LatencyHead(_Clamp):

@@ -79,6 +79,11 @@ class SpecState:
     def accept(self, r, k: int):
         return self.rt.accept(self, r, k)
 
+    def accept_all(self, rows) -> float:
+        """A step's verifications at once: sets ``row[2]`` (accepted drafts) of every (r, k, _) row
+        and returns the extra step seconds (rollback penalties)."""
+        return self.rt.accept_rows(rows)
+
     def round_done(self, r, inst, k: int, a: int, last: bool) -> None:
         self.rt.round_done(self, r, inst, k, a, last)
 
@@ -123,12 +128,13 @@ class SpecRuntime:
         drafter0 = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.drafter
         for grp in cfg.groups:
             think_rng = sim.rng.stream(f"specdec.think.{grp.name}")
+            tok_cache: dict = {}
             for i in range(grp.count):
                 name = f"{grp.name}-{i}"
                 if topo.has(name):
                     raise ConfigError("speculation.drafts", name, "device names not already in the network")
                 topo.add_link(name, self.gw, grp.rtt_ms / 2e3, grp.bw_mbps * MBPS)
-                self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng))
+                self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng, tok_cache))
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
         self.targets: dict = {}
@@ -356,6 +362,50 @@ class SpecRuntime:
             return a, cfg.partial["rollback_penalty_ms"] * 1e-3
         return a, 0.0
 
+    def accept_rows(self, rows) -> float:
+        """``accept`` for each row in order, with one draw of the uniforms for all chain drafts
+        (the stream gives the same numbers drawn at once or row by row)."""
+        extra = 0.0
+        if self.cfg.tree is not None:                # trees draw per level: row by row
+            for row in rows:
+                r = row[0]
+                row[2], x = self.accept(r.spec, r, row[1])
+                extra += x
+            return extra
+        total = 0
+        for row in rows:
+            if row[1] > 0:
+                total += row[1]
+        if not total:
+            for row in rows:
+                row[2] = 0
+            return extra
+        u = self.rng.random(total).tolist()
+        i = 0
+        temp = self.cfg.temperature
+        pen = self.cfg.partial["rollback_penalty_ms"] * 1e-3
+        one = self.cfg.portfolio is None
+        acc0 = self.cfg.acceptance
+        for row in rows:
+            k = row[1]
+            if k <= 0:
+                row[2] = 0
+                continue
+            r = row[0]
+            st = r.spec
+            probs = (acc0 if one else self._acceptance(st)).probabilities(r.num_computed, k, temp)
+            a = 0
+            for p in probs:                          # sample_accepted over this row's k uniforms
+                if u[i + a] >= p:
+                    break
+                a += 1
+            i += k
+            row[2] = a
+            if a < k:
+                st.rollbacks += 1
+                extra += pen
+        return extra
+
     def round_done(self, st: SpecState, r, inst, k: int, a: int, last: bool = False) -> None:
         """k < 0: a first token (or a recompute) came out; else a verification of k drafts
         accepted a.  Records the round, feeds the gamma policy and starts the next round."""
@@ -367,7 +417,8 @@ class SpecRuntime:
             self._next_round(st, r, inst)
             return
         st.ready = False
-        self.targets[inst.name].ready_n -= 1
+        tgt = self.targets[inst.name]
+        tgt.ready_n -= 1
         st.rounds += 1
         st.verified += k
         st.accepted += a
@@ -391,9 +442,10 @@ class SpecRuntime:
         st.tpot_est = tpot_ms if st.tpot_est == 0 else 0.8 * st.tpot_est + 0.2 * tpot_ms
         gamma = st.tree.depth(st.drafted_now) if st.tree is not None else st.drafted_now
         st.last_k, st.last_a = gamma, a
-        pol = st.policy or self.targets[inst.name].policy
-        pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
-                     not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
+        pol = st.policy or tgt.policy
+        if getattr(pol, "wants_feedback", True):
+            pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
+                         not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
         if not last:
             self._next_round(st, r, inst)
 
@@ -404,11 +456,11 @@ class SpecRuntime:
     def _next_round(self, st: SpecState, r, inst) -> None:
         cfg = self.cfg
         kv = inst.kv
-        kv_use = 1.0 - kv.free_count / kv.total
-        queue = len(inst.waiting) + self.targets[inst.name].ready_n
-        tel = Telemetry(r.num_computed, st.last_k, st.last_a, st.acc_est, queue, kv_use, self._rtt_ms(st),
-                        st.tpot_est, self.slo_tpot_ms, cfg.temperature)
         tgt = self.targets[inst.name]
+        tel = Telemetry(r.num_computed, st.last_k, st.last_a, st.acc_est, len(inst.waiting) + tgt.ready_n,
+                        1.0 - kv.free_count / kv.total,
+                        2e3 * self.net.latency_s(st.device.name, self.gw) if st.device is not None else 0.0,
+                        st.tpot_est, self.slo_tpot_ms, cfg.temperature)
         pol = st.policy or tgt.policy
         pmode, k = pol.choose(tel)
         if self.decision_hook is not None:
