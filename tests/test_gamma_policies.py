@@ -110,4 +110,4 @@ def test_specpp_memo_shared_by_a_configuration_gives_the_rule_s_choice():
         fresh = SpecPP(curve, threshold=0.5, k_max=8)._choose(ctx, 0.0)
         assert a.choose(t) == b.choose(t) == (DISTRIBUTED, fresh)
         ks.add(fresh)
-    assert len(ks) > 1 and len(memo) == 4
+    assert len(ks) > 1 and len(memo[0.0]) == 4

@@ -547,3 +547,23 @@ def test_accept_rows_samples_like_one_row_at_a_time():
     assert [row[0].spec.rollbacks for row in batch] == [row[0].spec.rollbacks for row in single]
     assert rt.rng.bit_generator.state == end_batch
     assert len({row[2] for row in batch}) > 3           # the rows really differ
+
+
+def test_fused_drafts_of_mixed_lengths_batch_by_draft_step():
+    """Draft step j runs every fused request with k >= j: rows of k = 1, 3, 3, 5 (and a distributed
+    row and a k = 0 row, which draft nothing here) cost steps at batch 4, 3, 3, 1, 1."""
+    from types import SimpleNamespace
+    ses = run(spec_scn({"mode": "fused", "acceptance": {"geometric": 0.5}, "gamma": {"k": 3}}, out=4))
+    inst = ses.fleet.replicas()[0].inst
+
+    def row(k, ctx, fused=True):
+        return [SimpleNamespace(num_computed=ctx, spec=SimpleNamespace(fused=fused, tree=None)), k, 0]
+    spec = [row(3, 200), row(1, 50), row(5, 900), row(3, 10), row(4, 77, fused=False), row(0, 400)]
+    rows = [(3, 200), (1, 50), (5, 900), (3, 10)]
+    want = 0.0
+    for j in range(1, 6):
+        live = [c for k, c in rows if k >= j]
+        want += inst.draft_model.step_time(BatchShape(decode_tokens=len(live), decode_ctx_sum=sum(live) + len(live) * j,
+                                                      num_sampled=len(live), running=len(live)))
+    assert inst._draft_time(spec) == want
+    assert inst._draft_time([row(2, 5, fused=False)]) == 0.0

@@ -13,20 +13,26 @@ class SpeculativeSteps:
         draft step j runs every fused request with k >= j."""
         if self.mixed_drafts:
             return self._mixed_draft_time(spec)
-        fused = sorted(((row[1], row[0].num_computed) for row in spec if row[1] and row[0].spec.fused), reverse=True)
-        if not fused:
-            return 0.0
+        n = ctx = 0
+        count: dict = {}                 # k -> (requests drafting k, the sum of their contexts)
+        for row in spec:
+            k = row[1]
+            if k and row[0].spec.fused:
+                c = row[0].num_computed
+                n += 1
+                ctx += c
+                m = count.get(k)
+                count[k] = (1, c) if m is None else (m[0] + 1, m[1] + c)
         t = 0.0
-        n = len(fused)
-        ctx = sum(c for _, c in fused)
         j = 1
+        step_time = self.draft_model.step_time if n else None
         while n:
-            t += self.draft_model.step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j,
-                                                       num_sampled=n, running=n))
+            t += step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j, num_sampled=n, running=n))
+            m = count.get(j)             # requests with k = j are done after draft step j
+            if m is not None:
+                n -= m[0]
+                ctx -= m[1]
             j += 1
-            while n and fused[n - 1][0] < j:
-                n -= 1
-                ctx -= fused[n][1]
         return t
 
     def _mixed_draft_time(self, spec) -> float:

@@ -93,8 +93,9 @@ class SpecPP(_Clamp):
     MEMO_MAX = 1 << 16
 
     def __init__(self, acceptance, threshold: float = 0.7, k_min: int = 1, k_max: int = 8, memo=None):
-        """``memo``: a dict shared by the policies of one configuration (one per conversation):
-        the choice is a function of (context, temperature) alone, asked every round."""
+        """``memo``: a dict (temperature -> context -> k) shared by the policies of one configuration
+        (one per conversation): the choice is a function of (context, temperature) alone, asked
+        every round."""
         super().__init__(k_min, k_max)
         if not 0 < threshold < 1:
             raise ValueError("threshold must be in (0, 1)")
@@ -102,12 +103,14 @@ class SpecPP(_Clamp):
         self._memo = memo if memo is not None else {}
 
     def choose(self, t: Telemetry):
-        key = (t.context_len, t.temperature)
-        k = self._memo.get(key)
+        by_ctx = self._memo.get(t.temperature)
+        if by_ctx is None:
+            by_ctx = self._memo[t.temperature] = {}
+        k = by_ctx.get(t.context_len)
         if k is None:
             k = self._choose(t.context_len, t.temperature)
-            if len(self._memo) < self.MEMO_MAX:
-                self._memo[key] = k
+            if len(by_ctx) < self.MEMO_MAX:
+                by_ctx[t.context_len] = k
         return DISTRIBUTED, k
 
     def _choose(self, context_len, temperature) -> int:

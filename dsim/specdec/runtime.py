@@ -427,7 +427,9 @@ class SpecRuntime:
             st.fused_rounds += 1
         else:
             st.dist_rounds += 1
-        st.tvt_max = max(st.tvt_max, now - st.t_ready)
+        tvt = now - st.t_ready
+        if tvt > st.tvt_max:
+            st.tvt_max = tvt
         round_s = now - st.t_last
         st.t_last = now
         depth = st.tree.depth(k) if st.tree is not None else k      # policies see a tree by its depth
@@ -493,7 +495,7 @@ class SpecRuntime:
             st.fused = True
             st.k = kv_k
             st.draft_model = self._fused_model(inst, st.drafter) if st.drafter > 0 else None
-            wait = self._drafter_ready(tgt)
+            wait = None if tgt.warm_until == math.inf else self._drafter_ready(tgt)
             if wait is None:
                 self._ready(st, inst)
             else:
