@@ -38,6 +38,17 @@ def test_one_transfer_takes_latency_plus_bytes_over_bandwidth_plus_overhead():
     assert rec.path == ("a", "b") and rec.retries == 0 and rec.nbytes == 2e6
 
 
+
+def test_a_send_without_a_record_arrives_at_the_same_time():
+    env, n = net(LINK)
+    (rec,) = run_sends(env, n, [(0.0, "a", "b", 1e6)])
+    env2, n2 = net(LINK)
+    ev = n2.send("a", "b", 1e6, record=False)
+    env2.run()
+    assert ev.ok and ev.value is None and env2.now == rec.end
+    assert n2.summary(1.0)["links"] == n.summary(1.0)["links"]
+
+
 def test_two_concurrent_transfers_share_and_finish_together():
     env, n = net(LINK)
     a, b = run_sends(env, n, [(0.0, "a", "b", 1e6), (0.0, "a", "b", 1e6)])

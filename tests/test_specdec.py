@@ -87,9 +87,9 @@ def test_distributed_event_sequence_by_hand(monkeypatch):
     sends = []
     orig = Network.send
 
-    def spy(self, src, dst, nbytes):
+    def spy(self, src, dst, nbytes, *rest):
         sends.append((self.env.now, src, dst, nbytes))
-        return orig(self, src, dst, nbytes)
+        return orig(self, src, dst, nbytes, *rest)
     monkeypatch.setattr(Network, "send", spy)
     spec = {"mode": "distributed", "acceptance": {"geometric": 1.0}, "gamma": {"k": 2},
             "header_bytes": 0, "token_bytes": 4, "bundle_bytes_per_token": 8,

@@ -41,7 +41,7 @@ class Link:
 
 class _Flow:
     __slots__ = ("fid", "src", "dst", "nbytes", "eff", "remaining", "rate", "links", "nodes", "done",
-                 "start", "retries", "prop", "waited", "t", "seq", "ver")
+                 "start", "retries", "prop", "waited", "t", "seq", "ver", "record")
 
 
 class _Jitter:
@@ -131,8 +131,9 @@ class Network:
         return self.topo.bottleneck_bytes_s(src, dst)
 
     # ---- the API --------------------------------------------------------------------------------
-    def send(self, src: str, dst: str, nbytes: float):
-        """Start a transfer now; the returned event fires when the last byte has arrived."""
+    def send(self, src: str, dst: str, nbytes: float, record: bool = True):
+        """Start a transfer now; the returned event fires when the last byte has arrived, with a
+        TransferRecord as its value (None with ``record=False``, for callers that only wait)."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         hit = self._link_paths.get((src, dst))
@@ -158,6 +159,7 @@ class Network:
         f.retries = 0
         f.waited = 0.0
         f.ver = 0
+        f.record = record
         self.count += 1
         if self.overhead_s > 0:
             ev = self.env.timeout(self.overhead_s)
@@ -409,7 +411,8 @@ class Network:
         end = self.env.now + delay
         self.total_s += end - f.start
         self.delivered += 1
-        rec = TransferRecord(f.src, f.dst, f.nbytes, f.start, end, f.retries, tuple(f.nodes), f.waited)
+        rec = (TransferRecord(f.src, f.dst, f.nbytes, f.start, end, f.retries, tuple(f.nodes), f.waited)
+               if f.record else None)
         ev = f.done
         if failed:
             ev._ok = False

@@ -219,7 +219,7 @@ class SpecRuntime:
         if st is None or st.device is None or not self.net.topo.has(rep.name):
             return None
         t0 = self.env.now
-        ev = self.net.send(self.gw, rep.name, self.cfg.header_bytes + r.prompt_len * self.cfg.token_bytes)
+        ev = self.net.send(self.gw, rep.name, self.cfg.header_bytes + r.prompt_len * self.cfg.token_bytes, False)
 
         def hop_done(_e):
             st.net_s += self.env.now - t0
@@ -283,7 +283,7 @@ class SpecRuntime:
         cfg = self.cfg
         self.uploading += 1
         t0 = self.env.now
-        ev = self.net.send(dev.name, self.gw, cfg.header_bytes + r.prompt_len * cfg.token_bytes)
+        ev = self.net.send(dev.name, self.gw, cfg.header_bytes + r.prompt_len * cfg.token_bytes, False)
 
         def arrived(_e):
             self.uploading -= 1
@@ -506,11 +506,11 @@ class SpecRuntime:
         dev = st.device
         t0 = self.env.now
         dc = self._dc(inst.name)
-        ev = self.net.send(dc, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes)
+        ev = self.net.send(dc, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes, False)
 
         def drafted():
             t1 = self.env.now
-            up = self.net.send(dev.name, dc, cfg.header_bytes + k * cfg.bundle_bytes_per_token)
+            up = self.net.send(dev.name, dc, cfg.header_bytes + k * cfg.bundle_bytes_per_token, False)
 
             def bundle(_e):
                 st.net_s += self.env.now - t1
