@@ -109,6 +109,7 @@ class CurveAcceptance:
             by_t.setdefault(t, []).append((ctx, [float(x) for x in cond]))
         self.temps = sorted(by_t)
         self.points = {t: sorted(v, key=lambda x: x[0]) for t, v in by_t.items()}
+        self._xs = {t: [math.log1p(c) for c, _ in v] for t, v in self.points.items()}   # computed once, not per lookup
         self.probabilities = lru_cache(maxsize=4096)(self._probabilities)
 
     @staticmethod
@@ -117,7 +118,7 @@ class CurveAcceptance:
 
     def _at_temp(self, t: float, ctx: float, k: int) -> np.ndarray:
         pts = self.points[t]
-        xs = [math.log1p(c) for c, _ in pts]
+        xs = self._xs[t]
         x = math.log1p(ctx)
         i = bisect.bisect_right(xs, x)
         if i == 0:
