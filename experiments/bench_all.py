@@ -3,10 +3,13 @@ wall-second and peak RSS of `dsim bench` (single replica and 4 replicas) and of 
 speculative scenarios at 10x their request count, no plots.
 
     python experiments/bench_all.py [--repeat 3] [--pythonpath OTHER_CHECKOUT] [--memory]
+    python experiments/bench_all.py --pair OLD_CHECKOUT [--repeat 3] [--only hybrid_rtt ...]
 
 Each figure is the median of --repeat runs, each in its own process (`dsim bench` times from
-process start, imports included).  --pythonpath runs another checkout of dsim the same way, for a
-before/after table (pair the two with a tool that alternates them when the machine is noisy).
+process start, imports included).  --pythonpath runs another checkout of dsim the same way.
+--pair alternates this checkout and OLD run by run (new, old, new, old, ...), so that a noisy
+machine slows both alike, and reports each side's median and the median of the per-pair ratios
+of `dsim bench`'s wall time (new / old; below 1 = faster).
 """
 from __future__ import annotations
 
@@ -50,10 +53,16 @@ def main(argv=None):
     ap.add_argument("--pythonpath", default=None)
     ap.add_argument("--memory", action="store_true",
                     help="also the bench workload at 10^5 and 10^6 requests, once each (peak RSS; ~5 min)")
+    ap.add_argument("--pair", default=None, metavar="OLD_CHECKOUT",
+                    help="alternate this checkout with OLD run by run and report new/old wall ratios")
+    ap.add_argument("--only", nargs="+", default=None, help="case names to run (default: all)")
     a = ap.parse_args(argv)
+    cases = [(n, args) for n, args in CASES if a.only is None or n in a.only]
+    if a.pair:
+        return paired(cases, a.pair, a.repeat)
     print("| case | requests | sim req/s (median) | runs | peak RSS MB |")
     print("|---|---|---|---|---|")
-    for name, args in CASES:
+    for name, args in cases:
         runs = [one(args, a.pythonpath) for _ in range(a.repeat)]
         rates = [r["sim_req_per_wall_s"] for r in runs]
         print(f"| {name} | {runs[0]['requests']} | {statistics.median(rates):,.0f} | "
@@ -62,6 +71,19 @@ def main(argv=None):
         for n in (100_000, 1_000_000):
             r = one(["--requests", str(n)], a.pythonpath)
             print(f"| bench | {n} | {r['sim_req_per_wall_s']:,.0f} | 1 | {r['peak_rss_mb']:.0f} |", flush=True)
+
+
+def paired(cases, old: str, repeat: int) -> None:
+    here = str(ROOT)
+    print("| case | requests | sim req/s old (median) | new (median) | new/old wall (median of pairs) | pairs |")
+    print("|---|---|---|---|---|---|")
+    for name, args in cases:
+        pairs = [(one(args, here), one(args, old)) for _ in range(repeat)]
+        new_r = statistics.median(n["sim_req_per_wall_s"] for n, _ in pairs)
+        old_r = statistics.median(o["sim_req_per_wall_s"] for _, o in pairs)
+        ratio = statistics.median(n["wall_s"] / o["wall_s"] for n, o in pairs)
+        print(f"| {name} | {pairs[0][0]['requests']} | {old_r:,.0f} | {new_r:,.0f} | {ratio:.2f} | {repeat} |",
+              flush=True)
 
 
 if __name__ == "__main__":
