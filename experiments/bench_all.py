@@ -55,7 +55,8 @@ def main(argv=None):
                     help="also the bench workload at 10^5 and 10^6 requests, once each (peak RSS; ~5 min)")
     ap.add_argument("--pair", default=None, metavar="OLD_CHECKOUT",
                     help="alternate this checkout with OLD run by run and report new/old wall ratios")
-    ap.add_argument("--only", nargs="+", default=None, help="case names to run (default: all)")
+    ap.add_argument("--only", nargs="+", default=None, choices=[n for n, _ in CASES], metavar="CASE",
+                    help=f"cases to run (default: all): {', '.join(n for n, _ in CASES)}")
     a = ap.parse_args(argv)
     cases = [(n, args) for n, args in CASES if a.only is None or n in a.only]
     if a.pair:

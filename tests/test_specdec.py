@@ -567,3 +567,15 @@ def test_fused_drafts_of_mixed_lengths_batch_by_draft_step():
                                                       num_sampled=len(live), running=len(live)))
     assert inst._draft_time(spec) == want
     assert inst._draft_time([row(2, 5, fused=False)]) == 0.0
+
+
+def test_specpp_policies_of_one_configuration_share_their_choices():
+    """Every conversation gets its own SpecPP policy; the configuration hands them one memo, so a
+    context's choice is computed once per run, not once per conversation."""
+    ses = run(spec_scn({"mode": "fused", "acceptance": {"geometric": 0.8},
+                        "gamma": {"policy": "specpp", "threshold": 0.5, "k_max": 8}}, n=3, out=20))
+    cfg = ses.spec.cfg
+    pols = [st.policy for st in ses.spec.states.values()]
+    assert len(pols) == 3 and len({id(p) for p in pols}) == 3
+    assert len({id(p._memo) for p in pols}) == 1 and pols[0]._memo is cfg.make_policy()._memo
+    assert sum(len(v) for v in pols[0]._memo.values()) > 3      # filled by the run

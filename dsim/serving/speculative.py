@@ -24,15 +24,15 @@ class SpeculativeSteps:
                 m = count.get(k)
                 count[k] = (1, c) if m is None else (m[0] + 1, m[1] + c)
         t = 0.0
-        j = 1
-        step_time = self.draft_model.step_time if n else None
-        while n:
+        if not n:
+            return t
+        step_time = self.draft_model.step_time
+        for j in range(1, max(count) + 1):           # draft step j: the requests with k >= j
             t += step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j, num_sampled=n, running=n))
             m = count.get(j)             # requests with k = j are done after draft step j
             if m is not None:
                 n -= m[0]
                 ctx -= m[1]
-            j += 1
         return t
 
     def _mixed_draft_time(self, spec) -> float:

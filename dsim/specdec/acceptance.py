@@ -39,10 +39,15 @@ def tokens_per_step(probs) -> float:
 
 def sample_accepted(rng, probs) -> int:
     """Accepted draft tokens of one verify step: positions accepted left to right until a rejection."""
-    u = rng.random(len(probs))
+    return accepted_run(probs, rng.random(len(probs)))
+
+
+def accepted_run(probs, u, start: int = 0) -> int:
+    """Leading positions j with ``u[start + j] < probs[j]``: the accepted drafts given uniforms
+    already drawn (a step draws all its rows' uniforms at once)."""
     n = 0
-    for a, x in zip(probs, u):
-        if x >= a:
+    for a in probs:
+        if u[start + n] >= a:
             break
         n += 1
     return n

@@ -27,7 +27,7 @@ from ..core.request import COMPLETED
 from ..latency.roofline import RooflineModel
 from ..network.fabric import Network
 from ..network.topology import MBPS, Topology
-from .acceptance import sample_accepted
+from .acceptance import accepted_run, sample_accepted
 from .config import PER_TARGET, SpecConfig
 from .devices import DraftDevice
 from .gamma import DISTRIBUTED, FUSED, Telemetry
@@ -393,12 +393,7 @@ class SpecRuntime:
                 continue
             r = row[0]
             st = r.spec
-            probs = (acc0 if one else self._acceptance(st)).probabilities(r.num_computed, k, temp)
-            a = 0
-            for p in probs:                          # sample_accepted over this row's k uniforms
-                if u[i + a] >= p:
-                    break
-                a += 1
+            a = accepted_run((acc0 if one else self._acceptance(st)).probabilities(r.num_computed, k, temp), u, i)
             i += k
             row[2] = a
             if a < k:
