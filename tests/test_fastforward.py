@@ -22,7 +22,8 @@ def _state(ses) -> tuple:
     cols = {name: led.col(name).tobytes() for name in ("arrival", "t_scheduled", "t_first_token", "t_completion",
                                                        "t_last_token", "n_out", "num_computed", "state")}
     log = ses.fleet.replicas()[0].inst.log
-    steps = tuple(np.asarray(getattr(log, k)).tobytes() for k in ("dur", "itl_count", "kv_used", "t_end", "running"))
+    steps = tuple(np.asarray(getattr(log, k)).tobytes() for k in ("dur", "itl_count", "kv_used", "t_end", "running", "waiting",
+                                                                  "prefill_tokens", "decode_tokens"))
     inst = ses.fleet.replicas()[0].inst
     return cols, steps, inst.num_steps, inst.busy_time, inst.D, inst.kv.free_count
 

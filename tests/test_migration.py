@@ -11,18 +11,22 @@ from dsim.runner import Session
 from helpers import scenario
 
 
-def _session(cold_s=0.0):
+def _session(cold_s=0.0, check=True):
     raw = scenario(latency={"model": "blackbox", "beta": [1000, 0, 0], "alpha": [0, 0, 0]},
                    workload={"type": "constant", "rate": 1000, "num_requests": 2, "prompt_tokens": 100,
                              "output_tokens": 60},
                    cluster={"pools": [{"name": "p", "replicas": 1, "cold_start_s": cold_s}]})
-    return Session(load_scenario(raw), check_invariants=True)
+    return Session(load_scenario(raw), check_invariants=check)
 
 
-def test_a_running_request_moves_with_its_kv():
-    ses = _session()
+@pytest.mark.parametrize("check", [True, False])
+def test_a_running_request_moves_with_its_kv(check):
+    """Without invariant checks p-0 fast-forwards its decode steps (dsim.serving.fastforward): the
+    Rebalance lands while a stretch's last step is under way, and the move waits for its end."""
+    ses = _session(check=check)
     fleet = ses.fleet
     ses.advance(0.0101)                              # both decoding on p-0 (1 ms steps)
+    assert (fleet.replicas()[0].inst.ff_steps > 0) is not check
     fleet.pool("p").add_replica(0.0)                 # ready at once
     ses.advance(0.0201)                              # p-1 ready (no cold start), idle
     a, b = sorted(fleet.live.values(), key=lambda r: r.rid)     # the requests in flight

@@ -5,12 +5,14 @@ run's stop), a replica whose running requests are all plain decoders, with nothi
 changes only by its decode-step counter: each step allocates the blocks of the decoders crossing
 a block boundary and its duration is the step model's time for the next context sum.  Such steps
 are replayed here without a SimPy event each, up to the last one that ends strictly before the
-next queued event and before a step that finishes a request; the replica then sleeps once until
-that step's end.  Every step is computed with the same float operations in the same order (its
-duration from the same ``BatchShape``, its end as the previous end plus the duration), so outputs
-are byte-identical to stepping one at a time.  Only step models without state qualify
-(``pure = True``: an LUT counts energy per call, the physics model smooths preemptions, pipeline
-and DP steps reserve shared stages).
+next queued event; the stretch then takes one more step, its *tail*: the one that crosses that
+event or finishes requests.  The replica sleeps once, until the tail's end, and ends the tail there
+as the loop ends any step (counters, finished requests, the step row read at its end), so events
+during the tail see the replica mid-step exactly as they would.  Every step is computed with the
+same float operations in the same order (its duration from the same ``BatchShape``, its end as the
+previous end plus the duration), so outputs are byte-identical to stepping one at a time.  Only
+step models without state qualify (``pure = True``: an LUT counts energy per call, the physics
+model smooths preemptions, pipeline and DP steps reserve shared stages).
 """
 from __future__ import annotations
 
@@ -28,20 +30,18 @@ class FastForward:
                 and not self.check and self.role != "prefill")
 
     def _stretch(self, now: float):
-        """Run the quiet decode steps from ``now``; return an event at the last one's end, or None
-        when the next step is not quiet (the normal loop takes it).  The step after a stretch is
-        never quiet (it finishes a request, needs blocks it cannot get, or crosses the next event)."""
+        """Run the quiet decode steps from ``now`` and start the tail; return an event at the end of
+        the last step started, or None when the first step is not quiet (the normal loop takes it).
+        A stretch without a tail stopped before a step that needs blocks it cannot get."""
         if (self.waiting or self.n_prefilling or self.n_gap or self.stall_n or self.spec_dec or self._leaving
                 or self._load_wait or self._load_blocks or self.n_dec != len(self.running) or not self.n_dec):
+            return None
+        n_dec = self.n_dec
+        if n_dec > self.engine.max_num_batched_tokens:
             return None
         env = self.env
         horizon = env.peek()
         log = self.log
-        if log.dur and horizon - now < 2.0 * log.dur[-1]:
-            return None                                # not two steps' room before the next event
-        n_dec = self.n_dec
-        if n_dec > self.engine.max_num_batched_tokens:
-            return None
         bs = self.bs
         boundary = self.boundary
         finish = self.finish
@@ -51,30 +51,48 @@ class FastForward:
         running = len(self.running)
         t = now
         k = 0
+        D = self.D
         while True:
-            D = self.D
             nb = boundary[D % bs]
-            if D + 1 in finish or nb > kv.free_count:
-                break                                  # a step that finishes or preempts: not quiet
-            shape = BatchShape(0, 0, 0, 0, n_dec, lazy + n_dec * (D + 1), n_dec, 0, running, 0, 0, 0, 0, 0)
-            dur = step_time(shape)
+            if nb > kv.free_count:
+                break                                  # a step that preempts: not quiet
+            dur = step_time(BatchShape(0, 0, 0, 0, n_dec, lazy + n_dec * (D + 1), n_dec, 0, running, 0, 0, 0, 0, 0))
             t_end = t + dur
-            if not t_end < horizon:
-                self.ff_trial = (shape, dur)           # the normal loop takes this step: spare it the model
-                break                                  # something else happens first
             if nb:
                 kv.allocate(nb)
+            if D + 1 in finish or not t_end < horizon:
+                self._tail = (dur, n_dec)              # ended by _end_tail once the replica wakes
+                t = t_end
+                break
+            D += 1
             self.num_steps += 1
             self.busy_time += dur
-            self.D = D + 1
             log.append(t_end, dur, 0, n_dec, n_dec, running, 0, kv.total - kv.free_count)
             t = t_end
             k += 1
-        if not k:
-            return None
+        self.D = D
         self.ff_steps += k
+        if not k and self._tail is None:
+            return None
         ev = Event(env)
         ev._ok, ev._value = True, None
         # at exactly t: a timeout's now + (t - now) may differ from t by an ulp
         heappush(env._queue, (t, NORMAL, next(env._eid), ev))
         return ev
+
+    def _end_tail(self) -> None:
+        """At the tail's end: what the loop does after a plain decode step, in the same order."""
+        dur, n_dec = self._tail
+        self._tail = None
+        t_end = self.env.now
+        self.num_steps += 1
+        self.ff_steps += 1
+        self.busy_time += dur
+        self.D += 1
+        done = self.finish.pop(self.D, None)
+        if done:
+            self._finish_decoders(done, t_end + self.token_overhead)
+        kv = self.kv
+        self.log.append(t_end, dur, 0, n_dec, n_dec, len(self.running), len(self.waiting), kv.total - kv.free_count)
+        if self._leaving:
+            self._migrate_leaving(t_end)

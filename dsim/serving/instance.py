@@ -128,7 +128,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         self.itl_extra: list = []        # (ITL seconds, count) samples that are not one step long
         self.stall_n = 0                 # decoders idle through V0 prefill-only steps
         self.ff_steps = 0                # steps run inside quiet stretches (dsim.serving.fastforward)
-        self.ff_trial = None             # (shape, duration) of the step a stretch stopped before
+        self._tail = None                # (duration, decoders) of a stretch's last step, under way
         self.stall_t = 0.0
         self.num_preemptions = 0
         self.num_steps = 0
@@ -238,22 +238,20 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         tok_over = self.token_overhead
         bs = self.bs
         ff = self._can_stretch()
-        after_stretch = False
         while True:
             if not self.running and not self.waiting:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-                after_stretch = False
                 continue
             now = env.now
-            if ff and not after_stretch:
+            if ff:
                 ev = self._stretch(now)          # quiet decode steps up to the next event, in one go
                 if ev is not None:
                     yield ev
-                    after_stretch = True         # the step after a stretch is not quiet
+                    if self._tail is not None:
+                        self._end_tail()
                     continue
-            after_stretch = False
             n_pre0 = self.num_preemptions
             prefills, n_dec, skipped, gap_dec = self._schedule(now)
             if not prefills and not n_dec and not self._spec_sched:
@@ -325,12 +323,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
             shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
                                p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx,
                                self._load_blocks)
-            trial = self.ff_trial
-            if trial is not None:                # computed by a stretch that stopped before this step
-                self.ff_trial = None
-                dur = (trial[1] if trial[0] == shape else step_time(shape)) + extra
-            else:
-                dur = step_time(shape) + extra
+            dur = step_time(shape) + extra
             if self._load_wait:
                 if not self._model_loads:
                     dur += self._load_wait
@@ -399,10 +392,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
             # decoders whose last token came out this step
             done = self.finish.pop(self.D, None) if advanced else None
             if done:
-                for r in done.values():
-                    comp = self._lazy_detach(r)
-                    r.n_out = r.max_tokens
-                    self._complete(r, comp, emit_t)
+                self._finish_decoders(done, emit_t)
                 done = None                      # finished requests leave with the fleet (memory)
             if spec:
                 self._verified(spec, t_end, emit_t)
@@ -429,6 +419,13 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         """Something outside (drafts arriving) made a waiting or running request schedulable."""
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+
+    def _finish_decoders(self, done: dict, emit_t: float) -> None:
+        """Decoders whose last token came out of the step that just ended."""
+        for r in done.values():
+            comp = self._lazy_detach(r)
+            r.n_out = r.max_tokens
+            self._complete(r, comp, emit_t)
 
     def _complete(self, r, comp: int, emit_t: float) -> None:
         del self.running[r.rid]
