@@ -63,6 +63,22 @@ class StepTimeModel(Protocol):
     def step_time(self, batch: BatchShape) -> float:
         """Seconds one scheduler iteration with this batch takes on the replica."""
 
+    # optional ``decode_curve(n, running) -> f``: f(context sum) is step_time of a decode-only batch
+    # of n requests, bit for bit (see ``decode_curve`` below); quiet stretches call f once per step
+
+
+def decode_curve(model, n: int, running: int):
+    """f(ctx) = ``model.step_time`` of a batch of n decoders whose contexts sum to ctx.
+
+    A model's own ``decode_curve`` (looked up on its class, so a wrapper that forwards unknown
+    attributes to the model it wraps cannot hand out the wrapped model's curve without its own
+    costs) hoists what does not depend on ctx and keeps step_time's float operations in order."""
+    own = getattr(type(model), "decode_curve", None)
+    if own is not None:
+        return own(model, n, running)
+    step_time = model.step_time
+    return lambda ctx: step_time(BatchShape(0, 0, 0, 0, n, ctx, n, 0, running, 0, 0, 0, 0, 0))
+
 
 class QueueingModel(Protocol):
     def delay(self, request, instance_state=None) -> float:

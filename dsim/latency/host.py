@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config.generations import Generation, HostCosts, by_name
-from .base import BatchShape
+from .base import BatchShape, decode_curve
 
 # kernels of a step with more tokens than this outlast their launch, so the CPU issuing the next
 # one hides the gap even without a CUDA graph (vLLM captures up to 512 tokens for the same reason)
@@ -83,3 +83,22 @@ class HostStepModel:
             t = (self._gpu_step(b) + self._fixed + self._seq * (b.num_prefill + b.decode_tokens)
                  + self._pre * b.num_prefill)
         return t if t > 1e-9 else 1e-9
+
+    def decode_curve(self, n: int, running: int):
+        """``step_time`` of n decoders as a function of their context sum (dsim.latency.base)."""
+        gpu = decode_curve(self.gpu, n, running)
+        if not n:
+            return gpu
+        if self._eager:
+            host = self.host_time(BatchShape(decode_tokens=n, num_sampled=n, running=running))
+
+            def curve(ctx: int) -> float:
+                t = gpu(ctx) + host
+                return t if t > 1e-9 else 1e-9
+            return curve
+        fixed, seq, pre = self._fixed, self._seq * n, self._pre * 0
+
+        def curve(ctx: int) -> float:
+            t = gpu(ctx) + fixed + seq + pre
+            return t if t > 1e-9 else 1e-9
+        return curve

@@ -91,3 +91,21 @@ class RooflineModel:
         if self._ar_fixed:
             t += self._ar_fixed + self._ar_per_token * tokens
         return t
+
+    def decode_curve(self, n: int, running: int):
+        """``step_time`` of n decoders as a function of their context sum (dsim.latency.base)."""
+        if n == 0:
+            return lambda ctx: 0.0
+        flops_n = self._flops_lin * n + self._flops_head * n
+        pair, kv_tok, w = self._flops_pair, self._kv_tok, self._weight_bytes(n)
+        inv_flops, inv_bw, serial, over = self._inv_flops, self._inv_bw, self._serial, self._overhead
+        ar = self._ar_fixed + self._ar_per_token * n if self._ar_fixed else 0.0
+
+        def curve(ctx: int) -> float:
+            tc = (flops_n + pair * ctx) * inv_flops
+            tm = (w + kv_tok * (ctx + n)) * inv_bw
+            t = (tc + serial * tm if tc > tm else tm + serial * tc) + over
+            if ar:
+                t += ar
+            return t
+        return curve

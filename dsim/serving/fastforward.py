@@ -20,7 +20,7 @@ from heapq import heappush
 
 from simpy.events import NORMAL, Event
 
-from ..latency.base import BatchShape
+from ..latency.base import decode_curve
 
 
 class FastForward:
@@ -46,9 +46,10 @@ class FastForward:
         boundary = self.boundary
         finish = self.finish
         kv = self.kv
-        step_time = self.step_model.step_time
+        curve = self._curves.get(n_dec)            # n_dec decoders, all running: step time of a context sum
+        if curve is None:
+            curve = self._curves[n_dec] = decode_curve(self.step_model, n_dec, n_dec)
         lazy = self.lazy_sum
-        running = len(self.running)
         t = now
         k = 0
         D = self.D
@@ -56,7 +57,7 @@ class FastForward:
             nb = boundary[D % bs]
             if nb > kv.free_count:
                 break                                  # a step that preempts: not quiet
-            dur = step_time(BatchShape(0, 0, 0, 0, n_dec, lazy + n_dec * (D + 1), n_dec, 0, running, 0, 0, 0, 0, 0))
+            dur = curve(lazy + n_dec * (D + 1))
             t_end = t + dur
             if nb:
                 kv.allocate(nb)
@@ -67,7 +68,7 @@ class FastForward:
             D += 1
             self.num_steps += 1
             self.busy_time += dur
-            log.append(t_end, dur, 0, n_dec, n_dec, running, 0, kv.total - kv.free_count)
+            log.append(t_end, dur, 0, n_dec, n_dec, n_dec, 0, kv.total - kv.free_count)
             t = t_end
             k += 1
         self.D = D

@@ -129,6 +129,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         self.stall_n = 0                 # decoders idle through V0 prefill-only steps
         self.ff_steps = 0                # steps run inside quiet stretches (dsim.serving.fastforward)
         self._tail = None                # (duration, decoders) of a stretch's last step, under way
+        self._curves: dict = {}          # decoders -> the step model's decode_curve (stretches)
         self.stall_t = 0.0
         self.num_preemptions = 0
         self.num_steps = 0
