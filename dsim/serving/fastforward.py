@@ -53,14 +53,14 @@ class FastForward:
         t = now
         k = 0
         D = self.D
+        free = kv.free_count
         while True:
             nb = boundary[D % bs]
-            if nb > kv.free_count:
+            if nb > free:
                 break                                  # a step that preempts: not quiet
             dur = curve(lazy + n_dec * (D + 1))
             t_end = t + dur
-            if nb:
-                kv.allocate(nb)
+            free -= nb
             if D + 1 in finish or not t_end < horizon:
                 self._tail = (dur, n_dec)              # ended by _end_tail once the replica wakes
                 t = t_end
@@ -68,9 +68,13 @@ class FastForward:
             D += 1
             self.num_steps += 1
             self.busy_time += dur
-            log.append(t_end, dur, 0, n_dec, n_dec, n_dec, 0, kv.total - kv.free_count)
+            log.append(t_end, dur, 0, n_dec, n_dec, n_dec, 0, kv.total - free)
             t = t_end
             k += 1
+        if free != kv.free_count:
+            # the stretch's blocks in one call: the free queue hands them out and evicts in the
+            # same order as one call per step would
+            kv.allocate(kv.free_count - free)
         self.D = D
         self.ff_steps += k
         if not k and self._tail is None:
