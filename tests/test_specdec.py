@@ -238,6 +238,23 @@ def test_closed_loop_think_time_and_throttling():
     assert dev.throttled_s > 0 and dev.energy_j == pytest.approx(5 * dev.busy_s)
 
 
+def test_a_pause_longer_than_the_cooldown_cools_the_device():
+    """Throttling starts throttle_after_s into a hot stretch; a pause of cooldown_s or more (here the
+    user's think time between requests) starts a new one, so each later request drafts its first
+    0.5 s at full speed: at least 2 x 0.5 s less throttled than when the device never cools."""
+    throttled = {}
+    for cool in (0.8, 5.0):
+        spec = {"mode": "distributed", "gamma": {"k": 4},
+                "drafts": [{"name": "ph", "profile": {"kind": "phone", "peak_tflops": 2, "mem_gb_s": 30, "memory_gb": 8,
+                                                      "power_w": 5, "throttle_after_s": 0.5, "throttle_factor": 0.5,
+                                                      "cooldown_s": cool},
+                            "count": 1, "rtt_ms": 10, "bw_mbps": 50, "closed_loop": True,
+                            "think_time": {"dist": "constant", "mean_s": 1.0}}]}
+        ses = run(spec_scn(spec, n=3, out=64, rate=1000))
+        throttled[cool] = ses.spec.devices[0].throttled_s
+    assert throttled[0.8] < throttled[5.0] - 2 * 0.5
+
+
 def test_availability_window_delays_drafting():
     spec = {"mode": "distributed", "gamma": {"k": 2},
             "drafts": [{"name": "ph", "profile": "phone-flagship", "count": 1, "rtt_ms": 10, "bw_mbps": 50,

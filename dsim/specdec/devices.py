@@ -1,7 +1,8 @@
 """Draft devices: phones, laptops and edge GPUs that draft tokens for distributed speculative decoding.
 
-A device is one SimPy busy loop (architecture rule: one process per device, not per token) that
-drafts for its conversations in FIFO order.  Drafting k tokens costs k batch-1 decode steps of the
+A device is one busy loop (architecture rule: one per device, never one per token) that drafts
+for its conversations in FIFO order: a chain of callbacks with one SimPy event per job when it
+drafts one round at a time, a SimPy process when it batches rounds (``max_batch`` > 1).  Drafting k tokens costs k batch-1 decode steps of the
 drafter model on the device, timed by dsim's roofline with the device's bandwidth and FLOP/s
 (quantised weights read fewer bytes: int4 weights move a quarter of the bf16 bytes).  Thermal
 throttling slows drafting by ``throttle_factor`` after ``throttle_after_s`` of continuous work
@@ -87,7 +88,7 @@ def load_draft_profile(value, path: str) -> DraftProfile:
 
 class DraftDevice:
     """One device's drafting loop.  ``submit(k, ctx, done)`` queues a job; ``done()`` runs when
-    the k tokens are drafted."""
+    the k tokens are drafted (and the next queued job starts at once)."""
 
     def __init__(self, env, name: str, group, drafter, think_rng=None, token_cache=None):
         self.env = env
@@ -111,7 +112,9 @@ class DraftDevice:
         self.next_free = 0.0          # closed loop: the user's next request may start from here
         self.requests: list = []
         self.think_rng = think_rng    # the group's think-time stream (closed loop)
-        env.process(self._loop())
+        self._busy = False            # max_batch 1: a job is drafting or waiting for its window
+        if group.max_batch > 1:
+            env.process(self._loop())
 
     def available_from(self, t: float) -> float:
         """Earliest time >= t at which the device is available (inf if never again)."""
@@ -135,8 +138,11 @@ class DraftDevice:
         tree's tokens per forward pass (dsim.specdec.tree.DraftTree.draft_steps), None for a chain;
         ``model``: another drafter's roofline on this device (a portfolio's), None for its own."""
         self.jobs.append((k, ctx, done, lost, steps, model))
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        if self.group.max_batch > 1:
+            if self._wake is not None and not self._wake.triggered:
+                self._wake.succeed()
+        elif not self._busy:
+            self._next_job()
 
     def batch_times(self, jobs) -> list:
         """Drafting several rounds together: draft step j runs every job with k >= j as one batch
@@ -155,9 +161,61 @@ class DraftDevice:
             j += 1
         return out
 
+    # ---- one job at a time (max_batch 1): callbacks, one SimPy event per job ---------------------
+    # A process would cost two more per round (a wake-up when a job arrives at an idle device, a
+    # resume after drafting); the callbacks do the same work at the same instants.
+    def _next_job(self) -> None:
+        env = self.env
+        while self.jobs:
+            job = self.jobs.popleft()
+            t = self.available_from(env.now)
+            if t == float("inf"):
+                if job[3] is not None:    # offline for good: hand the round back
+                    job[3]()
+                continue
+            self._busy = True
+            if t > env.now:
+                ev = env.timeout(t - env.now)
+                ev.callbacks.append(lambda _e, job=job: self._draft(job))
+            else:
+                self._draft(job)
+            return
+        self._busy = False
+
+    def _draft(self, job) -> None:
+        k, ctx, done, _, steps, model = job
+        env, p = self.env, self.prof
+        now = env.now
+        if self.hot_since is None or now - self.last_end >= p.cooldown_s:
+            self.hot_since = now
+        if steps is None and model is None:
+            tok = self._tok
+            d = 0
+            for c in range(ctx, ctx + k):
+                t = tok.get(c)
+                d += t if t is not None else self.token_time(c)
+        else:
+            step = (model or self.step).step_time
+            d = sum(step(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1), num_sampled=t, running=1))
+                    for j, t in enumerate(steps or [1] * k))
+        if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
+            d /= p.throttle_factor
+            self.throttled_s += d
+        ev = env.timeout(d)
+        ev.callbacks.append(lambda _e: self._drafted(k, d, done))
+
+    def _drafted(self, k: int, d: float, done) -> None:
+        p = self.prof
+        self.busy_s += d
+        self.tokens += k
+        self.energy_j += p.joules_per_token * k if p.joules_per_token is not None else p.power_w * d
+        self.last_end = self.env.now
+        done()
+        self._next_job()
+
+    # ---- batches (max_batch > 1): a process --------------------------------------------------------
     def _loop(self):
         env = self.env
-        p = self.prof
         cap = self.group.max_batch
         while True:
             if not self.jobs:
@@ -165,39 +223,7 @@ class DraftDevice:
                 yield self._wake
                 self._wake = None
                 continue
-            if cap > 1:
-                yield from self._batch(cap)
-                continue
-            k, ctx, done, lost, steps, model = self.jobs.popleft()
-            t = self.available_from(env.now)
-            if t == float("inf"):
-                if lost is not None:      # offline for good: hand the round back
-                    lost()
-                continue
-            if t > env.now:
-                yield env.timeout(t - env.now)
-            now = env.now
-            if self.hot_since is None or now - self.last_end >= p.cooldown_s:
-                self.hot_since = now
-            if steps is None and model is None:
-                tok = self._tok
-                d = 0
-                for c in range(ctx, ctx + k):
-                    t = tok.get(c)
-                    d += t if t is not None else self.token_time(c)
-            else:
-                step = (model or self.step).step_time
-                d = sum(step(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1), num_sampled=t, running=1))
-                        for j, t in enumerate(steps or [1] * k))
-            if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
-                d /= p.throttle_factor
-                self.throttled_s += d
-            yield env.timeout(d)
-            self.busy_s += d
-            self.tokens += k
-            self.energy_j += p.joules_per_token * k if p.joules_per_token is not None else p.power_w * d
-            self.last_end = env.now
-            done()
+            yield from self._batch(cap)
 
     def _batch(self, cap: int):
         """Up to ``cap`` queued rounds drafted together, after waiting ``max_wait_ms`` for the batch
