@@ -73,6 +73,18 @@ def test_preemption_takes_newest_running_request(tmp_path):
     assert res.summary["scheduler"]["preemptions"] == 1
 
 
+def test_a_preempted_request_finds_its_own_blocks_cached(tmp_path):
+    """Unique prompts share nothing, but a preempted request's full blocks stay cached (vLLM frees
+    them with their hashes) and it hits them when it comes back, if nothing evicted them meanwhile:
+    here 2 blocks (8 tokens) of B.  Skipping the hash lookup for unique prompts must keep this."""
+    reqs, res = run_trace(tmp_path, [(0.0005, 21, 7), (0.001, 7, 7)],
+                          engine={"num_gpu_blocks": 9, "block_size": 4, "max_model_len": 64,
+                                  "enable_prefix_caching": True})
+    assert not reqs[0].preempt_times and len(reqs[1].preempt_times) == 1
+    assert res.instance.kv.hits == 8
+    assert all(r.t_completion is not None for r in reqs.values())
+
+
 def test_alpha_delays_queue_entry_and_token_delivery(tmp_path):
     reqs, _ = run_trace(tmp_path, [(0.0, 100, 3)],
                         latency={"model": "blackbox", "beta": [1000, 0, 0], "alpha": [500, 1, 10]})

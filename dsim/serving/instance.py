@@ -59,7 +59,7 @@ from .scheduling import SchedulerIteration
 from .speculative import SpeculativeSteps
 from .fastforward import FastForward
 from .steplog import StepLog
-from .prefix import block_hashes
+from .prefix import block_hashes, may_be_cached
 from .policies import make_policy
 from .queues import PriorityWaiting
 
@@ -192,7 +192,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
     # ---- load view for routers, alpha models and reports ------------------------------------
     def load_view(self, r=None) -> LoadView:
         hit = 0
-        if r is not None and self.cache_on and r.num_tokens > self.bs:
+        if r is not None and self.cache_on and r.num_tokens > self.bs and may_be_cached(r):
             full = (r.num_tokens - 1) // self.bs
             hit = self.kv.num_cached_prefix(block_hashes(r, full, self.bs)) * self.bs
         return LoadView(len(self.running), len(self.waiting), self.kv.total - self.kv.free_count,

@@ -9,6 +9,13 @@ are the same in every process.
 from __future__ import annotations
 
 
+def may_be_cached(r) -> bool:
+    """Whether a cache can hold any of r's blocks: shared content (segments), or its own blocks,
+    kept when it was preempted.  A unique prompt never preempted has nothing to find, so callers
+    skip building its hashes (a list per block, for nothing)."""
+    return r.segments is not None or bool(r.preempt_times)
+
+
 def block_hashes(r, n_blocks: int, bs: int) -> list:
     """Hashes of the first ``n_blocks`` full blocks of request r's token sequence."""
     have = r.block_hashes

@@ -5,7 +5,7 @@ the state it reads and the busy loop that calls ``_schedule`` once per step."""
 from __future__ import annotations
 
 from ..core.request import PREEMPTED, RUNNING
-from .prefix import block_hashes
+from .prefix import block_hashes, may_be_cached
 
 
 def _sched_key(r):
@@ -70,7 +70,9 @@ class SchedulerIteration:
                 held = len(r.hashes)
             elif self.cache_on and not hit:
                 full = (n_tok - 1) // bs
-                if full:
+                if full and tier is None and not may_be_cached(r):
+                    kv.queries += full * bs      # nothing to find (a CPU tier is still asked: asking settles it)
+                elif full:
                     hs = block_hashes(r, full, bs)
                     nh = kv.num_cached_prefix(hs)
                     kv.queries += full * bs
