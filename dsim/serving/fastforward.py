@@ -9,10 +9,11 @@ next queued event; the stretch then takes one more step, its *tail*: the one tha
 event or finishes requests.  The replica sleeps once, until the tail's end, and ends the tail there
 as the loop ends any step (counters, finished requests, the step row read at its end), so events
 during the tail see the replica mid-step exactly as they would.  Every step is computed with the
-same float operations in the same order (its duration from the same ``BatchShape``, its end as the
-previous end plus the duration), so outputs are byte-identical to stepping one at a time.  Only
-step models without state qualify (``pure = True``: an LUT counts energy per call, the physics
-model smooths preemptions, pipeline and DP steps reserve shared stages).
+same float operations in the same order (its duration from the step model's decode curve, which is
+its step_time of the same batch bit for bit; its end as the previous end plus the duration), so
+outputs are byte-identical to stepping one at a time.  Only step models without state qualify
+(``pure = True``: an LUT counts energy per call, the physics model smooths preemptions, pipeline
+and DP steps reserve shared stages).
 """
 from __future__ import annotations
 
