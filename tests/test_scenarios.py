@@ -1,4 +1,8 @@
-"""Every scenario under scenarios/ validates and runs (shortened where it is long)."""
+"""Every scenario under scenarios/ validates and runs (shortened where it is long), and its requests
+are the ones recorded in tests/fixtures/scenario_digests.json (by an older checkout: speed work must
+not move a request)."""
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -6,6 +10,7 @@ import pytest
 import dsim
 
 ROOT = Path(__file__).resolve().parents[1]
+DIGESTS = json.loads((ROOT / "tests" / "fixtures" / "scenario_digests.json").read_text())
 SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yaml": ["workload.num_requests=300"],
            "pipeline_parallel.yaml": ["workload.num_requests=300"], "dp_ep_moe.yaml": ["workload.num_requests=400"],
            "edge_draft_batching.yaml": ["workload.num_requests=150"], "tree_drafts.yaml": ["workload.num_requests=120"],
@@ -21,3 +26,10 @@ def test_scenario_runs(path, tmp_path):
     s = res.summary
     assert s["requests"]["completed"] + s["requests"]["rejected"] == s["requests"]["submitted"] > 0
     assert (tmp_path / "out" / "requests.csv").read_text().count("\n") == len(res.requests) + 1
+    pin = DIGESTS.get(path.name)
+    assert pin is not None, f"{path.name}: no digest; record one with tests/fixtures/make_scenario_digests.py"
+    assert pin["overrides"] == (SHORTEN.get(path.name) or [])
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    from make_scenario_digests import rows_digest
+    assert rows_digest(tmp_path / "out" / "requests.csv", pin["columns"])[1] == pin["sha256"], (
+        f"{path.name}: requests differ from those recorded at {pin['recorded_at']}")
