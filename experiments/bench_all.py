@@ -28,6 +28,8 @@ from pathlib import Path
 
 import yaml
 
+from dsim.bench import BENCH_SCENARIO
+
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("bench", []), ("bench --replicas 4", ["--replicas", "4"])] + [
     (name, ["--scenario", str(ROOT / "scenarios" / f"{name}.yaml")])
@@ -63,16 +65,17 @@ def outside(args, pythonpath) -> dict:
             cmd = ["run", args[args.index("--scenario") + 1], "--no-plots", "--quiet",
                    "--set", f"workload.num_requests={n}", "--out", tmp]
         else:
-            cmd, n = ["bench", *args], 20_000
-        t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-m", "dsim.cli", *cmd], env=env, cwd="/tmp",
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, ru = os.wait4(p.pid, 0)
-        wall = time.perf_counter() - t0
+            cmd, n = ["bench", *args], BENCH_SCENARIO["workload"]["num_requests"]
+        err = Path(tmp) / "stderr"
+        with open(err, "wb") as fe:        # a file, not a pipe: a chatty child cannot block on it
+            t0 = time.perf_counter()
+            p = subprocess.Popen([sys.executable, "-m", "dsim.cli", *cmd], env=env, cwd="/tmp",
+                                 stdout=subprocess.DEVNULL, stderr=fe)
+            _, status, ru = os.wait4(p.pid, 0)
+            wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         if p.returncode:
-            raise RuntimeError(f"{cmd}: exit {p.returncode}: {p.stderr.read().decode()[-2000:]}")
-        p.stderr.close()
+            raise RuntimeError(f"{cmd}: exit {p.returncode}: {err.read_text()[-2000:]}")
     return {"requests": n, "wall_s": wall, "sim_req_per_wall_s": n / wall, "peak_rss_mb": ru.ru_maxrss / 1024}
 
 
@@ -89,6 +92,9 @@ def main(argv=None):
     ap.add_argument("--outside", action="store_true",
                     help="time whole processes from outside (dsim run for scenarios): works on old checkouts")
     a = ap.parse_args(argv)
+    for flag, d in (("--pair", a.pair), ("--pythonpath", a.pythonpath)):
+        if d is not None and not (Path(d) / "dsim" / "cli.py").is_file():
+            ap.error(f"{flag} {d}: not a dsim checkout (no dsim/cli.py)")
     measure = outside if a.outside else one
     cases = [(n, args) for n, args in CASES if a.only is None or n in a.only]
     if a.pair:

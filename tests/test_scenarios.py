@@ -10,7 +10,10 @@ import pytest
 import dsim
 
 ROOT = Path(__file__).resolve().parents[1]
-DIGESTS = json.loads((ROOT / "tests" / "fixtures" / "scenario_digests.json").read_text())
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+from make_scenario_digests import FIXTURE, rows_digest  # noqa: E402
+
+DIGESTS = json.loads(FIXTURE.read_text())
 SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yaml": ["workload.num_requests=300"],
            "pipeline_parallel.yaml": ["workload.num_requests=300"], "dp_ep_moe.yaml": ["workload.num_requests=400"],
            "edge_draft_batching.yaml": ["workload.num_requests=150"], "tree_drafts.yaml": ["workload.num_requests=120"],
@@ -26,10 +29,15 @@ def test_scenario_runs(path, tmp_path):
     s = res.summary
     assert s["requests"]["completed"] + s["requests"]["rejected"] == s["requests"]["submitted"] > 0
     assert (tmp_path / "out" / "requests.csv").read_text().count("\n") == len(res.requests) + 1
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
+def test_scenario_requests_are_the_recorded_ones(path, tmp_path):
+    """Run as a user runs it (no invariant checks: quiet stretches are fast-forwarded), the
+    scenario's request rows hash to the digest an older checkout recorded."""
     pin = DIGESTS.get(path.name)
     assert pin is not None, f"{path.name}: no digest; record one with tests/fixtures/make_scenario_digests.py"
     assert pin["overrides"] == (SHORTEN.get(path.name) or [])
-    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-    from make_scenario_digests import rows_digest
+    dsim.run(str(path), tmp_path / "out", overrides=SHORTEN.get(path.name), plots=False)
     assert rows_digest(tmp_path / "out" / "requests.csv", pin["columns"])[1] == pin["sha256"], (
         f"{path.name}: requests differ from those recorded at {pin['recorded_at']}")
