@@ -31,12 +31,21 @@ def test_manifest_records_overrides_resolved_scenario_and_versions(tmp_path):
     assert m["resolved_scenario"]["workload"]["prompt_tokens"]["dist"] == "normal"   # the file's own keys too
     v = m["versions"]
     assert set(v) >= {"dsim", "python", "numpy", "simpy", "git_commit"}
+    # ask the installed package how it was installed (PEP 610), not the folder layout beside the tests
     import shutil
     import subprocess
-    if (ROOT / ".git").exists() and shutil.which("git"):      # an editable install of this checkout
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+    raw = next((t for d in metadata.distributions(name="dsim") if (t := d.read_text("direct_url.json"))), None)
+    info = json.loads(raw) if raw else {}
+    if (info.get("dir_info") or {}).get("editable") and shutil.which("git"):     # an editable checkout
+        src = unquote(urlparse(info["url"]).path)
+        head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True,
                               text=True).stdout.strip()
-        assert v["git_commit"].split("-")[0] == head
+        if head:
+            assert v["git_commit"].split("-")[0] == head
+    elif not isinstance(info.get("vcs_info"), dict):                             # a plain wheel / sdist
+        assert v["git_commit"] is None
 
 
 def test_default_output_folder_is_unique_per_resolved_scenario(tmp_path, monkeypatch):

@@ -1,10 +1,14 @@
 """A regular (non-editable) install finds its package data: build a wheel, install it into a fresh
-venv, run the quickstart from another folder."""
+venv, run the quickstart from another folder. The repository itself holds no build or run artefacts."""
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,15 +21,21 @@ def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                     "-w", str(whl), str(src)], check=True, cwd=tmp_path)
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
+    # dsim's dependencies come from the environment pytest runs in (no network needed), appended after
+    # the new venv's own site-packages so the wheel's dsim wins over any dsim installed out there
+    inner = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                capture_output=True, text=True, check=True).stdout.strip())
+    outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (inner / "zz_outer_env.pth").write_text("".join(f"{d}\n" for d in sorted(outer)))
     wheel = next(whl.glob("dsim-*.whl"))
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     scn = elsewhere / "q.yaml"
     scn.write_text((ROOT / "scenarios" / "quickstart.yaml").read_text())
-    code = ("import dsim, pathlib; assert 'site-packages' in dsim.__file__, dsim.__file__\n"
+    code = (f"import dsim, pathlib; assert dsim.__file__.startswith({str(env_dir)!r}), dsim.__file__\n"
             "from dsim.config.hardware import load_device; load_device('A100-80GB')\n"
             "from dsim.latency.lut import schema; schema()\n"
             "from dsim.config.generations import generations; generations()\n"
@@ -38,3 +48,27 @@ def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
             "from dsim.latency.physics import DEFAULT_COEFFS; assert DEFAULT_COEFFS.is_file()\n")
     out = subprocess.run([str(py), "-c", code], cwd=elsewhere, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_suite_imports_the_installed_package_when_ci_asks():
+    """CI's second step runs the suite against a wheel from outside the checkout; make sure it does."""
+    import dsim
+    if not os.environ.get("DSIM_EXPECT_INSTALLED"):
+        pytest.skip("DSIM_EXPECT_INSTALLED unset: the suite may run against the source tree")
+    assert not Path(dsim.__file__).resolve().is_relative_to(ROOT), dsim.__file__
+    assert "site-packages" in dsim.__file__
+
+
+ROOT_ONLY = ("results/", "build/", "dist/", "experiments/out/")        # run outputs at the top (a real run's own
+ANYWHERE = (".coverage", ".pytest_cache/", "__pycache__/", ".egg-info/", # results/ under examples/ is data)
+            ".hypothesis/", ".pyc", ".ipynb_checkpoints/")
+
+
+def test_repository_tracks_no_build_or_run_artefacts():
+    if not (ROOT / ".git").exists() or not shutil.which("git"):
+        pytest.skip("not a git checkout (an installed package has no repository to check)")
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    bad = [f for f in files if f.startswith(ROOT_ONLY)
+           or any(f"/{a}" in f"/{f}" or f.endswith(a) for a in ANYWHERE)]
+    assert not bad, f"build/run artefacts tracked by git: {bad[:10]}"
