@@ -65,8 +65,57 @@ def test_inference_perf_reader_stages_and_overload():
     assert not run.overloaded
     over = load_real(REAL / "inference-perf-h100" / "20260217-170634-llama-2-7b-tp1-reasoning")
     assert over.overloaded and over.stages[0].failures > 0
-    wl = run.scenario["workload"]
-    assert wl["shared_prefix"]["num_groups"] == 9 and wl["output_tokens"] == 248
+    wl = run.scenario["workload"]      # the resolved client config (10 x 10 pool), not profile.yaml's 9 groups
+    assert wl["shared_prefix"]["num_groups"] == 10 and wl["output_tokens"] == 248
+
+
+SHIPPED_IPERF = ROOT / "examples" / "real" / "h100-llama-2-7b-tp1-general"
+
+
+def test_inference_perf_reader_replays_the_clients_prompt_pool():
+    """results/config.yaml (10 groups x 10 prompts) wins over profile.yaml (9 system prompts x 5 users,
+    which that inference-perf release ignored): 100 full prompts, request n sends prompt n mod 100."""
+    from dsim.core.rng import PartitionedRNG
+    from dsim.workload.generator import build_requests
+    run = load_real(SHIPPED_IPERF)
+    assert run.meta["client_config"] == "results/config.yaml"
+    assert any(n.startswith("prompts: a pool of 10 x 10 = 100 fixed prompts") for n in run.notes)
+    scn = replay_scenario(run, None, (), 42)
+    scn["workload"]["stages"] = [{"rate": 8.0, "duration_s": 30.0}]
+    reqs, _ = build_requests(scn["workload"], PartitionedRNG(42), None)
+    segs = [r.segments for r in reqs]
+    assert len(reqs) == 240 and len(set(segs[:100])) == 100
+    assert all(segs[i] == segs[i % 100] for i in range(len(segs)))
+    assert {s[0] for s in segs} == {(g + 1, 100) for g in range(10)}          # 10 shared 100-token system prompts
+    assert all(r.prompt_len == 100 + 447 for r in reqs)
+
+
+def test_inference_perf_reader_falls_back_to_the_profile(tmp_path):
+    import shutil
+    shutil.copytree(SHIPPED_IPERF, tmp_path / "run")
+    (tmp_path / "run" / "results" / "config.yaml").unlink()
+    run = load_real(tmp_path / "run")
+    sp = run.scenario["workload"]["shared_prefix"]
+    assert run.meta["client_config"] == "profile.yaml" and "question_pool" not in sp
+    assert (sp["num_groups"], sp["users_per_group"]) == (9, 5)
+
+
+def test_replayed_prefix_hit_rate_is_the_pools():
+    """Simulated prefix-cache hits equal the count computed from the pool alone: the first use of a
+    group's first prompt hits nothing, the group's other first uses hit the system prompt's full blocks,
+    every later use hits the whole prompt but its last token (vLLM recomputes it), in whole blocks."""
+    run = load_real(SHIPPED_IPERF)
+    scn = replay_scenario(run, None, (), 42)
+    scn["workload"]["stages"] = [{"rate": 4.0, "duration_s": 80.0}]      # 320 requests, far from overload
+    from dsim.config.scenario import load_scenario
+    from dsim.runner import run as run_scenario
+    res = run_scenario(load_scenario(scn))
+    block = res.summary["kv_cache"]["block_size"]
+    n, pool, per_group, sys_len, prompt = 320, 100, 10, 100, 547
+    first_pass = 10 * (per_group - 1) * (sys_len // block) * block
+    expected = first_pass + (n - pool) * ((prompt - 1) // block) * block
+    assert res.summary["requests"]["completed"] == n
+    assert res.summary["kv_cache"]["prefix_hit_tokens"] == expected
 
 
 def test_vllm_bench_reader_fixture():

@@ -84,6 +84,24 @@ def test_shared_prefix_multi_turn_segments():
     assert any(any(sid < 0 for sid, _ in r.segments) for r in rq)
 
 
+def test_question_pool_cycles_or_shuffles_a_fixed_set_of_prompts():
+    base = {"type": "constant", "rate": 1, "num_requests": 25, "prompt_tokens": {"dist": "uniform", "low": 10,
+            "high": 90}, "output_tokens": 10}
+    sp = {"num_groups": 2, "users_per_group": 3, "system_prompt_len": 32, "question_pool": True}
+    cyc, _ = build_requests({**base, "shared_prefix": {**sp, "order": "cycle"}}, PartitionedRNG(0), None)
+    assert [r.session for r in cyc] == [i % 6 for i in range(25)]
+    assert all(r.segments == cyc[i % 6].segments for i, r in enumerate(cyc))     # the same prompt, same length
+    shuf, _ = build_requests({**base, "shared_prefix": {**sp, "order": "shuffled_cycle"}}, PartitionedRNG(0), None)
+    first = [r.session for r in shuf[:6]]
+    assert sorted(first) == list(range(6)) and [r.session for r in shuf] == [first[i % 6] for i in range(25)]
+    rnd, _ = build_requests({**base, "shared_prefix": sp}, PartitionedRNG(0), None)
+    assert len({r.segments for r in rnd}) <= 6                                   # random picks from the pool
+    for bad, where in (({**sp, "question_pool": False, "order": "cycle"}, "order"),
+                       ({**sp, "multi_turn": True}, "question_pool")):
+        with pytest.raises(ConfigError, match=f"workload.shared_prefix.{where}"):
+            build_requests({**base, "shared_prefix": bad}, PartitionedRNG(0), None)
+
+
 def test_prefix_cache_hits_after_first_request(tmp_path):
     t = tmp_path / "t.jsonl"
     t.write_text('{"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 2, "prefix_group": 0}\n'

@@ -3,7 +3,8 @@
 
 Formats (``load_real`` picks one from the path's contents):
   * inference-perf output folder: ``exp-config.yaml`` + ``profile.yaml`` + ``results/stage_N_lifecycle_metrics.json``
-    (aggregates only; arrivals are regenerated from the profile's load stages with the seed);
+    (aggregates only; arrivals are regenerated from the load stages with the seed; the client's
+    resolved ``results/config.yaml``, when present, says what was really sent);
   * LLMServingSim-style folder: ``meta.json`` + ``requests.jsonl`` with engine timestamps per request
     (queued, scheduled, first token, last token): arrivals are replayed exactly;
   * the JSON saved by ``vllm bench serve --save-result --save-detailed`` (input_lens, output_lens,
@@ -230,26 +231,25 @@ def read_inference_perf(folder: Path, hardware: str | None = None) -> RealRun:
         raise ConfigError(str(folder), Path(e.filename).name, "an inference-perf folder with this file") from None
     except yaml.YAMLError as e:
         raise ConfigError(str(folder), None, f"valid YAML ({e})", show_value=False) from None
-    data = prof.get("data") or {}
+    client, client_file = _iperf_client_config(folder, prof)
+    data = client.get("data") or {}
     sp = data.get("shared_prefix")
     if data.get("type") != "shared_prefix" or not isinstance(sp, dict):
-        raise ConfigError(f"{folder}/profile.yaml.data.type", data.get("type"), "shared_prefix (the only dataset kind read)")
-    load = prof.get("load") or {}
+        raise ConfigError(f"{folder}/{client_file}.data.type", data.get("type"), "shared_prefix (the only dataset kind read)")
+    load = client.get("load") or {}
     stages_cfg = load.get("stages") or []
     if not stages_cfg:
-        raise ConfigError(f"{folder}/profile.yaml.load.stages", None, "at least one stage", show_value=False)
+        raise ConfigError(f"{folder}/{client_file}.load.stages", None, "at least one stage", show_value=False)
     engine = {"tensor_parallel_size": int(exp.get("tensor_parallelism", 1)),
               "max_num_seqs": int(exp.get("max_num_seqs", 256)),
               "max_num_batched_tokens": int(exp.get("max_num_batched_tokens", 2048)),
               "max_model_len": int(exp.get("max_model_len", 4096))}
     out_len = int(sp["output_len"])
+    prefix, how = _iperf_prompts(sp, f"{folder}/{client_file}.data.shared_prefix")
     workload = {
         "type": "staged", "stage_arrivals": "constant" if load.get("type", "constant") == "constant" else "poisson",
         "stages": [{"rate": float(s["rate"]), "duration_s": float(s["duration"])} for s in stages_cfg],
-        "shared_prefix": {"num_groups": int(sp["num_unique_system_prompts"]),
-                          "users_per_group": int(sp["num_users_per_system_prompt"]),
-                          "system_prompt_len": int(sp["system_prompt_len"]), "multi_turn": False},
-        "prompt_tokens": int(sp["question_len"]), "output_tokens": out_len}
+        "shared_prefix": prefix, "prompt_tokens": int(sp["question_len"]), "output_tokens": out_len}
     scn = {"name": folder.name, "model": exp.get("model") or (prof.get("server") or {}).get("model_name"),
            "hardware": hardware or "H100-SXM", "engine": engine, "workload": workload}
     stages, t0 = [], 0.0
@@ -262,7 +262,11 @@ def read_inference_perf(folder: Path, hardware: str | None = None) -> RealRun:
         t0 = t1
     if not stages:
         raise ConfigError(f"{folder}/results", None, "stage_N_lifecycle_metrics.json files", show_value=False)
-    notes = ["arrivals regenerated from the profile's load stages (no per-request data); compared per stage",
+    notes = [f"client config: {client_file}" + (" (inference-perf's resolved configuration, as the run used it)"
+                                                if client_file != "profile.yaml" else
+                                                " (no results/config.yaml: the profile as written)"),
+             "prompts: " + how,
+             "arrivals regenerated from the load stages (no per-request data); compared per stage",
              "TPOT derived as (E2E - TTFT) / (output_len - 1) at the mean and median: inference-perf's own "
              "time_per_output_token counts streamed chunks, not tokens",
              "ITL left out where inference-perf's median gap is under "
@@ -272,8 +276,59 @@ def read_inference_perf(folder: Path, hardware: str | None = None) -> RealRun:
                  f"{st.name} p50 {x['p50']:.3f} ms, mean {x['mean']:.2f} ms vs {x['per_token']:.2f} ms per token "
                  f"({x['per_token'] / x['mean']:.1f} messages per token)"
                  for st in stages if (x := st.itl_not_compared)) or "none here"),
-             "multi-turn chat history is not replayed (each question is a fresh request on its group's prefix)"]
-    return RealRun(folder.name, "inference-perf", str(folder), scn, stages, None, notes, {"app": exp.get("app")})
+             ]
+    return RealRun(folder.name, "inference-perf", str(folder), scn, stages, None, notes,
+                   {"app": exp.get("app"), "client_config": client_file})
+
+
+def _iperf_client_config(folder: Path, prof: dict) -> tuple[dict, str]:
+    """The client configuration the run really used: inference-perf writes its resolved config to
+    results/config.yaml; a release may ignore keys of profile.yaml, so the resolved one wins."""
+    f = folder / "results" / "config.yaml"
+    if not f.is_file():
+        return prof, "profile.yaml"
+    try:
+        cfg = yaml.safe_load(f.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(str(f), None, f"valid YAML ({e})", show_value=False) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(str(f), cfg, "a mapping")
+    return cfg, "results/config.yaml"
+
+
+def _iperf_prompts(sp: dict, where: str) -> tuple[dict, str]:
+    """The shared-prefix workload as the client built it, and a sentence saying how.
+
+    Two generations of inference-perf's generator: the resolved config of the older one carries
+    ``num_groups`` x ``num_prompts_per_group`` and builds that many full prompts (system prompt +
+    question) once, then sends prompt n mod pool size for request n, so after the first pass every
+    prompt is a prefix-cache hit; profiles written for the newer one name ``num_unique_system_prompts``
+    / ``num_users_per_system_prompt`` (and multi-turn), each request a fresh question on its group's
+    system prompt."""
+    def count(key):
+        try:
+            v = int(sp[key])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{where}.{key}", sp.get(key), "a positive integer") from None
+        if v < 1:
+            raise ConfigError(f"{where}.{key}", v, "a positive integer")
+        return v
+    sys_len = count("system_prompt_len")
+    if "num_groups" in sp:
+        g, p = count("num_groups"), count("num_prompts_per_group")
+        multi = bool(sp.get("enable_multi_turn_chat", False))
+        if multi:
+            raise ConfigError(f"{where}.enable_multi_turn_chat", True,
+                              "false (multi-turn sessions of the pooled generator are not modelled)")
+        return ({"num_groups": g, "users_per_group": p, "system_prompt_len": sys_len, "question_pool": True,
+                 "order": "cycle"},
+                f"a pool of {g} x {p} = {g * p} fixed prompts ({sys_len}-token system prompt + "
+                f"{int(sp['question_len'])}-token question) re-sent in order: request n sends prompt n mod {g * p}, "
+                "so the prefix cache hits the whole prompt after its first use")
+    g, u = count("num_unique_system_prompts"), count("num_users_per_system_prompt")
+    return ({"num_groups": g, "users_per_group": u, "system_prompt_len": sys_len, "multi_turn": False},
+            f"{g} system prompts of {sys_len} tokens x {u} users, each request a new "
+            f"{int(sp['question_len'])}-token question (multi-turn history is not replayed)")
 
 
 def _iperf_stage(d: dict, f: Path, name: str, t0: float, t1: float, rate: float, out_len: int) -> Stage:

@@ -2,7 +2,11 @@
 
 Shared prefixes follow inference-perf's ``shared_prefix`` data profile: ``num_groups`` system
 prompts of ``system_prompt_len`` tokens, each used by ``users_per_group`` users; every request
-picks a (group, user) at random and sends system prompt + question.  With ``multi_turn`` a
+picks a (group, user) at random and sends system prompt + question.  With ``question_pool`` each
+(group, user) slot owns one fixed question, so the workload is a pool of ``num_groups x
+users_per_group`` full prompts; ``order: cycle`` re-sends them in order (request n sends prompt
+n mod pool size, as inference-perf's shared-prefix generator does), ``shuffled_cycle`` cycles
+through a seeded permutation, ``random`` picks one per request.  With ``multi_turn`` a
 user's request also carries that user's earlier questions and answers, so consecutive turns
 share a growing prefix; a conversation restarts when the next prompt plus its answer would
 exceed ``max_context_tokens``.  Arrivals stay open-loop: a follow-up may arrive before the
@@ -198,30 +202,47 @@ def _shared_prefix(sp: Section, arrivals: np.ndarray, rng, s: Section, base_dir,
     sys_len = sp.int("system_prompt_len", lo=1, hi=MAX_TOKENS)
     multi = sp.bool("multi_turn", False)
     max_ctx = sp.int("max_context_tokens", 4096, lo=2)
+    pool = sp.bool("question_pool", False)
+    order = sp.str("order", "random", choices=("random", "cycle", "shuffled_cycle"))
     sp.done()
-    q = sample_lengths(s.raw("prompt_tokens"), s.sub("prompt_tokens"), n, rng.stream("workload.prompt_tokens"), base_dir)
-    o = sample_lengths(s.raw("output_tokens"), s.sub("output_tokens"), n, rng.stream("workload.output_tokens"), base_dir)
-    pick = rng.stream("workload.prefix").integers(0, groups * users, n)
+    slots = groups * users
+    if pool and multi:
+        raise ConfigError(sp.sub("question_pool"), True, "false with multi_turn (a pool re-sends fixed prompts)")
+    if order != "random" and not pool:
+        raise ConfigError(sp.sub("order"), order, "random unless question_pool is true")
+    # a pool draws one question per (group, user) slot; otherwise one per request
+    n_q = slots if pool else n
+    q = sample_lengths(s.raw("prompt_tokens"), s.sub("prompt_tokens"), n_q, rng.stream("workload.prompt_tokens"),
+                       base_dir)
+    o = sample_lengths(s.raw("output_tokens"), s.sub("output_tokens"), n_q, rng.stream("workload.output_tokens"),
+                       base_dir)
+    if order == "random":
+        pick = rng.stream("workload.prefix").integers(0, slots, n)
+    else:
+        seq = (rng.stream("workload.prefix").permutation(slots) if order == "shuffled_cycle"
+               else np.arange(slots))
+        pick = seq[np.arange(n) % slots]
     history: dict = {}
     reqs = []
     for i in range(n):
         slot = int(pick[i])
         g = slot // users
-        qlen, olen = int(q[i]), int(o[i])
+        j = slot if pool else i
+        qlen, olen = int(q[j]), int(o[j])
         segs = [(g + 1, sys_len)]
         if multi:
             hist = history.get(slot, [])
             if sys_len + sum(ln for _, ln in hist) + qlen + olen > max_ctx:
                 hist = []
             segs += hist
-        segs.append((_QUESTION_BASE + i, qlen))
+        segs.append((_QUESTION_BASE + j, qlen))
         r = Request(i, float(arrivals[i]), sum(ln for _, ln in segs), olen, tuple(segs), g)
         r.session = slot
         if multi:
             history[slot] = segs[1:] + [(-(i + 1), olen)]
         reqs.append(r)
     desc["shared_prefix"] = dict(num_groups=groups, users_per_group=users, system_prompt_len=sys_len,
-                                 multi_turn=multi)
+                                 multi_turn=multi, **({"question_pool": True, "order": order} if pool else {}))
     return reqs
 
 
