@@ -1,6 +1,8 @@
 """Fleets: routers, admission, P/D disaggregation, scaling, controllers, metrics."""
 import math
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,8 @@ WL = {"type": "poisson", "rate": 40, "num_requests": 400,
       "prompt_tokens": {"dist": "normal", "mean": 300, "std": 100, "min": 8, "max": 900},
       "output_tokens": {"dist": "normal", "mean": 60, "std": 30, "min": 1, "max": 200}}
 ROOF = {"model": "roofline"}
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"     # the suite may run from any folder
 
 
 def fleet(pools, router="jsq", wl=None, **cluster):
@@ -142,7 +146,7 @@ def test_one_pool_of_one_replica_equals_the_plain_scenario():
 
 
 def test_cluster_runs_are_byte_identical(tmp_path):
-    sc = "scenarios/hetero_fleet.yaml"
+    sc = str(SCENARIOS / "hetero_fleet.yaml")
     ov = ["workload.classes[0].num_requests=300", "workload.classes[1].num_requests=60"]
     dsim.run(sc, tmp_path / "a", overrides=ov, plots=False)
     dsim.run(sc, tmp_path / "b", overrides=ov, plots=False)
@@ -393,7 +397,7 @@ def test_autoscaler_rule():
 
 
 def test_autoscale_scenario_scales_out_and_in():
-    res = dsim.run("scenarios/autoscale_ramp.yaml", check_invariants=True, plots=False)
+    res = dsim.run(str(SCENARIOS / "autoscale_ramp.yaml"), check_invariants=True, plots=False)
     kinds = [e["event"] for e in res.summary["scale_events"]]
     assert "scale_out" in kinds and "retired" in kinds
     assert res.summary["requests"]["completed"] == res.summary["requests"]["submitted"]

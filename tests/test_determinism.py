@@ -1,9 +1,13 @@
 """Same scenario + seed => byte-identical files (BC-9); RNG streams are isolated (BC-10)."""
+from pathlib import Path
+
 import numpy as np
 
 import dsim
 from dsim.core.rng import PartitionedRNG
 from helpers import scenario
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"     # the suite may run from any folder
 
 
 def _files(d):
@@ -11,7 +15,7 @@ def _files(d):
 
 
 def test_two_runs_write_identical_files(tmp_path):
-    sc = "scenarios/staged_shared_prefix.yaml"
+    sc = str(SCENARIOS / "staged_shared_prefix.yaml")
     over = ["workload.stages=[{rate: 8, duration_s: 10}, {rate: 30, duration_s: 5}]"]
     a = dsim.run(sc, tmp_path / "a", overrides=over).out_dir
     b = dsim.run(sc, tmp_path / "b", overrides=over).out_dir

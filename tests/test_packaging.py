@@ -23,14 +23,15 @@ def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
+    wheel = next(whl.glob("dsim-*.whl"))
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, cwd=tmp_path)
     # dsim's dependencies come from the environment pytest runs in (no network needed), appended after
-    # the new venv's own site-packages so the wheel's dsim wins over any dsim installed out there
+    # the new venv's own site-packages (and only once the wheel is in: pip would take a dsim out there
+    # for this one), so the wheel's dsim wins
     inner = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                 capture_output=True, text=True, check=True).stdout.strip())
     outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (inner / "zz_outer_env.pth").write_text("".join(f"{d}\n" for d in sorted(outer)))
-    wheel = next(whl.glob("dsim-*.whl"))
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     scn = elsewhere / "q.yaml"
