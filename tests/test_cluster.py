@@ -1,6 +1,5 @@
 """Fleets: routers, admission, P/D disaggregation, scaling, controllers, metrics."""
 import math
-
 from pathlib import Path
 
 import numpy as np
