@@ -35,16 +35,19 @@ class DeviceProfile:
     sparse_flops_bf16: float | None = None  # the datasheet's BF16 figure with 2:4 sparsity (a check only)
     source: str = ""                        # datasheet the figures come from
 
-    def peak_flops_for(self, dtype: str) -> float:
+    def peak_flops_for(self, dtype: str, share: float = 1.0) -> float:
         """Dense tensor peak for GEMMs whose inputs are ``dtype`` (``ModelSpec.compute_dtype``):
         ``fp8`` and ``int8`` use the FP8 / INT8 tensor rate when the device has one and fall back to
         the BF16 peak otherwise (vLLM then runs the checkpoint weight-only, e.g. FP8 Marlin on Ampere);
-        anything else (bf16, fp16) is the BF16 peak."""
-        if dtype == "fp8" and self.peak_flops_fp8:
-            return self.peak_flops_fp8
-        if dtype == "int8" and self.peak_ops_int8:
-            return self.peak_ops_int8
-        return self.peak_flops
+        anything else (bf16, fp4 without a profile figure) is the BF16 peak.  With ``share`` < 1 only
+        that share of the FLOPs runs in ``dtype`` and the rest at the BF16 peak: the result is the
+        rate of the mix (``ModelSpec.compute_dtype_share``: unquantized layers stay BF16)."""
+        peak = {"fp8": self.peak_flops_fp8, "int8": self.peak_ops_int8}.get(dtype)
+        if not peak or share <= 0:
+            return self.peak_flops
+        if share >= 1:
+            return peak
+        return 1.0 / (share / peak + (1.0 - share) / self.peak_flops)
 
     @property
     def idle_power_w(self) -> float:
