@@ -169,12 +169,13 @@ def _compressed_tensors(q: dict, path: str) -> tuple[str, float, str]:
         raise ConfigError(f"{gp}.weights.group_size", group, "an integer or null")
     scale = 1 if (kind == "float" and bits == 4) else 2          # NVFP4 keeps FP8 scales, the rest 16-bit
     wb = bits / 8 + (scale / group if group and group > 0 else 0)
+    label = {("float", 8): "fp8", ("float", 4): "fp4"}.get((kind, bits), "int")
     a = g.get("input_activations")
     if a is None:
-        return f"w{bits}a16-{kind}", wb, "bf16"
+        return f"w{bits}a16-{label}", wb, "bf16"
     if not isinstance(a, dict):
         raise ConfigError(f"{gp}.input_activations", a, "the activations' quantization args or null")
     abits = _num(a, "num_bits", f"{gp}.input_activations", choices=(4, 8, 16))
     akind = str(a.get("type", "int"))
     dtype = {(8, "float"): "fp8", (8, "int"): "int8", (4, "float"): "fp4"}.get((abits, akind), "bf16")
-    return f"w{bits}a{abits}-{akind}", wb, dtype
+    return f"w{bits}a{abits}-{label}", wb, dtype
