@@ -213,6 +213,7 @@ def replica_contexts(tr, base: dict | None):
         m = load_model(model, "model")
         d = load_device(hw, "hardware")
         e = load_engine(eng, "engine")
+        m = m.with_kv_cache_dtype(e.kv_cache_dtype)
         out[rep] = LatencyContext(m, d, e, int(blocks or e.kv_blocks(m, d)))
     return out
 

@@ -103,6 +103,7 @@ def _pool(data, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
     eng.update(e_raw)
     engine = load_engine(eng, f"{path}.engine")
     check_tp(model, engine, f"{path}.engine")
+    model = model.with_kv_cache_dtype(engine.kv_cache_dtype, f"{path}.engine.kv_cache_dtype")
     lat = s.raw("latency", top.get("latency") or {})
     if not isinstance(lat, dict):
         raise ConfigError(f"{path}.latency", lat, "a latency mapping, e.g. {model: roofline}")

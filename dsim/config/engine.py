@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from .errors import ConfigError
 from .fields import Section
 from .hardware import DeviceProfile
-from .model import ModelSpec
+from .model import KV_CACHE_DTYPES, ModelSpec
 
 GIB = 1024 ** 3
 
@@ -62,6 +62,9 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"          # fcfs | priority (vLLM --scheduling-policy) | edf | age_weighted
     age_weight: float = 1.0                  # age_weighted: priority units gained per second waited
     kv_offload: OffloadConfig | None = None  # CPU tier of the prefix cache (dsim.serving.offload)
+    # vLLM --kv-cache-dtype: auto (the model dtype) | bfloat16 | fp8 | fp8_e4m3 | fp8_e5m2; fp8 stores
+    # 1 byte per KV element: half the KV memory per token (about twice the blocks) and KV traffic
+    kv_cache_dtype: str = "auto"
 
     @property
     def generation(self):
@@ -82,10 +85,10 @@ class EngineConfig:
         tp = self.tensor_parallel_size
         shards = tp * self.pipeline_parallel_size
         budget = device.memory_bytes * self.gpu_memory_utilization
+        model = model.with_kv_cache_dtype(self.kv_cache_dtype, f"{path}.kv_cache_dtype")
         weights = model.weight_bytes / shards
         if self.data_parallel_size > 1 and model.is_moe:      # EP: the routed experts over TP x DP GPUs
-            experts = (model.num_moe_layers * model.num_experts * model._mlp(model.expert_intermediate_size)
-                       * model.bytes_per_param)
+            experts = model.expert_bytes * model.num_experts
             weights -= experts / shards * (1 - 1 / self.data_parallel_size)
         act = (self.max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * 2
                + self.max_num_seqs * model.vocab_size * 4)
@@ -132,6 +135,7 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         scheduling_policy=s.str("scheduling_policy", "fcfs", choices=SCHEDULING_POLICIES),
         age_weight=s.num("age_weight", 1.0, lo=0, hi=1e6),
         kv_offload=load_offload(s.raw("kv_offload", None), f"{path}.kv_offload"),
+        kv_cache_dtype=s.str("kv_cache_dtype", "auto", choices=tuple(KV_CACHE_DTYPES)),
     )
     if "age_weight" in s.data and e.scheduling_policy != "age_weighted":
         raise ConfigError(f"{path}.age_weight", s.data["age_weight"],

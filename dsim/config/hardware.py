@@ -30,6 +30,24 @@ class DeviceProfile:
     idle_w: float | None = None        # board power when idle (default 15 % of TDP)
     usd_per_gpu_hour: float | None = None
     weight_load_gb_s: float | None = None   # cold start: weight load rate per GPU (default PCIe)
+    peak_flops_fp8: float | None = None     # FLOP/s, dense FP8 tensor cores (None: no FP8 tensor cores)
+    peak_ops_int8: float | None = None      # OP/s, dense INT8 tensor cores
+    sparse_flops_bf16: float | None = None  # the datasheet's BF16 figure with 2:4 sparsity (a check only)
+    source: str = ""                        # datasheet the figures come from
+
+    def peak_flops_for(self, dtype: str, share: float = 1.0) -> float:
+        """Dense tensor peak for GEMMs whose inputs are ``dtype`` (``ModelSpec.compute_dtype``):
+        ``fp8`` and ``int8`` use the FP8 / INT8 tensor rate when the device has one and fall back to
+        the BF16 peak otherwise (vLLM then runs the checkpoint weight-only, e.g. FP8 Marlin on Ampere);
+        anything else (bf16, fp4 without a profile figure) is the BF16 peak.  With ``share`` < 1 only
+        that share of the FLOPs runs in ``dtype`` and the rest at the BF16 peak: the result is the
+        rate of the mix (``ModelSpec.compute_dtype_share``: unquantized layers stay BF16)."""
+        peak = {"fp8": self.peak_flops_fp8, "int8": self.peak_ops_int8}.get(dtype)
+        if not peak or share <= 0:
+            return self.peak_flops
+        if share >= 1:
+            return peak
+        return 1.0 / (share / peak + (1.0 - share) / self.peak_flops)
 
     @property
     def idle_power_w(self) -> float:
@@ -57,6 +75,10 @@ def device_names() -> list[str]:
     return sorted(_profiles())
 
 
+def _tera(v: float | None) -> float | None:
+    return None if v is None else v * 1e12
+
+
 def _build(name: str, d: dict, path: str) -> DeviceProfile:
     s = Section({k: v for k, v in d.items() if k != "_file"}, path)
     # memory in GiB (what CUDA reports) or in GB (1e9 B, datasheets); exactly one of them
@@ -78,8 +100,16 @@ def _build(name: str, d: dict, path: str) -> DeviceProfile:
         idle_w=s.num("idle_w", None, lo=0),
         usd_per_gpu_hour=s.num("usd_per_gpu_hour", None, lo=0),
         weight_load_gb_s=s.num("weight_load_gb_s", None, lo=0, lo_open=True),
+        peak_flops_fp8=_tera(s.num("peak_tflops_fp8", None, lo=0, lo_open=True)),
+        peak_ops_int8=_tera(s.num("peak_tops_int8", None, lo=0, lo_open=True)),
+        sparse_flops_bf16=_tera(s.num("sparse_tflops_bf16", None, lo=0, lo_open=True)),
+        source=s.str("source", ""),
     )
     s.done()
+    if p.sparse_flops_bf16 is not None and p.peak_flops > p.sparse_flops_bf16 / 2 * (1 + 1e-9):
+        raise ConfigError(s.sub("peak_tflops_bf16"), p.peak_flops / 1e12,
+                          f"the dense figure, at most half the with-sparsity sparse_tflops_bf16 "
+                          f"({p.sparse_flops_bf16 / 1e12:g}): a datasheet's sparsity figure is not a dense peak")
     return p
 
 

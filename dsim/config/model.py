@@ -7,16 +7,22 @@ count matmul weights (FLOPs are 2 x multiply-accumulates); ``total_params`` also
 biases and learned position embeddings (``extra_params``) so it matches published counts.
 Keys a config.json leaves out take HuggingFace's default for that model type (e.g. Llama-family
 configs untie the LM head, the base PretrainedConfig ties it).
+
+Quantized checkpoints (``quantization_config`` at the top level or in ``text_config``, read by
+dsim.config.quant): ``bytes_per_param`` stays the checkpoint's 16-bit dtype (embeddings, norms,
+activations, unquantized layers) and ``quant`` gives the bytes per weight of the quantized linear layers
+and the dtype their GEMMs run in.  ``kv_cache_bytes`` is vLLM's ``--kv-cache-dtype`` (1 byte for fp8).
 """
 from __future__ import annotations
 
 import json
 from importlib import resources
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
 from .errors import ConfigError
+from .quant import QuantSpec, find_quant_config, parse_quant
 
 CATALOG_DIR = Path(str(resources.files("dsim.config").joinpath("catalog")))   # package data
 
@@ -40,6 +46,7 @@ ALIASES = {
     "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
     "01-ai/Yi-34B": "yi-34b",
     "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b-instruct-hf",
+    "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic": "llama-4-scout-17b-16e-instruct-fp8-dynamic",
 }
 
 # model types whose HuggingFace config class defaults tie_word_embeddings to False (the base
@@ -52,6 +59,8 @@ _LAYERNORM = {"opt", "gpt2", "falcon", "gpt_neox", "gpt_bigcode", "phi"}
 _LEARNED_POSITIONS = {"opt": 2, "gpt2": 0, "gpt_bigcode": 0}   # model type -> position offset
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "fp8": 1, "int8": 1}
+# vLLM --kv-cache-dtype -> bytes per KV element (0: the model's dtype)
+KV_CACHE_DTYPES = {"auto": 0, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 def catalog_stem(name: str) -> str | None:
@@ -100,6 +109,8 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     extra_params: int = 0              # norms, biases, learned position embeddings (not matmuls)
+    quant: QuantSpec | None = None     # quantized linear layers (None: every weight is bytes_per_param)
+    kv_cache_bytes: int = 0            # bytes per KV element; 0 = the model dtype (kv_cache_dtype auto)
     source: str = field(default="", compare=False)
 
     # ---- validity (seed 004, BC-1) -------------------------------------------------------
@@ -126,6 +137,55 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    # ---- quantization and KV dtype --------------------------------------------------------
+    @property
+    def compute_dtype(self) -> str:
+        """Input dtype of the quantized GEMMs: fp8 / int8 (W8A8), fp4 or bf16 (weight-only, unquantized)."""
+        return self.quant.compute_dtype if self.quant else "bf16"
+
+    def _part_bytes(self, share: float) -> float:
+        q = self.quant
+        return self.bytes_per_param if q is None else share * q.weight_bytes + (1 - share) * self.bytes_per_param
+
+    @property
+    def attn_bytes_per_param(self) -> float:
+        return self._part_bytes(self.quant.attn_share if self.quant else 0.0)
+
+    @property
+    def mlp_bytes_per_param(self) -> float:
+        """Bytes per MLP / expert weight (the MoE router is counted with them)."""
+        return self._part_bytes(self.quant.mlp_share if self.quant else 0.0)
+
+    @property
+    def lm_head_bytes_per_param(self) -> float:
+        q = self.quant
+        return q.weight_bytes if q and q.lm_head and not self.tie_word_embeddings else self.bytes_per_param
+
+    @property
+    def lm_head_bytes(self) -> float:
+        return self.lm_head_params * self.lm_head_bytes_per_param
+
+    @cached_property
+    def compute_dtype_share(self) -> float:
+        """Share of the linear FLOPs per token (LM head included) that run in ``compute_dtype``."""
+        q = self.quant
+        if q is None:
+            return 0.0
+        quantized = (self.num_layers * self.attn_params_per_layer * q.attn_share
+                     + self.mlp_params_active * q.mlp_share + (self.lm_head_params if q.lm_head else 0))
+        return quantized / (self.active_params or 1)
+
+    @property
+    def kv_bytes_per_element(self) -> int:
+        return self.kv_cache_bytes or self.bytes_per_param
+
+    def with_kv_cache_dtype(self, dtype: str, path: str = "engine.kv_cache_dtype") -> "ModelSpec":
+        """This model with vLLM's ``--kv-cache-dtype`` applied (``auto``: the model dtype)."""
+        if dtype not in KV_CACHE_DTYPES:
+            raise ConfigError(path, dtype, "one of " + ", ".join(KV_CACHE_DTYPES))
+        b = KV_CACHE_DTYPES[dtype]
+        return self if b == self.kv_cache_bytes else replace(self, kv_cache_bytes=b)
 
     @property
     def is_mla(self) -> bool:
@@ -223,19 +283,28 @@ class ModelSpec:
 
     @cached_property
     def weight_bytes(self) -> int:
-        """Bytes of weights resident on the GPUs (all experts, embedding and LM head)."""
-        return self.total_params * self.bytes_per_param
+        """Bytes of weights resident on the GPUs (all experts, embedding and LM head); quantized
+        linear layers at their bytes per weight, the rest at ``bytes_per_param``."""
+        if self.quant is None:
+            return self.total_params * self.bytes_per_param
+        head = 0 if self.tie_word_embeddings else self.lm_head_bytes
+        return int(round(self.num_layers * self.attn_params_per_layer * self.attn_bytes_per_param
+                         + self.mlp_params_total * self.mlp_bytes_per_param + head
+                         + (self.embedding_params + self.extra_params) * self.bytes_per_param))
 
     def layer_weight_bytes(self, experts: float | None = None) -> float:
         """Bytes of the transformer layers' matmul weights (no embedding, no LM head) when
         ``experts`` routed experts per MoE layer are read (default: all of them)."""
         e = self.num_experts if experts is None else experts
-        return (self.num_layers * self.attn_params_per_layer + self._mlp_params(e)) * self.bytes_per_param
+        if self.quant is None:
+            return (self.num_layers * self.attn_params_per_layer + self._mlp_params(e)) * self.bytes_per_param
+        return (self.num_layers * self.attn_params_per_layer * self.attn_bytes_per_param
+                + self._mlp_params(e) * self.mlp_bytes_per_param)
 
     @property
     def expert_bytes(self) -> int:
         """Bytes of one routed expert summed over all MoE layers (0 for a dense model)."""
-        return self._mlp(self.expert_intermediate_size) * self.num_moe_layers * self.bytes_per_param \
+        return self._mlp(self.expert_intermediate_size) * self.num_moe_layers * self.mlp_bytes_per_param \
             if self.is_moe else 0
 
     def kv_shards(self, tp: int) -> int:
@@ -245,8 +314,8 @@ class ModelSpec:
     @cached_property
     def kv_bytes_per_token(self) -> int:
         if self.is_mla:  # compressed latent + decoupled rope key, one per layer
-            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.bytes_per_param
-        return 2 * self.num_layers * self.kv_dim * self.bytes_per_param
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_bytes_per_element
+        return 2 * self.num_layers * self.kv_dim * self.kv_bytes_per_element
 
 
 def _get(cfg: dict, *keys, default=None):
@@ -260,6 +329,7 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
     """Build a ModelSpec from a parsed HuggingFace config.json (multimodal: its text_config)."""
     if not isinstance(cfg, dict):
         raise ConfigError(path, cfg, "a config.json mapping")
+    q_raw, q_path = find_quant_config(cfg, path)
     if isinstance(cfg.get("text_config"), dict):
         outer_dtype = cfg.get("torch_dtype")
         cfg = dict(cfg["text_config"])
@@ -277,9 +347,7 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
     head_dim = int(_get(cfg, "head_dim", default=hidden // heads if heads else 0))
     dtype = str(_get(cfg, "torch_dtype", "dtype", default="bfloat16"))
     bpp = _DTYPE_BYTES.get(dtype.replace("torch.", ""), 2)
-    q = cfg.get("quantization_config") or {}
-    if isinstance(q, dict) and (q.get("quant_method") == "fp8" or "float-quantized" in str(q.get("format", ""))):
-        bpp = 1
+    quant = parse_quant(q_raw, q_path, layers) if q_raw is not None else None
     n_exp = int(_get(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
     if n_exp <= 1:
         n_exp = 0
@@ -330,7 +398,7 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
         qk_rope_head_dim=int(_get(cfg, "qk_rope_head_dim", default=0) or 0) if mla else 0,
         qk_nope_head_dim=int(_get(cfg, "qk_nope_head_dim", default=0) or 0) if mla else 0,
         v_head_dim=int(_get(cfg, "v_head_dim", default=0) or 0) if mla else 0,
-        extra_params=extra, source=source,
+        extra_params=extra, quant=quant, source=source,
     )
     return spec.validate(path)
 

@@ -135,6 +135,7 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
         device = load_device(s.raw("hardware"), "hardware")
         engine = load_engine(s.raw("engine", {}), "engine")
         check_tp(model, engine, "engine")
+        model = model.with_kv_cache_dtype(engine.kv_cache_dtype)
         fleet = single_pool(model, device, engine, s.raw("latency", {}))
     else:
         top = {k: s.raw(k, None) for k in ("model", "hardware", "engine", "latency")}

@@ -42,13 +42,11 @@ class RooflineModel:
         self._flops_head = m.flops_lm_head / tp
         self._flops_pair = m.attn_flops_per_pair / tp
         self._kv_tok = m.kv_bytes_per_token / m.kv_shards(tp)
-        self._inv_flops = 1.0 / (device.peak_flops * compute_efficiency)
+        self._inv_flops = 1.0 / (device.peak_flops_for(m.compute_dtype, m.compute_dtype_share) * compute_efficiency)
         self._inv_bw = 1.0 / (device.hbm_bytes_s * memory_efficiency)
         bpp = m.bytes_per_param
         if m.is_moe:
-            self._expert_bytes = (m.num_moe_layers * 3 * m.hidden_size * m.expert_intermediate_size
-                                  * bpp / tp) if m.gated_mlp else (m.num_moe_layers * 2 * m.hidden_size
-                                                                    * m.expert_intermediate_size * bpp / tp)
+            self._expert_bytes = m.expert_bytes / tp      # one routed expert, all MoE layers (quantized width)
             emb = m.embedding_params * bpp * (0 if m.tie_word_embeddings else 1)
             self._fixed_bytes = (m.weight_bytes - emb) / tp - self._expert_bytes * m.num_experts
         else:

@@ -45,6 +45,7 @@ class DraftProfile:
     throttle_after_s: float | None
     throttle_factor: float
     cooldown_s: float
+    source: str = ""            # where the figures come from (datasheet, memory configuration)
 
     def roofline(self, drafter) -> RooflineModel:
         """The drafter's step-time model on this device."""
@@ -77,7 +78,7 @@ def _build(name: str, d, path: str) -> DraftProfile:
         joules_per_token=s.num("joules_per_token", None, lo=0),
         throttle_after_s=s.num("throttle_after_s", None, lo=0),
         throttle_factor=s.num("throttle_factor", 1.0, lo=0, hi=1, lo_open=True),
-        cooldown_s=s.num("cooldown_s", 60.0, lo=0))
+        cooldown_s=s.num("cooldown_s", 60.0, lo=0), source=s.str("source", ""))
     s.done()
     return p
 
