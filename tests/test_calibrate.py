@@ -217,6 +217,26 @@ def test_cosim_cli_on_real_run(tmp_path, capsys):
     assert "| all | TTFT | mean |" in (out / "cosim.md").read_text()
 
 
+def test_cosim_engine_clock_run_takes_the_latency_model_from_set(tmp_path):
+    """An engine-clock run (no API time) zeroes the API alpha of the model that will run, after
+    --set: --set latency.model=physics used to receive the base roofline's 3-term [0, 0, 0]."""
+    run = load_real(ROOT / "examples" / "real" / "RTX4090_Llama-3.1-8B")
+    assert run.meta.get("clock") == "engine"
+    t = tmp_path / "t.jsonl"
+    phys = replay_scenario(run, None, ["latency.model=physics"], 1, t)
+    assert phys["latency"] == {"model": "physics"}                 # physics keeps its own 11 alpha terms
+    roof = replay_scenario(run, None, [], 1, t)
+    assert roof["latency"]["alpha"] == [0.0, 0.0, 0.0]
+    u5 = replay_scenario(run, {"latency": {"model": "roofline", "alpha": [9, 8, 7]}},
+                         ["latency.model=unified5"], 1, t)
+    assert u5["latency"]["alpha"] == [0.0, 8, 0.0]                 # unified5 keeps a1 (after the last token)
+    kept = replay_scenario(run, None, ["latency.alpha=[5000, 0, 0]"], 1, t)
+    assert kept["latency"]["alpha"] == [5000, 0, 0]                # an explicit --set alpha wins
+    assert main(["cosim", str(ROOT / "examples" / "real" / "RTX4090_Llama-3.1-8B"), "--set", "latency.model=physics",
+                 "--out", str(tmp_path / "c"), "--no-plots"]) == 0
+    assert json.loads((tmp_path / "c" / "cosim.json").read_text())["stages"][0]["metrics"]["e2e"]["ks"] is not None
+
+
 def test_cosim_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "c"
     assert main(["cosim", str(tmp_path / "missing"), "--out", str(out)]) == 2

@@ -132,6 +132,36 @@ def test_capacity_min_replicas_for_a_target_rate():
     assert verdicts[4] and not verdicts[3]
 
 
+def test_capacity_infeasible_slo_is_answered_after_one_probe(tmp_path, monkeypatch, capsys):
+    """An SLO no load meets: the one-request-at-a-time probe misses it (TTFT of an unloaded request
+    is one 10-ms step), so the answer comes after exactly that probe, not after halving the rate."""
+    import dsim.explore.capacity as cap
+    calls = []
+    real = cap.probe
+
+    def counting(source, overrides, *rest):
+        calls.append(list(overrides))
+        return real(source, overrides, *rest)
+    monkeypatch.setattr(cap, "probe", counting)
+    with pytest.raises(dsim.ConfigError, match=r"infeasible: even at .* req/s .*p99_ttft_ms = 10 > 0.001") as e:
+        capacity(CONST, ["ttft_p99_ms=0.001"], out=tmp_path / "c")
+    assert e.value.path.startswith("--slo p99_ttft_ms")
+    assert len(calls) == 1 and calls[0][-1] == "workload.max_concurrency=1"
+    # one request at a time completes 1 / (10 steps x 10 ms) = 10 req/s
+    assert "even at 10 req/s" in str(e.value)
+    assert json.loads((tmp_path / "c" / "capacity.json").read_text())["infeasible"] == str(e.value).split(": ", 1)[1]
+    # the command line says so on one line and exits 2, still after one probe
+    calls.clear()
+    scn = tmp_path / "const.yaml"
+    scn.write_text(yaml.safe_dump(CONST))
+    assert main(["capacity", str(scn), "--slo", "ttft_p99_ms=0.001", "--out", str(tmp_path / "d")]) == 2
+    assert len(calls) == 1 and "infeasible" in capsys.readouterr().err
+    # a feasible SLO: the floor passes and the search goes on from the scenario's rate
+    calls.clear()
+    rec = capacity(CONST, ["ttft_p99_ms=200"], tolerance=0.2)
+    assert rec["floor_probe"]["pass"] and len(calls) == 1 + len(rec["probes"]) and rec["max_rate"] > 20
+
+
 def test_capacity_bad_input():
     with pytest.raises(dsim.ConfigError, match="--slo ttft=3"):
         parse_slos(["ttft=3"])

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 import dsim
 from dsim.latency.blackbox import BlackboxModel
 from dsim.config.generations import generation_for
-from dsim.latency.host import HostStepModel
+from dsim.latency.host import HostStepModel, resolve_host
 from dsim.latency.roofline import RooflineModel
 from dsim.config.model import load_model
 from dsim.config.hardware import load_device
@@ -174,6 +174,8 @@ def test_matches_reference_scheduler_roofline(tmp_path_factory, rows, budget, bs
     # GPU time from the roofline plus the newest engine generation's host costs (the default);
     # budgets here stay within the 512-token CUDA-graph limit, so no eager gaps; API delay off
     m = load_model("meta-llama/Llama-3.1-8B")
-    model = HostStepModel(RooflineModel(m, load_device("H100-SXM"), 1), generation_for(None).host, m.num_layers, 1)
+    # (the preset's Ray terms are paid only with engine.executor: ray; resolve_host drops them here)
+    costs = resolve_host(generation_for(None), {}, "roofline", False)
+    model = HostStepModel(RooflineModel(m, load_device("H100-SXM"), 1), costs, m.num_layers, 1)
     _compare(rows, budget, 4, bs, need + 8, model.step_time, {"model": "roofline", "alpha": [0, 0, 0]},
              tmp_path_factory.mktemp("r"))

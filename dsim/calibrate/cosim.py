@@ -98,13 +98,19 @@ def replay_scenario(run: RealRun, base: dict | None, overrides=(), seed: int | N
             raise ValueError("a per-request run needs trace_path")
         cap = run.scenario["workload"].get("max_concurrency")
         scn["workload"] = {"type": "trace", "path": str(trace_path), **({"max_concurrency": cap} if cap else {})}
-    if run.meta.get("clock") == "engine" and isinstance(scn.get("latency"), dict) \
+    overrides = list(overrides)
+    scn = apply_overrides(scn, overrides)
+    # after --set, so the latency model is the one that will run (--set latency.model=physics
+    # must not receive the 3-term alpha of the base's roofline); an alpha set with --set stays
+    set_alpha = any(o.partition("=")[0].strip() in ("latency", "latency.alpha")
+                    or o.partition("=")[0].strip().startswith("latency.alpha[") for o in overrides)
+    if run.meta.get("clock") == "engine" and isinstance(scn.get("latency"), dict) and not set_alpha \
             and scn["latency"].get("model", "roofline") != "physics":
         # timestamps taken inside the engine (queue entry to token out): no API server, tokenizer
-        # or streaming time is in them, so the replay leaves those costs out
+        # or streaming time is in them, so the replay leaves those costs out (physics' 11 alpha
+        # terms are queueing corrections, not API time: kept)
         a = list(scn["latency"].get("alpha") or [0.0, 0.0, 0.0])
         scn["latency"] = dict(scn["latency"], alpha=[0.0, a[1] if scn["latency"].get("model") == "unified5" else 0.0, 0.0])
-    scn = apply_overrides(scn, list(overrides))
     for key in ("model", "hardware"):
         if not scn.get(key):
             raise ConfigError(key, None, f"the run does not say its {key}: pass --scenario base.yaml or "

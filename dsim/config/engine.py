@@ -39,6 +39,10 @@ def load_offload(raw, path: str) -> "OffloadConfig | None":
 
 # dsim.serving.policies implements them
 SCHEDULING_POLICIES = ("fcfs", "priority", "edf", "age_weighted")
+# vLLM's worker executors (--distributed-executor-backend; V0 before 0.5: --worker-use-ray):
+# ray = workers are Ray actors (also at TP 1), mp = multiprocessing workers, uniproc = the worker
+# runs in the engine's process (TP 1 only)
+EXECUTORS = ("ray", "mp", "uniproc")
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class EngineConfig:
     # vLLM --kv-cache-dtype: auto (the model dtype) | bfloat16 | fp8 | fp8_e4m3 | fp8_e5m2; fp8 stores
     # 1 byte per KV element: half the KV memory per token (about twice the blocks) and KV traffic
     kv_cache_dtype: str = "auto"
+    executor: str = "uniproc"                # ray | mp | uniproc (default: the generation's, uniproc at TP 1)
+    engine_use_ray: bool = False             # V0 --engine-use-ray: the engine runs in a Ray actor
 
     @property
     def generation(self):
@@ -90,8 +96,12 @@ class EngineConfig:
         if self.data_parallel_size > 1 and model.is_moe:      # EP: the routed experts over TP x DP GPUs
             experts = model.expert_bytes * model.num_experts
             weights -= experts / shards * (1 - 1 / self.data_parallel_size)
-        act = (self.max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * 2
-               + self.max_num_seqs * model.vocab_size * 4)
+        layer_act = self.max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * 2
+        if self.generation.profile_activation == "forward":
+            # early engines' profile held every layer's activations of the max_num_batched_tokens
+            # forward pass at its peak (docs/engine-overheads.md, "KV capacity")
+            layer_act *= model.num_layers / self.pipeline_parallel_size
+        act = layer_act + self.max_num_seqs * model.vocab_size * 4
         free = budget - weights - act - self.non_torch_memory_gb * GIB
         per_block = model.kv_bytes_per_token / shards * self.block_size
         blocks = int(free // per_block)
@@ -115,8 +125,9 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
     # V0 engines default to whole-prompt prefill steps and a token budget of max(max_model_len, 2048)
     chunked = s.bool("enable_chunked_prefill", not v0)
     max_len = s.int("max_model_len", 8192, lo=1)
+    tp = s.int("tensor_parallel_size", 1, lo=1)
     e = EngineConfig(
-        tensor_parallel_size=s.int("tensor_parallel_size", 1, lo=1),
+        tensor_parallel_size=tp,
         pipeline_parallel_size=s.int("pipeline_parallel_size", 1, lo=1, hi=1024),
         data_parallel_size=s.int("data_parallel_size", 1, lo=1, hi=1024),
         max_num_seqs=s.int("max_num_seqs", 256, lo=1),
@@ -136,11 +147,19 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         age_weight=s.num("age_weight", 1.0, lo=0, hi=1e6),
         kv_offload=load_offload(s.raw("kv_offload", None), f"{path}.kv_offload"),
         kv_cache_dtype=s.str("kv_cache_dtype", "auto", choices=tuple(KV_CACHE_DTYPES)),
+        executor=s.str("executor", gen.executor if tp > 1 else "uniproc", choices=EXECUTORS),
+        engine_use_ray=s.bool("engine_use_ray", bool(gen.engine_use_ray)),
     )
     if "age_weight" in s.data and e.scheduling_policy != "age_weighted":
         raise ConfigError(f"{path}.age_weight", s.data["age_weight"],
                           "only with scheduling_policy: age_weighted (the other policies do not age)")
     s.done()
+    if e.executor == "uniproc" and tp > 1:
+        raise ConfigError(f"{path}.executor", e.executor, "ray or mp when tensor_parallel_size > 1 (an "
+                          "in-process worker drives one GPU)")
+    if e.engine_use_ray and gen.engine_use_ray is None:
+        raise ConfigError(f"{path}.engine_use_ray", True, f"false with vLLM {version or 'of the newest generation'} "
+                          "(--engine-use-ray exists only before vLLM 0.6)")
     if e.kv_offload is not None and not e.enable_prefix_caching:
         raise ConfigError(f"{path}.kv_offload", "kv_offload", "enable_prefix_caching: true (the CPU tier holds "
                           "prefix-cache blocks)", show_value=False)

@@ -25,6 +25,15 @@ class HostCosts:
     eager_layer_us: float = 0.0
     cudagraph_max_tokens: int = 512
     cudagraph_decode_only: bool = False
+    eager_layer_per_seq_us: float = 0.0      # per decoder layer and request, on the same eager steps
+    # Ray round trips, paid per step only when the engine config selects them (dsim.latency.host)
+    ray_step_us: float = 0.0                 # driver <-> one Ray worker actor (engine.executor: ray, any TP)
+    ray_per_seq_us: float = 0.0              #   ... per request in the step
+    ray_tp_us: float = 0.0                   # Ray executor with TP > 1, beyond one worker's round trip
+    ray_tp_per_seq_us: float = 0.0           #   ... per request in the step
+    ray_tp_per_worker_us: float = 0.0        #   ... per worker beyond the second, x (TP - 2)
+    engine_ray_us: float = 0.0               # API server <-> engine actor (engine.engine_use_ray)
+    engine_ray_per_seq_us: float = 0.0       #   ... per request in the step
 
     def minus(self, ref: "HostCosts") -> "HostCosts":
         """The per-step costs of self beyond ref's.  Launch gaps are not subtracted: they are paid
@@ -34,8 +43,21 @@ class HostCosts:
 
     @property
     def is_zero(self) -> bool:
-        return not (self.step_us or self.per_seq_us or self.per_prefill_us or self.per_worker_us
-                    or self.eager_layer_us)
+        return not any(getattr(self, k) for k in self.__dataclass_fields__
+                       if k not in ("cudagraph_max_tokens", "cudagraph_decode_only"))
+
+    def with_executor(self, executor: str, engine_use_ray: bool, tp: int) -> "HostCosts":
+        """The Ray terms the engine config pays, the others zeroed: ``executor: ray`` pays one
+        worker round trip per step (also at TP 1) and, with TP > 1, the executor's extra;
+        ``engine_use_ray`` the engine actor's round trip."""
+        z = {}
+        if executor != "ray":
+            z.update(ray_step_us=0.0, ray_per_seq_us=0.0)
+        if executor != "ray" or tp < 2:
+            z.update(ray_tp_us=0.0, ray_tp_per_seq_us=0.0, ray_tp_per_worker_us=0.0)
+        if not engine_use_ray:
+            z.update(engine_ray_us=0.0, engine_ray_per_seq_us=0.0)
+        return replace(self, **z)
 
 
 @dataclass(frozen=True)
@@ -50,6 +72,11 @@ class Generation:
     host: HostCosts
     alpha_us: tuple
     provenance: str
+    # what the memory-profiling run's peak holds (EngineConfig.kv_blocks): "layer" = one decoder
+    # layer's activations (they are freed layer by layer); "forward" = every layer's activations of
+    # a max_num_batched_tokens forward pass (the early engines' profile)
+    profile_activation: str = "layer"
+    engine_use_ray: bool | None = None       # default of engine.engine_use_ray; None: no such flag
 
 
 def parse_version(text, path: str = "engine.vllm_version") -> tuple:
@@ -74,7 +101,8 @@ def generations() -> tuple:
             before=parse_version(g["before"]) if g.get("before") else None,
             description=g["description"], scheduler=g["scheduler"], executor=g["executor"],
             cuda_graphs=bool(g["cuda_graphs"]), host=HostCosts(**g["host"]),
-            alpha_us=tuple(float(a) for a in g["alpha_us"]), provenance=" ".join(g["provenance"].split())))
+            alpha_us=tuple(float(a) for a in g["alpha_us"]), provenance=" ".join(g["provenance"].split()),
+            profile_activation=g.get("profile_activation", "layer"), engine_use_ray=g.get("engine_use_ray")))
     return tuple(out)
 
 

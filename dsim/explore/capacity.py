@@ -4,7 +4,14 @@ replicas (any integer resource key) that carry a target load.
 A probe is one normal run.  It passes when, over the measurement window (arrivals after the
 warm-up share), every SLO percentile is met, the queueing delay does not trend upward, and -- when asked -- the share of requests meeting the SLO stays above a floor.  The
 search brackets the answer by doubling/halving from the scenario's own value, then narrows the
-bracket (``jobs`` probes per round, in parallel) to a relative tolerance.  It assumes what
+bracket (``jobs`` probes per round, in parallel) to a relative tolerance.
+
+A max-load search over a rate first probes the lowest meaningful load: the same workload sent one
+request at a time (``workload.max_concurrency=1``: each request leaves when the previous one has
+finished, so nothing ever queues and every latency is the unloaded one; its load is the completed
+rate, 1 / unloaded E2E).  A lower rate only spaces the same unloaded requests further apart, so
+when this probe misses an SLO no load meets it, and the search stops there with "infeasible"
+(a ConfigError naming the SLO: exit code 2) instead of halving the rate towards zero.  It assumes what
 capacity planning assumes: more load never makes a deployment pass, more replicas never make it
 fail.
 """
@@ -123,6 +130,14 @@ class _Search:
         self.args = (source, list(overrides), vary, slos, warmup, min_goodput)
         self.jobs, self.backend, self.address, self.integer = jobs, backend, address, integer
         self.probes: dict = {}
+        self.floor: dict | None = None       # the one-request-at-a-time probe (max-load rate searches)
+
+    def run_floor(self) -> dict:
+        """Probe the lowest meaningful load: the workload one request at a time."""
+        source, ovs, vary, slos, warmup, ming = self.args
+        calls = [(source, ovs + ["workload.max_concurrency=1"], slos, warmup, ming)]
+        self.floor = next(iter(run_calls(probe, calls, 1, self.backend, self.address)))
+        return self.floor
 
     def run(self, values) -> None:
         source, ovs, vary, slos, warmup, ming = self.args
@@ -159,11 +174,27 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
     integer = minimize or isinstance(v0, int) and not vary.endswith("rate")
     src = scenario if isinstance(scenario, dict) else str(scenario)
     s = _Search(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer)
+    if not minimize and vary.endswith("rate"):
+        floor = s.run_floor()
+        if floor["status"] == "ok" and not floor["pass"]:
+            rec = _record(base, s, None, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
+            if out is not None:
+                _write(rec, Path(out), base, plot=False)
+            raise ConfigError(f"--slo {','.join(slos)}", None, infeasible_line(floor, slos), show_value=False)
     answer = _search_min(s, int(v0), max_probes) if minimize else _search_max(s, float(v0), tolerance, max_probes)
     rec = _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
     if out is not None:
         _write(rec, Path(out), base)
     return rec
+
+
+def infeasible_line(floor: dict, slos: dict) -> str:
+    """'infeasible: even at X req/s (one request at a time), p99_ttft_ms = Y > 0.001'."""
+    rate = floor.get("request_throughput") or floor.get("offered_rate") or 0.0
+    missed = [f"{k} = {floor[f'window_{k}']:.4g} > {b:g}" for k, b in slos.items()
+              if floor.get(f"window_{k}") is not None and floor[f"window_{k}"] > b]
+    why = ", ".join(missed) or "; ".join(floor.get("reasons", []))
+    return f"infeasible: even at {rate:.4g} req/s (one request at a time), {why}"
 
 
 def _split(s: _Search, values) -> tuple:
@@ -239,6 +270,11 @@ def _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_good
            "tolerance": tol, "criteria": {"queue_delay_trend_limit": f"{GROWTH_LIMIT * 1e3:.0f} ms per s of arrivals",
                                           "window": f"arrivals after the first {warmup:.0%} of the arrival span"},
            "probes": rows}
+    if s.floor is not None:
+        rec["floor_probe"] = {k: s.floor[k] for k in keep if k in s.floor} | {
+            k: s.floor[k] for k in s.floor if k.startswith("window_") or k in slos}
+        if not s.floor["pass"] and s.floor["status"] == "ok":
+            rec["infeasible"] = infeasible_line(s.floor, slos)
     at = s.probes.get(answer) if answer is not None else None
     if minimize:
         rec.update(mode="min_resource", target_rate=target_rate, min_value=answer)
@@ -257,6 +293,10 @@ def answer_line(rec: dict) -> str:
     at = rec.get("at_answer") or {}
     if rec["mode"] == "max_load":
         v = rec["max_value"]
+        if rec.get("infeasible"):
+            return f"{rec['scenario']}: {rec['infeasible']}"
+        if v is None and not rec["probes"]:
+            return f"{rec['scenario']}: no load probed"
         if v is None:
             return f"{rec['scenario']}: no load passes ({slo}) down to {rec['probes'][0]['value']:g}"
         tail = f"; {at['efficiency_gpus']:.0f} GPUs" if at.get("efficiency_gpus") else ""
@@ -268,15 +308,16 @@ def answer_line(rec: dict) -> str:
     return f"{rec['scenario']}: min {rec['vary']} = {v} for {rec['target_rate']:g} req/s within {slo}"
 
 
-def _write(rec: dict, out: Path, base) -> None:
+def _write(rec: dict, out: Path, base, plot: bool = True) -> None:
     import json
 
     from .plots import capacity_plot
     write_atomic(out / "capacity.json", json.dumps(rec, indent=2, sort_keys=True, default=str) + "\n")
     answer = rec.get("max_value", rec.get("min_value"))
     title = f"{base.name}: {base.model.name} on {base.device.name}"
-    capacity_plot(rec["probes"], answer, rec["slos"], out / "capacity.png", title=title,
-                  xlabel=rec["vary"])
+    if plot:
+        capacity_plot(rec["probes"], answer, rec["slos"], out / "capacity.png", title=title,
+                      xlabel=rec["vary"])
     write_atomic(out / "capacity.md", card(rec, title))
 
 
@@ -311,5 +352,11 @@ def card(rec: dict, title: str) -> str:
         cells += ["n/a" if p.get(f"window_{k}") is None else f"{p[f'window_{k}']:.1f}" for k in slos]
         cells.append("; ".join(p.get("reasons", [])))
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "![capacity](capacity.png)", ""]
+    fl = rec.get("floor_probe")
+    if fl:
+        lines += ["", f"Lowest load probed first (one request at a time): {fl.get('request_throughput', float('nan')):.3g} "
+                  f"req/s, {'passes' if fl['pass'] else 'fails: ' + '; '.join(fl.get('reasons', []))}."]
+    if not rec.get("infeasible"):
+        lines += ["", "![capacity](capacity.png)"]
+    lines += [""]
     return "\n".join(lines)

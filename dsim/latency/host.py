@@ -26,17 +26,19 @@ LAUNCH_BOUND_TOKENS = 512
 FITTED_ON = {"unified5": "v1", "physics": "v1", "blackbox": "v1", "calibrated_tps": "v1"}
 
 
-def resolve_host(gen: Generation, overrides: dict, model_kind: str, enforce_eager: bool) -> HostCosts:
+def resolve_host(gen: Generation, overrides: dict, model_kind: str, enforce_eager: bool,
+                 executor: str = "uniproc", engine_use_ray: bool = False, tp: int = 1) -> HostCosts:
     """Host costs a replica pays on top of its latency model: the generation's (with overrides),
-    minus the reference generation's for models fitted end to end."""
-    costs = replace(gen.host, **overrides)
+    the Ray round trips its executor and ``engine_use_ray`` select (the others zeroed), minus the
+    reference generation's costs for models fitted end to end (their runs had no Ray terms)."""
+    costs = replace(gen.host, **overrides).with_executor(executor, engine_use_ray, tp)
     if enforce_eager:
         costs = replace(costs, cudagraph_max_tokens=0)
     ref = FITTED_ON.get(model_kind)
     if ref is not None:
         costs = costs.minus(by_name(ref).host)
     if costs.cudagraph_max_tokens >= LAUNCH_BOUND_TOKENS and not costs.cudagraph_decode_only:
-        costs = replace(costs, eager_layer_us=0.0)      # every step that could show gaps is captured
+        costs = replace(costs, eager_layer_us=0.0, eager_layer_per_seq_us=0.0)   # every step that could show gaps is captured
     return costs
 
 
@@ -44,8 +46,11 @@ class HostStepModel:
     """A latency model's GPU time plus the engine's host time per step.
 
     host = step + per_seq x requests + per_prefill x prefilling requests + per_worker x (TP - 1)
-    (+ eager_layer x layers when a step of at most LAUNCH_BOUND_TOKENS tokens is not replayed
-    from a CUDA graph).  Steps are serial in the engines modelled (no overlap of one step's host
+    + the Ray round trips resolve_host kept: ray_step + ray_per_seq x requests (workers are Ray
+    actors), ray_tp + ray_tp_per_seq x requests + ray_tp_per_worker x (TP - 2) (Ray executor at
+    TP > 1), engine_ray + engine_ray_per_seq x requests (engine in a Ray actor)
+    (+ (eager_layer + eager_layer_per_seq x requests) x layers when a step of at most
+    LAUNCH_BOUND_TOKENS tokens is not replayed from a CUDA graph).  Steps are serial in the engines modelled (no overlap of one step's host
     work with the previous step's kernels).
     """
 
@@ -54,10 +59,13 @@ class HostStepModel:
         self._gpu_step = gpu.step_time
         self.name = getattr(gpu, "name", "model")
         self.costs = costs
-        self._fixed = (costs.step_us + costs.per_worker_us * (tp - 1)) * 1e-6
-        self._seq = costs.per_seq_us * 1e-6
-        self._pre = costs.per_prefill_us * 1e-6
-        self._eager = costs.eager_layer_us * num_layers * 1e-6
+        c = costs
+        self._fixed = (c.step_us + c.per_worker_us * (tp - 1) + c.ray_step_us + c.ray_tp_us
+                       + c.ray_tp_per_worker_us * max(tp - 2, 0) + c.engine_ray_us) * 1e-6
+        self._seq = (c.per_seq_us + c.ray_per_seq_us + c.ray_tp_per_seq_us + c.engine_ray_per_seq_us) * 1e-6
+        self._pre = c.per_prefill_us * 1e-6
+        self._eager = c.eager_layer_us * num_layers * 1e-6
+        self._eager_seq = c.eager_layer_per_seq_us * num_layers * 1e-6
         self._graph_max = costs.cudagraph_max_tokens
         self._decode_only = costs.cudagraph_decode_only
 
@@ -68,16 +76,16 @@ class HostStepModel:
 
     def host_time(self, b: BatchShape) -> float:
         t = self._fixed + self._seq * (b.num_prefill + b.decode_tokens) + self._pre * b.num_prefill
-        if self._eager:
+        if self._eager or self._eager_seq:
             tokens = b.prefill_tokens + b.decode_tokens
             if tokens <= LAUNCH_BOUND_TOKENS and (tokens > self._graph_max or (self._decode_only and b.prefill_tokens)):
-                t += self._eager
+                t += self._eager + self._eager_seq * (b.num_prefill + b.decode_tokens)
         return t
 
     def step_time(self, b: BatchShape) -> float:
         if not (b.prefill_tokens or b.decode_tokens):
             return self._gpu_step(b)
-        if self._eager:
+        if self._eager or self._eager_seq:
             t = self._gpu_step(b) + self.host_time(b)
         else:       # the common case, inlined: this runs once per simulated step
             t = (self._gpu_step(b) + self._fixed + self._seq * (b.num_prefill + b.decode_tokens)
@@ -89,7 +97,7 @@ class HostStepModel:
         gpu = decode_curve(self.gpu, n, running)
         if not n:
             return gpu
-        if self._eager:
+        if self._eager or self._eager_seq:
             host = self.host_time(BatchShape(decode_tokens=n, num_sampled=n, running=running))
 
             def curve(ctx: int) -> float:

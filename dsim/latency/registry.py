@@ -166,7 +166,7 @@ def _with_host(kind, step, queueing, ctx, overrides, desc):
     """Add the engine generation's host costs (dsim.latency.host) to a built model."""
     e = ctx.engine
     gen = e.generation
-    costs = resolve_host(gen, overrides, kind, e.enforce_eager)
+    costs = resolve_host(gen, overrides, kind, e.enforce_eager, e.executor, e.engine_use_ray, e.tensor_parallel_size)
     ref = FITTED_ON.get(kind)
     if ref is not None and isinstance(queueing, AlphaModel):
         d = [a - b for a, b in zip(gen.alpha_us, by_name(ref).alpha_us)]
