@@ -237,6 +237,16 @@ def test_cosim_engine_clock_run_takes_the_latency_model_from_set(tmp_path):
     assert json.loads((tmp_path / "c" / "cosim.json").read_text())["stages"][0]["metrics"]["e2e"]["ks"] is not None
 
 
+def test_simulate_run_with_a_latency_section_applies_the_engine_clock_rule():
+    """Fits and validation pass their own latency section: an engine-clock replay must still drop
+    the API alpha (it used to keep it, so held-out errors carried 15 ms of API time they never had)."""
+    from dsim.calibrate.cosim import simulate_run
+    run = load_real(ROOT / "examples" / "real" / "RTX4090_Llama-3.1-8B")
+    _, scn = simulate_run(run, None, [], 1,
+                          {"model": "roofline", "alpha": [15000.0, 0.3, 0.0]})
+    assert scn["latency"]["alpha"] == [0.0, 0.0, 0.0]
+
+
 def test_cosim_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "c"
     assert main(["cosim", str(tmp_path / "missing"), "--out", str(out)]) == 2

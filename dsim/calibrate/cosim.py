@@ -104,13 +104,8 @@ def replay_scenario(run: RealRun, base: dict | None, overrides=(), seed: int | N
     # must not receive the 3-term alpha of the base's roofline); an alpha set with --set stays
     set_alpha = any(o.partition("=")[0].strip() in ("latency", "latency.alpha")
                     or o.partition("=")[0].strip().startswith("latency.alpha[") for o in overrides)
-    if run.meta.get("clock") == "engine" and isinstance(scn.get("latency"), dict) and not set_alpha \
-            and scn["latency"].get("model", "roofline") != "physics":
-        # timestamps taken inside the engine (queue entry to token out): no API server, tokenizer
-        # or streaming time is in them, so the replay leaves those costs out (physics' 11 alpha
-        # terms are queueing corrections, not API time: kept)
-        a = list(scn["latency"].get("alpha") or [0.0, 0.0, 0.0])
-        scn["latency"] = dict(scn["latency"], alpha=[0.0, a[1] if scn["latency"].get("model") == "unified5" else 0.0, 0.0])
+    if not set_alpha and "latency" in scn:
+        scn["latency"] = engine_clock_latency(run, scn["latency"])
     for key in ("model", "hardware"):
         if not scn.get(key):
             raise ConfigError(key, None, f"the run does not say its {key}: pass --scenario base.yaml or "
@@ -124,14 +119,25 @@ def trace_text(rows) -> str:
                    + "\n" for r in rows)
 
 
+def engine_clock_latency(run: RealRun, lat):
+    """The latency section a replay of ``run`` uses: timestamps taken inside the engine (queue entry
+    to token out) hold no API server, tokenizer or streaming time, so their replay leaves those
+    costs out (physics' 11 alpha terms are queueing corrections, not API time: kept)."""
+    if run.meta.get("clock") != "engine" or not isinstance(lat, dict) or lat.get("model", "roofline") == "physics":
+        return lat
+    a = list(lat.get("alpha") or [0.0, 0.0, 0.0])
+    return dict(lat, alpha=[0.0, a[1] if lat.get("model") == "unified5" else 0.0, 0.0])
+
+
 def simulate_run(run: RealRun, base=None, overrides=(), seed: int | None = None, latency=None):
-    """Run dsim on the real run's workload.  Returns (Result, scenario mapping used)."""
+    """Run dsim on the real run's workload.  Returns (Result, scenario mapping used).  A ``latency``
+    section given here replaces the scenario's, with the engine-clock rule applied to it too."""
     from ..runner import run as run_scenario
     with tempfile.TemporaryDirectory() as td:
         tr = Path(td) / "replay.jsonl"
         scn = replay_scenario(run, base, overrides, seed, tr if run.trace_rows is not None else None)
         if latency is not None:
-            scn["latency"] = copy.deepcopy(latency)
+            scn["latency"] = engine_clock_latency(run, copy.deepcopy(latency))
         if run.trace_rows is not None:
             tr.write_text(trace_text(replay_rows(run, scn.get("seed", 42))))
         res = run_scenario(load_scenario(scn), keep_steps=True)
