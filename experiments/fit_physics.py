@@ -32,7 +32,6 @@ from scipy.optimize import minimize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cosim_real as C  # noqa: E402
-from fit_roofline import loss  # noqa: E402
 
 OUT = C.ROOT / "dsim" / "latency" / "coefficients" / "physics_default.yaml"
 NAMES = ("compute_scale", "memory_scale", "step_bias_s", "queue_bias_s")
@@ -65,6 +64,13 @@ def write(path, theta, trained_on, method) -> None:
     Path(path).write_text("# Physics-normalized model coefficients (seed 000 Observation G format).\n"
                           "# Written by experiments/fit_physics.py; units: seconds per feature unit.\n"
                           + yaml.safe_dump(doc, sort_keys=False))
+
+
+def loss(rows) -> float:
+    """mean |log(sim / real)| of the per-stage means (rows from cosim_real: ..., real stats, sim stats)."""
+    v = [abs(np.log(sim["mean"] / real["mean"])) for *_, real, sim in rows
+         if real.get("mean") and sim.get("mean") and np.isfinite(real["mean"])]
+    return float(np.mean(v)) if v else float("inf")
 
 
 def evaluate(theta, runs, kind) -> float:

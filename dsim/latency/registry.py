@@ -13,6 +13,7 @@ from ..config.fields import Section, check_number
 from ..config.generations import HostCosts, by_name
 from .base import AlphaModel, LatencyContext
 from .blackbox import BlackboxModel
+from .credibility import credibility_warnings
 from .calibrated_tps import CalibratedTPSModel
 from .host import FITTED_ON, HostStepModel, resolve_host
 from .roofline import RooflineModel
@@ -205,6 +206,11 @@ def build_latency(data, ctx: LatencyContext, path: str = "latency"):
         if fitted_on != ctx.device.name and "warning" not in desc:
             desc["warning"] = (f"{kind} coefficients were fitted on {fitted_on}, this replica runs on "
                                f"{ctx.device.name}: expect larger errors (calibrate on this GPU)")
+    shipped = {"unified5": "beta" not in s.data and "coefficients" not in s.data,
+               "physics": "coefficients" not in s.data}.get(kind, True)
+    warn = credibility_warnings(kind, getattr(step, "beta", None), shipped)
+    if warn:
+        desc["warning"] = "; ".join(([desc["warning"]] if desc.get("warning") else []) + warn)
     step, queueing = _with_host(kind, step, queueing, ctx, overrides, desc)
     if isinstance(queueing, AlphaModel):
         desc["alpha_us"] = list(queueing.us[:3])
