@@ -155,8 +155,9 @@ def main():
                      "heldout_wape": round(held["wape"], 4), "heldout_wape_le64_tokens": round(held_small["wape"], 4),
                      "heldout_bias": round(held["bias"], 4), "flat_roofline_heldout_wape": round(old["wape"], 4),
                      "lomo_wape": {str(mm): round(e["wape"], 4) for mm, e in lomo.items()}}
-        # fixture: the held-out model, TP 1 and 4, every op, a spread of token counts
-        for j in np.flatnonzero(test & np.isin(d["tp"], (1, 4)) & np.isin(d["m"], (1, 8, 32, 64, 128, 512, 2048, 4096))):
+        # fixture: the held-out model, every TP and op, token counts on a log grid
+        grid = sorted({2 ** i for i in range(13)} | {3 * 2 ** i for i in range(11)})
+        for j in np.flatnonzero(test & np.isin(d["m"], grid)):
             fixture.append((gpu, str(d["model"][j]), int(d["tp"][j]), str(d["op"][j]), int(d["m"][j]), int(d["n"][j]),
                             int(d["k"][j]), f"{d['t'][j] * 1e3:.6g}"))
     if a.check:

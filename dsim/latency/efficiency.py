@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+import numpy as np
 import yaml
 
 PARAMS = ("c_max", "m_half", "a", "w_half", "b_max", "b_half", "t0_us")
@@ -69,15 +70,16 @@ class GemmCurve:
     b_half: float
     t0_us: float
 
-    def compute_efficiency(self, m: float, nk: float) -> float:
-        """Achieved fraction of peak FLOP/s for m tokens against an n x k weight (0 < e < c_max < 1)."""
-        if m <= 0 or nk <= 0:
+    def compute_efficiency(self, m, nk):
+        """Achieved fraction of peak FLOP/s for m tokens against an n x k weight (0 < e < c_max < 1);
+        scalars or numpy arrays."""
+        if np.any(np.asarray(m) <= 0) or np.any(np.asarray(nk) <= 0):
             raise ValueError(f"GEMM shape must be positive: m={m}, n*k={nk}")
         return self.c_max * _sat(m / self.m_half, self.a) * _sat(nk / self.w_half, 1.0)
 
-    def memory_efficiency(self, nbytes: float) -> float:
+    def memory_efficiency(self, nbytes):
         """Achieved fraction of HBM bandwidth streaming ``nbytes`` in one kernel (0 < e < b_max < 1)."""
-        if nbytes <= 0:
+        if np.any(np.asarray(nbytes) <= 0):
             raise ValueError(f"GEMM bytes must be positive: {nbytes}")
         return self.b_max * _sat(nbytes / self.b_half, 1.0)
 
