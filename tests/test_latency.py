@@ -9,7 +9,7 @@ from dsim.latency.roofline import RooflineModel
 
 L8 = load_model("meta-llama/Llama-3.1-8B")
 H100 = load_device("H100-SXM")
-PLAIN = dict(compute_efficiency=1.0, memory_efficiency=1.0, overlap=1.0)
+PLAIN = dict(compute_efficiency=1.0, memory_efficiency=1.0, overlap=1.0, curve=False)   # the flat formula
 
 
 def test_decode_step_is_memory_bound_weights_plus_kv():

@@ -22,7 +22,7 @@ import numpy as np
 from ..config.errors import ConfigError
 from .realrun import RealRun
 
-MAX_WINDOW_PREFILLS = 20_000_000     # (window, prefill) pairs stage 1 holds in memory
+MAX_WINDOW_PREFILLS = 2_000_000      # (window, prefill) pairs stage 1 holds in memory (x GEMM kinds)
 TARGETS = (("e2e", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("tpot", "p50"))
 
 
@@ -92,8 +92,10 @@ def start_latency(kind: str, ctx) -> dict:
 
 # ---- stage 1: step time from per-request decode windows --------------------------------------------
 def window_terms(run: RealRun, ctx) -> dict | None:
-    """Per decode window of ``run``: its mean step time and the physical terms of its steps at peak
-    hardware (seconds of HBM traffic and of decode FLOPs, TP communication), and each prefill that
+    """Per decode window of ``run``: its mean step time and the physical terms of its steps as the
+    roofline costs them at unit multipliers (per GEMM kind and for attention: seconds of memory
+    traffic and of compute on the device's GEMM efficiency curves; launch floors and TP
+    communication as known time), and each prefill that
     completed inside it (its FLOP time), so the fit can cost a prefill step as the roofline does,
     max(memory, decode + prefill compute), instead of averaging compute over the window.  None
     without per-request first/last token times or with fewer than 8 windows."""
@@ -104,24 +106,27 @@ def window_terms(run: RealRun, ctx) -> dict | None:
     w = decode_windows(t["first_s"], t["last_s"], t["prompt"], t["output"])
     if len(w.tpot_s) < 8:
         return None
+    from ..latency.roofline import ATTN_COMPUTE, ATTN_MEMORY, RooflineModel
     m, d, e = ctx.model, ctx.device, ctx.engine
     tp = e.tensor_parallel_size
-    kv_tok = m.kv_bytes_per_token / m.kv_shards(tp)
-    weights = (m.layer_weight_bytes(m.experts_per_token if m.is_moe else None)
-               + m.lm_head_params * m.bytes_per_param) / tp     # read once per decode step
-    mem = (weights + kv_tok * (w.ctx_sum + w.batch)) / d.hbm_bytes_s             # s at peak bandwidth
-    comp = ((m.flops_per_token_linear + m.flops_lm_head) * w.batch
-            + m.attn_flops_per_pair * w.ctx_sum) / tp / d.peak_flops                 # s at peak FLOP/s
+    roof = RooflineModel(m, d, tp)        # unit multipliers: the GEMM curves of this device
+    kv_s = m.kv_bytes_per_token / m.kv_shards(tp) / (d.hbm_bytes_s * ATTN_MEMORY)    # s per KV token
+    pair_s = m.attn_flops_per_pair / tp / (d.peak_flops * ATTN_COMPUTE)               # s per attended pair
+    # decode steps of each window: per GEMM kind (compute s, memory s) at the window's mean batch,
+    # attention as one more kind
+    dc, dm, floor = roof.gemm_terms(w.batch, w.batch)
+    comp = np.column_stack([dc, pair_s * w.ctx_sum])
+    mem = np.column_stack([dm, kv_s * (w.ctx_sum + w.batch)])
     # the prefill steps inside each window: first tokens that came in (first, last] of it; first tokens
-    # closer together than a tenth of the median step came from one step, which costs their summed FLOPs
+    # closer together than a tenth of the median step came from one step, which costs their summed tokens
     f = np.asarray(t["first_s"], float)
     new = np.asarray(t["prompt"], float) - np.asarray(t.get("cached") or np.zeros(len(f)), float)
     order = np.argsort(f, kind="stable")
     fs, pf = f[order], new[order]
-    flops = m.flops_per_token_linear * pf + m.attn_flops_per_pair * pf * (pf + 1) / 2 + m.flops_lm_head
     group = np.concatenate([[0], np.cumsum(np.diff(fs) > 0.1 * float(np.median(w.tpot_s)))])
     g_time = fs[np.searchsorted(group, np.arange(group[-1] + 1))]
-    g_comp = np.bincount(group, flops) / tp / d.peak_flops
+    g_tok, g_pairs = np.bincount(group, pf), np.bincount(group, pf * (pf + 1) / 2)
+    g_seqs = np.bincount(group)
     first = f[w.index]
     last = np.asarray(t["last_s"], float)[w.index]
     lo, hi = np.searchsorted(g_time, first, side="right"), np.searchsorted(g_time, last, side="right")
@@ -131,14 +136,19 @@ def window_terms(run: RealRun, ctx) -> dict | None:
                           f"stage 1 (this run has {int(count.sum())}); calibrate on a shorter slice", show_value=False)
     owner = np.repeat(np.arange(len(count)), count)
     which = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count) + np.repeat(lo, count)
-    pf_comp = g_comp[which]
-    known = np.zeros_like(w.tpot_s)
+    # a prefill step: the window's decoders plus the prefill tokens, sampling one token per sequence
+    b_o, ctx_o, tok = w.batch[owner], w.ctx_sum[owner], g_tok[which]
+    pc, pm, _ = roof.gemm_terms(b_o + tok, b_o + g_seqs[which])
+    pf_comp = np.column_stack([pc, pair_s * (ctx_o + g_pairs[which])])
+    pf_mem = np.column_stack([pm, kv_s * (ctx_o + b_o + tok)])
+    known = floor.copy()                  # GEMM launch floors: the same in every step
     if tp > 1:          # the ring all-reduce the roofline adds, per step
         ring = 2.0 * (tp - 1) / tp
         known += 2 * m.num_layers * (d.interconnect_latency_s + ring * w.batch * m.hidden_size
                                      * m.bytes_per_param / d.interconnect_bytes_s)
     return {"tpot": w.tpot_s, "batch": w.batch, "mem": mem, "comp": comp, "known": known,
-            "steps": w.steps, "prefills": count.astype(float), "owner": owner, "pf_comp": pf_comp}
+            "steps": w.steps, "prefills": count.astype(float), "owner": owner, "pf_comp": pf_comp,
+            "pf_mem": pf_mem}
 
 
 def stage1(runs, ctxs, lat: dict) -> dict | None:
@@ -161,16 +171,15 @@ def stage1(runs, ctxs, lat: dict) -> dict | None:
     y = cat["tpot"] - cat["known"]
     batch, mem, comp, steps = cat["batch"], cat["mem"], cat["comp"], cat["steps"]
     plain = np.maximum(steps - cat["prefills"], 0.0)
-    owner, pf_comp = cat["owner"], cat["pf_comp"]
+    owner, pf_comp, pf_mem = cat["owner"], cat["pf_comp"], cat["pf_mem"]
     serial = 1.0 - float(lat.get("overlap", 1.0))
 
-    def gpu(tm, tc):
-        return np.maximum(tm, tc) + serial * np.minimum(tm, tc)
+    def gpu(tm, tc):     # per GEMM kind (and attention), summed: the roofline's step
+        return (np.maximum(tm, tc) + serial * np.minimum(tm, tc)).sum(axis=-1)
 
     def model(c):
-        tm = c[2] * mem
-        with_pf = gpu(tm[owner], c[3] * (comp[owner] + pf_comp))
-        total = plain * gpu(tm, c[3] * comp) + np.bincount(owner, with_pf, minlength=len(y))
+        with_pf = gpu(c[2] * pf_mem, c[3] * pf_comp)
+        total = plain * gpu(c[2] * mem, c[3] * comp) + np.bincount(owner, with_pf, minlength=len(y))
         return c[0] + c[1] * batch + total / np.maximum(plain + cat["prefills"], 1.0)
 
     def resid(c):

@@ -53,7 +53,7 @@ class DraftProfile:
                             hbm_bytes_s=self.mem_gb_s * 1e9 * drafter.bytes_per_param * 8 / self.weight_bits,
                             memory_bytes=self.memory_gb * 1e9, interconnect_bytes_s=1e9, interconnect_latency_s=0.0,
                             tdp_w=self.power_w)
-        return RooflineModel(drafter, dev, 1, compute_efficiency=self.compute_efficiency,
+        return RooflineModel(drafter, dev, 1, curve=False, compute_efficiency=self.compute_efficiency,
                              memory_efficiency=self.memory_efficiency, step_overhead_us=self.step_overhead_ms * 1e3)
 
 
