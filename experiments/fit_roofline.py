@@ -6,8 +6,7 @@ What is fitted is what no measurement in the repository gives directly: the newe
 generation's host costs per step (``step_us``), per request in the step (``per_seq_us``), per
 extra tensor-parallel worker (``per_worker_us``: V1's multiprocessing executor broadcasts each
 step to its workers and gathers their outputs), the API server's cost before queueing (``a0_us``,
-``a1_us`` per prompt token; only runs timed by an HTTP client see it), and the share of
-compute/memory overlap. The GEMM efficiencies are not fitted here: they come from vidur's
+``a1_us`` per prompt token; only runs timed by an HTTP client see it). The GEMM efficiencies are not fitted here: they come from vidur's
 measured kernels (dsim/latency/efficiency.py); ``memory_efficiency`` and ``compute_efficiency``
 are multipliers on those curves and stay free only with ``--free-efficiency``.
 
@@ -39,13 +38,13 @@ from dsim.calibrate.realrun import load_real  # noqa: E402
 REAL = ROOT.parent / "shared" / "data" / "real"
 # name -> (start, low, high): fitted in log space between the bounds (logit for fractions)
 HOST = {"step_us": (600.0, 50.0, 5000.0), "per_seq_us": (5.0, 0.5, 400.0), "per_worker_us": (300.0, 5.0, 5000.0),
-        "a0_us": (12000.0, 1000.0, 40000.0), "a1_us": (1.0, 0.01, 30.0), "overlap": (0.9, 0.05, 0.999)}
+        "a0_us": (12000.0, 1000.0, 40000.0), "a1_us": (1.0, 0.01, 30.0)}
 EFF = {"compute_efficiency": (1.0, 0.5, 1.2), "memory_efficiency": (1.0, 0.5, 1.2)}
 METRICS = (("ttft", "p50"), ("tpot", "p50"), ("e2e", "mean"))
 
 
 def latency(p: dict) -> dict:
-    lat = {"model": "roofline", "overlap": p["overlap"], "alpha": [p["a0_us"], p["a1_us"], 0.0],
+    lat = {"model": "roofline", "alpha": [p["a0_us"], p["a1_us"], 0.0],
            "host": {"step_us": p["step_us"], "per_seq_us": p["per_seq_us"], "per_worker_us": p["per_worker_us"]}}
     for k in EFF:
         if k in p:

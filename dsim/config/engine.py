@@ -71,6 +71,11 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     executor: str = "uniproc"                # ray | mp | uniproc (default: the generation's, uniproc at TP 1)
     engine_use_ray: bool = False             # V0 --engine-use-ray: the engine runs in a Ray actor
+    # vLLM --async-scheduling: the scheduler plans step n+1 while step n runs, so a request that
+    # arrives during step n first runs in step n+2 (one step more to its first token).  Default
+    # (unset): on from vLLM 0.13 (ASYNC_SCHEDULING_SINCE) when the workers run in their own processes
+    # (TP > 1 with pipeline_parallel_size 1); vLLM of that time turned it off with one in-process worker
+    async_scheduling: bool = False
 
     @property
     def generation(self):
@@ -113,6 +118,19 @@ class EngineConfig:
         return blocks
 
 
+# first vLLM release that turned --async-scheduling on by default (vllm-project/vllm #27614, late 2025)
+ASYNC_SCHEDULING_SINCE = (0, 13, 0)
+
+
+def _async_default(version, gen, tp: int, data: dict) -> bool:
+    """vLLM's default: on since ASYNC_SCHEDULING_SINCE for a V1 engine whose workers run in other
+    processes (TP > 1, no pipeline parallelism); off with one in-process worker (UniProcExecutor)."""
+    from .generations import parse_version
+    if gen.scheduler != "v1" or tp <= 1 or int(data.get("pipeline_parallel_size", 1) or 1) > 1:
+        return False
+    return version is None or parse_version(str(version)) >= ASYNC_SCHEDULING_SINCE
+
+
 def load_engine(data, path: str = "engine") -> EngineConfig:
     """Validate the ``engine`` mapping (seed 004, BC-2)."""
     from .generations import generation_for
@@ -149,6 +167,7 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         kv_cache_dtype=s.str("kv_cache_dtype", "auto", choices=tuple(KV_CACHE_DTYPES)),
         executor=s.str("executor", gen.executor if tp > 1 else "uniproc", choices=EXECUTORS),
         engine_use_ray=s.bool("engine_use_ray", bool(gen.engine_use_ray)),
+        async_scheduling=s.bool("async_scheduling", _async_default(version, gen, tp, s.data)),
     )
     if "age_weight" in s.data and e.scheduling_policy != "age_weighted":
         raise ConfigError(f"{path}.age_weight", s.data["age_weight"],

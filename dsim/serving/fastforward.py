@@ -91,6 +91,7 @@ class FastForward:
         dur, n_dec = self._tail
         self._tail = None
         t_end = self.env.now
+        self._step_t0, self._step_t1 = t_end - dur, t_end
         self.num_steps += 1
         self.ff_steps += 1
         self.busy_time += dur

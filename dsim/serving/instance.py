@@ -136,6 +136,9 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         self.busy_time = 0.0
         self._wake = None
         self._last_now = 0.0
+        self._async = self.engine.async_scheduling
+        self._step_t0 = self._step_t1 = -1.0   # the last step's start and end (async scheduling's cutoff)
+        self._cutoff = None
         self.on_check = None             # fleet-level check run after this replica's invariants
         self.dp_group = None             # dsim.serving.dataparallel.DPGroup of a DP rank
         self._leaving: dict = {}         # rid -> callback: running requests to migrate at the step end
@@ -254,7 +257,13 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
                         self._end_tail()
                     continue
             n_pre0 = self.num_preemptions
+            # async scheduling: this step was planned while the previous one ran, so requests that
+            # arrived after that one started wait a step (unless nothing else would run)
+            self._cutoff = self._step_t0 if self._async and self._step_t1 == now else None
             prefills, n_dec, skipped, gap_dec = self._schedule(now)
+            if self._cutoff is not None and not prefills and not n_dec and not self._spec_sched:
+                self._cutoff = None
+                prefills, n_dec, skipped, gap_dec = self._schedule(now)
             if not prefills and not n_dec and not self._spec_sched:
                 if self.spec_dec and len(self.spec_dec) == len(self.running):
                     # every running request waits for drafts from its device: sleep until one arrives
@@ -338,6 +347,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
             else:                            # DP ranks step together (dsim.serving.dataparallel)
                 dur = yield self.dp_group.join(dur, shape.prefill_tokens + shape.decode_tokens)
             t_end = env.now
+            self._step_t0, self._step_t1 = now, t_end
             self.num_steps += 1
             self.busy_time += dur
             # skipped decoders do not advance: rebase them to the post-step counter

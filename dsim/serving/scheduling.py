@@ -56,10 +56,13 @@ class SchedulerIteration:
         thr = e.long_prefill_token_threshold
         watermark = int(0.01 * kv.total) if whole_prompts else 0
         tier = self.tier
+        cutoff = self._cutoff
         while waiting and budget > 0:
             if len(running) >= max_seqs:
                 break
             r = waiting[0]
+            if cutoff is not None and r.t_scheduled is None and r.t_queued > cutoff:
+                break                    # arrived after this step was planned (async scheduling)
             n_tok = r.num_tokens
             hit_hashes = ()
             loaded = ()                  # blocks loaded from the CPU tier for this admission (sync)
