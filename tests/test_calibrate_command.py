@@ -74,10 +74,13 @@ def test_round_trip_recovers_known_terms(tmp_path):
     assert (tmp_path / "cal" / "calibrated.yaml").is_file() and (tmp_path / "cal" / "report.md").is_file()
 
 
-def test_stage1_fits_runs_of_two_models_jointly(tmp_path):
-    """Runs of a 1B and an 8B model on one GPU and engine share the host and efficiency terms."""
+@pytest.mark.parametrize("models", [("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B"),
+                                    ("meta-llama/Llama-3.2-1B", "Qwen/Qwen3-30B-A3B")])
+def test_stage1_fits_runs_of_two_models_jointly(tmp_path, models):
+    """Runs of two models on one GPU and engine share the host and efficiency terms, a dense and an
+    MoE model too (their GEMM kinds differ: router and experts)."""
     runs = []
-    for i, model in enumerate(("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B")):
+    for i, model in enumerate(models):
         dsim.run(scenario(seed=3 + i, model=model, latency=TRUE,
                           engine={"max_num_seqs": 64, "enable_prefix_caching": False},
                           workload={"type": "poisson", "rate": 12.0, "num_requests": 400,
@@ -89,9 +92,12 @@ def test_stage1_fits_runs_of_two_models_jointly(tmp_path):
     ctxs = [replica_context(r) for r in runs]
     s1 = stage1(runs, ctxs, {"model": "roofline", "overlap": 1.0})
     assert s1["runs"] == [r.name for r in runs]
+    # measured: dense pair within 1.3 %; with the MoE model (windows average its touched experts) host
+    # step +5.7 %, compute efficiency -11.5 %: stage 2 (simulator in the loop) does the rest
+    tol = 0.03 if "Qwen/Qwen3-30B-A3B" not in models else 0.15
     for k, v in (("host.step_us", 1500.0), ("host.per_seq_us", 60.0), ("memory_efficiency", 0.7),
                  ("compute_efficiency", 0.6)):
-        assert s1["values"][k] == pytest.approx(v, rel=0.03), k     # measured: within 1.3 %
+        assert s1["values"][k] == pytest.approx(v, rel=tol), k
 
 
 def test_physical_check_flags_a_step_faster_than_the_weights(tmp_path):

@@ -166,7 +166,14 @@ def stage1(runs, ctxs, lat: dict) -> dict | None:
     if not parts:
         return None
     shift = np.cumsum([0] + [len(t["tpot"]) for _, t in parts[:-1]])
-    cat = {k: np.concatenate([t[k] + (s if k == "owner" else 0) for s, (_, t) in zip(shift, parts)])
+    # a dense and an MoE model have different GEMM kinds (router, experts): zero columns cost nothing
+    # in the per-kind sum, so every run's term tables are padded to the widest
+    width = {k: max(t[k].shape[1] for _, t in parts) for k in ("mem", "comp", "pf_mem", "pf_comp")}
+
+    def col(t, k):
+        a = t[k]
+        return np.pad(a, ((0, 0), (0, width[k] - a.shape[1]))) if k in width else a
+    cat = {k: np.concatenate([col(t, k) + (s if k == "owner" else 0) for s, (_, t) in zip(shift, parts)])
            for k in parts[0][1]}
     y = cat["tpot"] - cat["known"]
     batch, mem, comp, steps = cat["batch"], cat["mem"], cat["comp"], cat["steps"]
