@@ -46,7 +46,9 @@ def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
             "r = dsim.run('q.yaml', overrides=['workload.num_requests=50'], plots=False)\n"
             "assert r.summary['requests']['completed'] == 50\n"
             "assert r.manifest['versions']['git_commit'] is None   # a plain wheel knows no commit\n"
-            "from dsim.latency.physics import DEFAULT_COEFFS; assert DEFAULT_COEFFS.is_file()\n")
+            "from dsim.latency.physics import DEFAULT_COEFFS; assert DEFAULT_COEFFS.is_file()\n"
+            "from dsim.latency.efficiency import curve_for; assert not curve_for(load_device('H100-SXM')).borrowed\n"
+            "from dsim.latency.credibility import zero_shot_mape; assert zero_shot_mape('physics')['stages'] > 0\n")
     out = subprocess.run([str(py), "-c", code], cwd=elsewhere, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
 
