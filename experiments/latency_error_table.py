@@ -53,7 +53,7 @@ def main(argv=None):
     ap.add_argument("--models", default=",".join(MODELS))
     a = ap.parse_args(argv)
     runs = list(C.LSS) + list(C.IPERF)
-    cols = [(r, "all") for r in C.LSS] + [(r, s) for r in C.IPERF for s in ("stage 0 (8 req/s)", "stage 1 (20 req/s)")]
+    cols = [(r, "all") for r in C.LSS] + [(r, s) for r in C.IPERF for s in ("stage 0 (8.0 req/s)", "stage 1 (20.0 req/s)")]
     label = {(r, s): SHORT[r] + ("" if s == "all" else f" @{s.split('(')[1].split()[0]}/s") for r, s in cols}
     lines = ["| model | " + " | ".join(label[c] for c in cols) + " | median abs |",
              "|---|" + "---|" * (len(cols) + 1)]
