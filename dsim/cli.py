@@ -316,7 +316,29 @@ class _ArgError(Exception):
     pass
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, timeout, Docker, Slurm), raised where the run is so every writer aborts as on ^C."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
 def main(argv=None) -> int:
+    """The ``dsim`` command; SIGTERM is handled like SIGINT while it runs (no partial output)."""
+    import signal
+    import threading
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv=None) -> int:
     from .config.errors import ConfigError
     parser = _parser()
 
@@ -395,6 +417,9 @@ def main(argv=None) -> int:
     except (ConfigError, _ArgError) as e:
         print(f"dsim: error: {e}", file=sys.stderr)
         return 2
+    except _Terminated:
+        print("dsim: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("dsim: interrupted", file=sys.stderr)
         return 130

@@ -44,7 +44,6 @@ def test_timeline_json(tmp_path):
     steps = [e for e in ev if e["ph"] == "X"]
     assert len(steps) == 3 and steps[0]["args"]["prefill_tokens"] == 50
     # re-running into the same folder without a timeline drops the old one: no mixed reports
-    (tmp_path / "o" / "notes.txt").write_text("mine")
     dsim.run(scenario(workload={"type": "trace", "path": str(p)}, output={"plots": False}), tmp_path / "o")
-    assert sorted(x.name for x in (tmp_path / "o").iterdir()) == ["manifest.json", "notes.txt", "requests.csv",
+    assert sorted(x.name for x in (tmp_path / "o").iterdir()) == [".dsim-report", "manifest.json", "requests.csv",
                                                                   "summary.json"]

@@ -173,27 +173,92 @@ def test_models_fitted_on_another_gpu_are_flagged():
     assert "warnings" not in res.summary
 
 
-def test_rerun_into_an_existing_folder_swaps_it_in_one_step(tmp_path):
-    """A report replacing an older one in the same folder: the folder's own files stay, report files
-    the new run did not write go, and on Linux the swap is one renameat2(RENAME_EXCHANGE), so a kill
-    can never leave a mix of two runs (the folder's inode changes: it is the new directory)."""
+def test_rerun_into_an_existing_report_swaps_it_in_one_step(tmp_path):
+    """A report replacing an older one in the same folder: report files the new run did not write go,
+    and on Linux the swap is one renameat2(RENAME_EXCHANGE), so a kill can never leave a mix of two
+    runs (the folder's inode changes: it is the new directory)."""
     import os
 
     from dsim.cli import main
-    from dsim.metrics.writers import _renameat2
+    from dsim.metrics.writers import MARKER, _renameat2
     out = tmp_path / "r"
     q = str(Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml")
     assert main(["run", q, "--set", "workload.num_requests=20", "--out", str(out), "--quiet", "--no-plots",
                  "--emit-vllm-traces"]) == 0
-    (out / "notes.txt").write_text("mine")
-    (out / "sub").mkdir()
-    (out / "sub" / "more.txt").write_text("also mine")
+    assert "vllm_traces.otlp.jsonl" in (out / MARKER).read_text().split()
     before = os.stat(out).st_ino
     old_summary = (out / "summary.json").read_text()
     assert main(["run", q, "--set", "workload.num_requests=30", "--out", str(out), "--quiet", "--no-plots"]) == 0
-    assert (out / "notes.txt").read_text() == "mine" and (out / "sub" / "more.txt").read_text() == "also mine"
     assert not (out / "vllm_traces.otlp.jsonl").exists()            # the older run's, not this one's
     assert (out / "summary.json").read_text() != old_summary
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]       # no temp folder left
     if _renameat2() is not None:
         assert os.stat(out).st_ino != before
+
+
+def test_a_folder_dsim_did_not_write_is_refused_and_left_alone(tmp_path, capsys, monkeypatch):
+    """--out on a user's folder (or a report someone added files to) is exit 2 before any simulation,
+    and not one file in it is moved, copied or deleted; the current folder and its parents too."""
+    import os
+
+    from dsim.cli import main
+    q = str(Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml")
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    (mine / "sub" / "more.txt").write_text("also mine")
+    ino = os.stat(mine).st_ino
+    assert main(["run", q, "--out", str(mine), "--quiet", "--no-plots"]) == 2
+    assert "it holds 'notes.txt', which dsim did not write" in capsys.readouterr().err
+    assert os.stat(mine).st_ino == ino and sorted(os.listdir(mine)) == ["notes.txt", "sub"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]    # no temp folder either
+    rep = tmp_path / "rep"                                             # a report with a user's file in it
+    assert main(["run", q, "--set", "workload.num_requests=20", "--out", str(rep), "--quiet", "--no-plots"]) == 0
+    (rep / "plots").mkdir(exist_ok=True)
+    (rep / "plots" / "my.svg").write_text("x")
+    assert main(["run", q, "--set", "workload.num_requests=20", "--out", str(rep), "--quiet", "--no-plots"]) == 2
+    assert (rep / "plots" / "my.svg").read_text() == "x"
+    monkeypatch.chdir(mine / "sub")
+    for target in (".", "..", str(tmp_path)):
+        assert main(["run", q, "--out", target, "--quiet", "--no-plots"]) == 2
+    assert (mine / "sub" / "more.txt").read_text() == "also mine"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["run", q, "--set", "workload.num_requests=20", "--out", str(empty), "--quiet", "--no-plots"]) == 0
+
+
+def test_stale_temp_folders_of_dead_processes_go_whatever_their_report(tmp_path):
+    import os
+
+    from dsim.metrics.writers import AtomicOutput
+    dead = tmp_path / ".other.tmp-999999999-abc"                      # no such process
+    dead.mkdir()
+    (dead / "summary.json").write_text("{}")
+    alive = tmp_path / f".other.tmp-{os.getpid()}-abc"                 # this process: kept
+    alive.mkdir()
+    user = tmp_path / ".hidden.tmp-notapid-x"                           # not our pattern: kept
+    user.mkdir()
+    ao = AtomicOutput(tmp_path / "r")
+    ao.abort()
+    assert not dead.exists() and alive.exists() and user.exists()
+
+
+def test_sigterm_is_handled_like_sigint_and_leaves_no_output(tmp_path):
+    """kill / timeout / Docker / Slurm send SIGTERM: exit 143, one line, no report and no temp folder."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    q = str(Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml")
+    out = tmp_path / "r"
+    p = subprocess.Popen([sys.executable, "-m", "dsim.cli", "run", q, "--set", "workload.num_requests=2000000",
+                          "--out", str(out), "--quiet", "--no-plots"], stderr=subprocess.PIPE, text=True,
+                         cwd=tmp_path)
+    deadline = time.time() + 60
+    while not any(tmp_path.glob(".r.tmp-*")) and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    err = p.communicate(timeout=60)[1]
+    assert p.returncode == 143 and err.strip().splitlines()[-1] == "dsim: terminated"
+    assert not out.exists() and not any(tmp_path.glob(".r.tmp-*"))

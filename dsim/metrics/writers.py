@@ -4,8 +4,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
-import stat
 import tempfile
 from pathlib import Path
 
@@ -85,13 +85,68 @@ def to_json(obj) -> str:
     return json.dumps(_rounded(obj), indent=2, sort_keys=True, default=str) + "\n"
 
 
+MARKER = ".dsim-report"        # the files of a report, one relative path a line: what dsim may replace
+# what reports written before the marker existed may hold (run, cosim, calibrate, oracle)
+_LEGACY = frozenset(("summary.json", "manifest.json", "requests.csv", "timeline.json", "vllm_traces.otlp.jsonl",
+                     "cosim.json", "cosim.md", "replay.jsonl", "scenario.yaml", "calibrated.yaml", "report.json",
+                     "report.md", "oracle.csv", "oracle.json"))
+_LEGACY_ANCHORS = ("manifest.json", "cosim.json", "calibrated.yaml", "oracle.json")
+_TMP = re.compile(r"^\..+\.tmp-(\d+)-[^/]+$")
+
+
+def foreign_entry(folder: Path) -> str | None:
+    """The first entry of an existing, non-empty ``folder`` that dsim did not write, or None when the
+    folder is a dsim report (its marker lists everything in it; an older report: only report files
+    beside its manifest).  Reads two levels (the folder and its plots/), never walks a tree."""
+    try:
+        top = sorted(os.listdir(folder))
+    except OSError as e:
+        return f"(unreadable: {e.strerror})"
+    if not top:
+        return None
+    owned: set[str] | None = None
+    if MARKER in top:
+        try:
+            owned = {ln for ln in (folder / MARKER).read_text().splitlines() if ln}
+        except (OSError, UnicodeDecodeError):
+            return MARKER
+    elif not any(a in top for a in _LEGACY_ANCHORS):
+        return top[0]
+    for name in top:
+        if name == MARKER:
+            continue
+        p = folder / name
+        if name == "plots" and p.is_dir() and not p.is_symlink():
+            try:
+                inner = sorted(os.listdir(p))
+            except OSError:
+                return "plots"
+            for f in inner:
+                rel = f"plots/{f}"
+                if (rel not in owned) if owned is not None else not (f.endswith(".png") and (p / f).is_file()):
+                    return rel
+            continue
+        if p.is_symlink() or not p.is_file() or ((name not in owned) if owned is not None else name not in _LEGACY):
+            return name
+    return None
+
+
 class AtomicOutput:
-    """Collect files in a temp folder beside ``out``; ``commit`` moves them in, ``abort`` drops them."""
+    """Collect a report's files in a temp folder beside ``out``; ``commit`` puts it in place in one
+    rename, ``abort`` drops it.
+
+    Why so strict: ``--out`` may name any folder, and a user's folder is not ours.  An existing
+    ``out`` must be empty or a dsim report holding nothing but the report (``foreign_entry``);
+    anything else is refused before the run.  A report is replaced whole (exchanged with the new
+    one, then the old one removed), so no file dsim did not write is ever moved, copied or deleted,
+    and no tree is walked."""
 
     def __init__(self, out: Path):
         self.out = Path(out)
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(str(out), None, "an output folder (this is a file)", show_value=False)
+        if self.out.is_dir():
+            self._check_replaceable()
         try:
             self.out.parent.mkdir(parents=True, exist_ok=True)
             self._clean_stale()
@@ -100,17 +155,40 @@ class AtomicOutput:
             raise ConfigError(str(out), None, f"an output folder that can be written ({e.strerror})",
                               show_value=False) from None
 
+    def _check_replaceable(self) -> None:
+        try:
+            here = Path.cwd().resolve()
+        except OSError:
+            here = None
+        real = self.out.resolve()
+        if here is not None and (real == here or real in here.parents):
+            raise ConfigError(str(self.out), None, "a folder that is not the current folder or one above it "
+                              "(a report replaces its folder whole)", show_value=False)
+        if self.out.is_symlink():
+            raise ConfigError(str(self.out), None, "a real folder, not a symbolic link", show_value=False)
+        bad = foreign_entry(self.out)
+        if bad is not None:
+            raise ConfigError(str(self.out), None, f"an empty folder or a dsim report folder (it holds {bad!r}, "
+                              "which dsim did not write; nothing was changed: choose another --out)",
+                              show_value=False)
+
     def _clean_stale(self) -> None:
-        """Remove temp folders of earlier writes to this output whose process is gone (killed runs)."""
-        for d in self.out.parent.glob(f".{self.out.name}.tmp-*"):
-            pid = d.name[len(f".{self.out.name}.tmp-"):].split("-", 1)[0]
-            if not pid.isdigit() or not d.is_dir():
+        """Remove temp folders that dead dsim processes left in this parent (killed runs), whatever
+        report they were for: only names of our own temp pattern, only when their process is gone."""
+        try:
+            names = os.listdir(self.out.parent)
+        except OSError:
+            return
+        for name in names:
+            m = _TMP.match(name)
+            d = self.out.parent / name
+            if m is None or d.is_symlink() or not d.is_dir():
                 continue
             try:
-                os.kill(int(pid), 0)
+                os.kill(int(m.group(1)), 0)
             except ProcessLookupError:
                 shutil.rmtree(d, ignore_errors=True)
-            except OSError:
+            except (OSError, OverflowError):
                 pass                                   # alive under another user: leave it
 
     def path(self, rel: str) -> Path:
@@ -121,60 +199,42 @@ class AtomicOutput:
     def write_text(self, rel: str, text: str) -> None:
         self.path(rel).write_text(text)
 
-    # files a report may contain: on re-use of a folder, ones this run did not write are removed,
-    # so a report never mixes two runs (other files in the folder are left alone)
-    REPORT_FILES = ("summary.json", "manifest.json", "requests.csv", "timeline.json", "vllm_traces.otlp.jsonl",
-                    "plots/latency_cdf.png", "plots/timeline.png", "plots/network.png")
+    def _write_marker(self) -> None:
+        files = []
+        for name in sorted(os.listdir(self.tmp)):
+            if name == "plots" and (self.tmp / name).is_dir():
+                files += [f"plots/{f}" for f in sorted(os.listdir(self.tmp / name))]
+            else:
+                files.append(name)
+        (self.tmp / MARKER).write_text("".join(f"{f}\n" for f in files))
 
     def commit(self) -> Path:
+        self._write_marker()
+        os.chmod(self.tmp, 0o777 & ~_umask())
         if not self.out.exists():
             os.replace(self.tmp, self.out)
             return self.out
-        if self._swap_in():
-            return self.out
-        # no atomic exchange on this system: replace the report's files one by one
-        for rel in self.REPORT_FILES:
-            if not (self.tmp / rel).exists() and (self.out / rel).is_file():
-                (self.out / rel).unlink()
-        for src in sorted(self.tmp.rglob("*")):
-            if src.is_file():
-                dst = self.out / src.relative_to(self.tmp)
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, dst)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        return self.out
-
-    def _swap_in(self) -> bool:
-        """Put the new report in place of an existing folder in one step: the folder's other files
-        (not a report's) are hard-linked (or copied) into the temp folder, which is then exchanged
-        with the folder by Linux's renameat2(RENAME_EXCHANGE); a kill at any point leaves either the
-        old folder or the new one, never a mix.  False where the exchange is not available."""
+        self._check_replaceable()                      # still ours at the moment of the swap
         exchange = _renameat2()
-        if exchange is None or not self.out.is_dir() or self.out.is_symlink():
-            return False
-        report = set(self.REPORT_FILES)
-        for src in sorted(self.out.rglob("*")):
-            rel = src.relative_to(self.out)
-            dst = self.tmp / rel
-            if src.is_dir() and not src.is_symlink():
-                dst.mkdir(exist_ok=True)
-            elif rel.as_posix() not in report and not dst.exists():
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                if src.is_symlink():
-                    os.symlink(os.readlink(src), dst)
-                else:
-                    try:
-                        os.link(src, dst)
-                    except OSError:
-                        shutil.copy2(src, dst)
-        os.chmod(self.tmp, stat.S_IMODE(self.out.stat().st_mode))
-        if exchange(str(self.tmp), str(self.out)) != 0:
-            return False
-        shutil.rmtree(self.tmp, ignore_errors=True)       # the old folder, now under the temp name
-        return True
+        if exchange is not None and exchange(str(self.tmp), str(self.out)) == 0:
+            shutil.rmtree(self.tmp, ignore_errors=True)   # the old report, now under the temp name
+            return self.out
+        # no atomic exchange on this system: move the old report aside, the new one in, drop the old
+        old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent))
+        os.rmdir(old)
+        os.replace(self.out, old)
+        os.replace(self.tmp, self.out)
+        shutil.rmtree(old, ignore_errors=True)
+        return self.out
 
     def abort(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
 
 
 def _renameat2():
