@@ -137,3 +137,21 @@ def test_bench_refuses_a_request_count_below_one(args, capsys):
     out = capsys.readouterr()
     assert out.out == "" and out.err.strip() == "dsim: error: workload.num_requests: got " \
         f"{args[-1]}, expected a number >= 1"
+
+
+@pytest.mark.parametrize("text, want", [("1e9", 1e9), ("-1e-9", -1e-9), ("1.5e3", 1500.0), ("+2E+3", 2000.0),
+                                        ("1e300", 1e300), (".5", 0.5), ("3", 3), ("1e", "1e"), ("e9", "e9")])
+def test_numbers_are_read_the_way_people_write_them(text, want, tmp_path):
+    """YAML 1.2 floats in files, --set and grids: '1e9' used to be the string '1e9' (YAML 1.1)."""
+    from dsim.config.files import load_value, load_yaml
+    from dsim.config.scenario import load_scenario
+    from dsim.explore.points import _value
+    got = load_value(text)
+    assert got == want and type(got) is type(want)
+    assert _value(text) == want and load_yaml(f"x: {text}\n", "f.yaml") == {"x": want}
+    if isinstance(want, float) and want > 0:
+        f = tmp_path / "s.yaml"
+        f.write_text(f"model: meta-llama/Llama-3.1-8B\nhardware: H100-SXM\nworkload: {{type: poisson, rate: {text}, "
+                     "num_requests: 5, prompt_tokens: 10, output_tokens: 2}\n")
+        assert load_scenario(f).raw["workload"]["rate"] == want
+        assert load_scenario(f, [f"workload.rate={text}"]).raw["workload"]["rate"] == want

@@ -3,7 +3,9 @@ is a ConfigError naming the file (binary junk, Latin-1, 100k-deep nesting, 5,000
 from __future__ import annotations
 
 import csv
+import functools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -54,12 +56,40 @@ def _unique_pairs(shown: str):
     return hook
 
 
-def load_yaml(text: str, shown: str):
-    """yaml.safe_load that refuses a key repeated in one mapping (PyYAML keeps the last one silently,
-    so a scenario with two `rate:` lines runs with whichever came second)."""
+# YAML 1.2 floats: PyYAML follows YAML 1.1, where an exponent without a dot ("1e9", "-1e-9") is a
+# string, so `rate: 1e9` was refused as "expected a number"; scenarios, --set and grids read them as
+# numbers (an integer without dot or exponent stays an integer)
+_FLOAT_12 = re.compile(r"^[-+]?(?:(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)$")
+
+
+@functools.lru_cache(maxsize=1)
+def _base_loader():
     import yaml
 
     class Loader(yaml.SafeLoader):
+        pass
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+    return Loader
+
+
+def load_value(text: str):
+    """One value written on a command line (``--set k=1e9``, a grid's ``1e-3``): YAML with 1.2 floats;
+    text that is not YAML stays text."""
+    import yaml
+    if not text.strip():
+        return ""
+    try:
+        return yaml.load(text, Loader=_base_loader())   # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError:
+        return text
+
+
+def load_yaml(text: str, shown: str):
+    """yaml.safe_load that refuses a key repeated in one mapping (PyYAML keeps the last one silently,
+    so a scenario with two `rate:` lines runs with whichever came second) and reads YAML 1.2 floats."""
+    import yaml
+
+    class Loader(_base_loader()):
         pass
 
     def mapping(loader, node, deep=False):

@@ -13,7 +13,7 @@ import yaml
 from .cluster import FleetSpec, check_tp, load_fleet, single_pool
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
-from .files import load_yaml, parse_json, read_text
+from .files import load_value, load_yaml, parse_json, read_text
 from .fields import Section, check_number, unknown_key_hint
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
@@ -83,10 +83,7 @@ def apply_overrides(data: dict, overrides) -> dict:
         if "=" not in ov:
             raise ConfigError(f"--set {ov}", ov, "KEY=VALUE, e.g. engine.max_num_seqs=128")
         key, _, sval = ov.partition("=")
-        try:
-            val = yaml.safe_load(sval) if sval.strip() else ""
-        except yaml.YAMLError:
-            val = sval
+        val = load_value(sval)
         parts = key.strip().split(".")
         node = data
         for j, part in enumerate(parts):

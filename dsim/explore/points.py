@@ -9,9 +9,9 @@ import itertools
 import json
 
 import numpy as np
-import yaml
 
 from ..config.errors import ConfigError
+from ..config.files import load_value
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
@@ -32,10 +32,7 @@ def split_top(text: str, sep: str = ",") -> list[str]:
 
 
 def _value(text: str):
-    try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        return text
+    return load_value(text)
 
 
 def parse_grid(specs, flag: str = "--grid") -> list[tuple[str, list]]:
