@@ -155,3 +155,46 @@ def test_numbers_are_read_the_way_people_write_them(text, want, tmp_path):
                      "num_requests: 5, prompt_tokens: 10, output_tokens: 2}\n")
         assert load_scenario(f).raw["workload"]["rate"] == want
         assert load_scenario(f, [f"workload.rate={text}"]).raw["workload"]["rate"] == want
+
+
+def test_round3_inputs_are_path_qualified_errors_not_internal_ones(tmp_path, capsys):
+    """Reproducers of ../shared/reliability/round3 (rebuilt here): exit 2, the user's own file, line and
+    field, nothing written; each was an internal error, a temp-file name or an exit 0 with nonsense."""
+    import shutil
+    from pathlib import Path
+
+    from dsim.cli import main
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    t = tmp_path / "t.jsonl"                      # +inf passed ">= 0" and completed a request at t = inf
+    t.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 2}\n'
+                 '{"arrival_s": Infinity, "prompt_tokens": 10, "output_tokens": 2}\n')
+    bench = json.loads((root / "tests" / "fixtures" / "vllm_bench_detailed.json").read_text())
+    rate0 = tmp_path / "rate0.json"
+    rate0.write_text(json.dumps({**bench, "request_rate": 0}))
+    neg = tmp_path / "neg.json"
+    neg.write_text(json.dumps({**bench, "request_rate": -1}))
+    lss = tmp_path / "lss"
+    shutil.copytree(root / "examples" / "real" / "RTX4090_Llama-3.1-8B", lss)
+    rows = (lss / "requests.jsonl").read_text().splitlines()
+    r = json.loads(rows[1])
+    r["input_toks"] = 0
+    (lss / "requests.jsonl").write_text("\n".join([rows[0], json.dumps(r)] + rows[2:]) + "\n")
+    q = str(root / "scenarios" / "quickstart.yaml")
+    cases = [
+        (["run", q, "--set", "workload.type=trace", "--set", f"workload.path={t}", "--set", "workload.num_requests=2"],
+         f"{t}:2.arrival_s"),
+        (["cosim", str(rate0), "--hardware", "H100-SXM"], f"{rate0}.request_rate"),
+        (["cosim", str(neg), "--hardware", "H100-SXM"], f"{neg}.request_rate"),
+        (["cosim", str(lss)], f"{lss}/requests.jsonl:2.input_toks"),
+        (["capacity", q, "--slo", "ttft_p99_ms=500", "--min-goodput", "2"], "--min-goodput"),
+        (["capacity", q, "--slo", "ttft_p99_ms=inf"], "--slo ttft_p99_ms=inf"),
+        (["capacity", q, "--slo", "ttft_p99_ms=500", "--target-rate", "-5",
+          "--vary", "cluster.pools[0].replicas"], "--target-rate"),
+    ]
+    for args, where in cases:
+        code = main(args + ["--out", str(out)])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.startswith(f"dsim: error: {where}"), (args, err)
+        assert "internal error" not in err and "tmp" not in err.replace(str(tmp_path), "")
+        assert not out.exists()

@@ -183,6 +183,9 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
     for w, r in raw:
         q, f1, last = (_num(r, k, w) for k in ("queued_ts", "first_token_ts", "last_token_ts"))
         n_out = int(_num(r, "output_toks", w))
+        for key, v in (("input_toks", _num(r, "input_toks", w)), ("output_toks", n_out)):
+            if not v >= 1 or v != int(v):
+                raise ConfigError(f"{w}.{key}", r.get(key), "an integer >= 1 (tokens)")
         if not q <= f1 <= last:
             raise ConfigError(w, None, "queued_ts <= first_token_ts <= last_token_ts", show_value=False)
         rows.append({"arrival_s": q - q0, "prompt_tokens": int(_num(r, "input_toks", w)), "output_tokens": n_out,
@@ -387,7 +390,15 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
     errors = d.get("errors") or [""] * n
     ok = [i for i in range(n) if not errors[i] and d["output_lens"][i] > 0 and d["ttfts"][i] is not None]
     rate = d.get("request_rate", "inf")
-    rate = math.inf if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)) else float(rate)
+    if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate) and rate > 0):
+        rate = math.inf
+    else:
+        try:
+            rate = float(rate)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{p}.request_rate", rate, 'a rate > 0 or "inf"') from None
+        if not rate > 0:
+            raise ConfigError(f"{p}.request_rate", rate, 'a rate > 0 or "inf" (all requests at once)')
     burst = float(d.get("burstiness") or 1.0)
     ttft = [d["ttfts"][i] * 1e3 for i in ok]
     e2e, tpot, itl = [], [], []

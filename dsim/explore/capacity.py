@@ -44,9 +44,9 @@ def parse_slos(specs) -> dict:
             bound = float(val)
         except ValueError:
             bound = float("nan")
-        if not eq or not m or not bound > 0:
+        if not eq or not m or not 0 < bound < float("inf"):
             raise ConfigError(f"--slo {spec}", None, "METRIC=MS with METRIC like ttft_p99_ms, p99_tpot_ms, "
-                              "e2el_p90_ms or mean_itl_ms and a bound > 0", show_value=False)
+                              "e2el_p90_ms or mean_itl_ms and a finite bound > 0", show_value=False)
         stat, metric = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
         out[f"{stat}_{'e2el' if metric == 'e2e' else metric}_ms"] = bound
     if not out:
@@ -161,6 +161,10 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
         raise ConfigError("--warmup", warmup, "a share in [0, 1)")
     if not 0 < tolerance < 1:
         raise ConfigError("--tolerance", tolerance, "a share in (0, 1)")
+    if min_goodput is not None and not 0 < min_goodput <= 1:
+        raise ConfigError("--min-goodput", min_goodput, "a share in (0, 1] of requests meeting the SLOs")
+    if target_rate is not None and not 0 < target_rate < float("inf"):
+        raise ConfigError("--target-rate", target_rate, "a finite rate > 0 (requests per second)")
     ovs = list(overrides) + ([f"workload.rate={target_rate}"] if target_rate is not None else [])
     base = resolve(scenario, ovs)
     if out is not None:

@@ -46,8 +46,8 @@ def _row(rec: dict, where: str):
         t = float(rec["arrival_s"])
     except (TypeError, ValueError):
         raise ConfigError(f"{where}.arrival_s", rec["arrival_s"], "a number of seconds") from None
-    if not t >= 0:
-        raise ConfigError(f"{where}.arrival_s", rec["arrival_s"], "a time >= 0")
+    if not 0 <= t < float("inf"):
+        raise ConfigError(f"{where}.arrival_s", rec["arrival_s"], "a finite time >= 0")
     g = rec.get("prefix_group")
     g = -1 if g in (None, "") else _int(g, where, "prefix_group", lo=0)
     return (t, _int(rec["prompt_tokens"], where, "prompt_tokens"),
