@@ -198,3 +198,26 @@ def test_round3_inputs_are_path_qualified_errors_not_internal_ones(tmp_path, cap
         assert code == 2 and err.startswith(f"dsim: error: {where}"), (args, err)
         assert "internal error" not in err and "tmp" not in err.replace(str(tmp_path), "")
         assert not out.exists()
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["sweep", "{q}", "--grid", "workload.rate=1,2", "--jobs", "0"], "--jobs"),
+    (["sweep", "{q}", "--grid", "workload.rate=1", "--seeds", "100000000"], "--seeds"),
+    (["sweep", "{q}", "--grid", "workload.rate=1,2", "--jobs", "1000000"], "--jobs"),
+    (["plan", "{q}", "--gpus", "2", "--space", "{space}", "--slo", "ttft_p99_ms=500", "--top", "0"], "--top"),
+    (["plan", "{q}", "--gpus", "2", "--space", "{space}", "--slo", "ttft_p99_ms=500", "--rounds", "0"], "--rounds"),
+    (["plan", "{q}", "--gpus", "100000000", "--space", "{space}", "--slo", "ttft_p99_ms=500"], "--gpus"),
+])
+def test_flags_out_of_range_are_refused_before_anything_is_written(args, flag, tmp_path, capsys):
+    """sweep --jobs 0 used to leave points/ and sweep.yaml; --seeds 1e8 and --gpus 1e8 ran out of
+    memory or time; plan --top 0 --rounds 0 exited 0 with an empty answer."""
+    from pathlib import Path
+
+    from dsim.cli import main
+    root = Path(__file__).resolve().parents[1]
+    fill = {"q": str(root / "scenarios" / "quickstart.yaml"), "space": str(root / "scenarios" / "spaces" / "small.yaml")}
+    out = tmp_path / "out"
+    code = main([a.format(**fill) for a in args] + ["--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"dsim: error: {flag}: got "), err
+    assert not out.exists()

@@ -17,6 +17,10 @@ MIN_BW_MBPS = 1e-3            # 1 kbit/s
 MIN_CV = 1e-3                 # gamma arrivals: shape = 1 / cv^2
 MAX_CV = 1e3
 MAX_FILE_BYTES = 2 * 1024**3  # data files read whole (LUTs, bundles)
+MAX_SEEDS = 10_000            # seeds per sweep point
+MAX_JOBS = 1_024              # parallel simulations of one command
+MAX_GPUS = 4_096              # a plan's GPU budget (candidates grow with it)
+MAX_TOP = 100_000             # rows of a plan's top table, rounds of its search
 
 
 def expected_count(path: str, rate: float, duration: float, n) -> None:

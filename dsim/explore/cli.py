@@ -49,8 +49,21 @@ def _exec_args(p) -> None:
     p.add_argument("--address", default=None, help="scheduler address of an existing Dask or Ray cluster")
 
 
+def _check_flags(args, **bounds) -> None:
+    """Every numeric flag in range before anything is written (a flag is a key like any other)."""
+    from ..config.errors import ConfigError
+    from ..config.limits import MAX_JOBS
+    bounds.setdefault("jobs", (1, MAX_JOBS))
+    for name, (lo, hi) in bounds.items():
+        v = getattr(args, name, None)
+        if v is not None and not lo <= v <= hi:
+            raise ConfigError(f"--{name.replace('_', '-')}", v, f"an integer in [{lo}, {hi}]")
+
+
 def run_sweep(args) -> int:
+    from ..config.limits import MAX_SEEDS
     from .sweep import sweep
+    _check_flags(args, seeds=(1, MAX_SEEDS))
     rows = sweep(args.scenario, args.grid, overrides=args.overrides, random=args.random, ranges=args.ranges,
                  seeds=args.seeds, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out,
                  progress=not args.quiet, plot=args.plot, x=args.x, hue=args.hue)
@@ -63,6 +76,7 @@ def run_sweep(args) -> int:
 
 def run_capacity(args) -> int:
     from .capacity import answer_line, capacity
+    _check_flags(args)
     if args.target_rate is not None and args.vary is None:
         from ..config.errors import ConfigError
         raise ConfigError("--target-rate", args.target_rate, "--vary KEY, the resource to minimise "
@@ -97,7 +111,9 @@ def add_plan_parser(sub) -> None:
 
 
 def run_plan(args) -> int:
+    from ..config.limits import MAX_GPUS, MAX_TOP
     from .plan import plan, plan_line
+    _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP))
     res = plan(args.scenario, args.space, gpus=args.gpus, slos=args.slo, overrides=args.overrides,
                min_goodput=args.min_goodput, rounds=args.rounds, top=args.top, jobs=args.jobs,
                backend=args.backend, address=args.address, out=args.out)
