@@ -221,3 +221,16 @@ def test_flags_out_of_range_are_refused_before_anything_is_written(args, flag, t
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith(f"dsim: error: {flag}: got "), err
     assert not out.exists()
+
+
+def test_a_device_or_fifo_is_refused_not_read_forever(tmp_path, capsys):
+    """`dsim lut check /dev/zero` read until MemoryError; a FIFO with no writer blocks forever."""
+    import os
+
+    from dsim.cli import main
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo), str(tmp_path)):
+        assert main(["lut", "check", path]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"dsim: error: {path}") and "internal error" not in err, err

@@ -6,6 +6,7 @@ import csv
 import functools
 import json
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -17,9 +18,17 @@ def read_text(path, shown: str | None = None) -> str:
     p = Path(path)
     shown = shown or str(p)
     try:
-        if p.stat().st_size > MAX_FILE_BYTES:
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):      # /dev/zero, a FIFO, a folder: no size to trust, maybe no end
+            raise ConfigError(shown, None, "a regular file (this is a "
+                              + ("folder" if stat.S_ISDIR(st.st_mode) else "device, pipe or socket") + ")",
+                              show_value=False)
+        if st.st_size > MAX_FILE_BYTES:
             raise ConfigError(shown, None, f"a file under {MAX_FILE_BYTES >> 30} GiB", show_value=False)
-        data = p.read_bytes()
+        with p.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise ConfigError(shown, None, f"a file under {MAX_FILE_BYTES >> 30} GiB", show_value=False)
     except OSError as e:
         raise ConfigError(shown, None, f"a readable file ({e.strerror})", show_value=False) from None
     try:
