@@ -3,7 +3,7 @@
 Why: one compute and one memory efficiency for every GEMM on every GPU makes small GEMMs (decode
 steps, TP shards) and small batches too fast: a GEMM that reads 20 MB of weights reaches half the
 HBM bandwidth of one that reads 900 MB, and a GEMM of 16 tokens keeps a fraction of the tensor
-cores busy.  vidur's operator profiles (``../shared/data/profiling/vidur/compute``: qkv, output,
+cores busy.  vidur's operator profiles (the project's measurement set, not shipped: qkv, output,
 up/gate and down projections of 8 models, TP 1-8, 1-32768 tokens on A100, H100 and A40) measure
 exactly that.  This module holds the physically shaped model fitted on them:
 
@@ -14,8 +14,9 @@ exactly that.  This module holds the physically shaped model fitted on them:
 
 with m tokens, n x k the (TP-sharded) weight, bytes = weight + activations in and out, peak and
 bw the device's datasheet dense BF16 FLOP/s and HBM bandwidth, and t0 a launch floor: seven
-numbers per GPU (``coefficients/gemm_efficiency.yaml``, written by
-``experiments/fit_gemm_efficiency.py`` with its provenance and its leave-one-model-out error).
+numbers per GPU, the only thing read at run time: package data ``coefficients/gemm_efficiency.yaml``
+(``importlib.resources``), written offline by ``experiments/fit_gemm_efficiency.py`` with its
+provenance and its leave-one-model-out error.
 
 GPUs without a profile borrow one by architecture, derived from the device name (the device
 profiles carry no architecture field): Hopper and datacenter Blackwell (H100/H200/H800/GH200,
