@@ -16,6 +16,8 @@ from .cluster.fleet import Fleet
 from .core.request import PENDING
 from .core.simulation import Simulation, arrival_timeout
 from .metrics.provenance import software_versions
+from .latency.credibility import validation_rows
+from .metrics import band
 from .metrics import plots as plots_mod
 from .metrics.ledger import RequestLedger
 from .metrics.summary import request_latencies, summarize
@@ -320,6 +322,8 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
                        if isinstance(p.latency_desc, dict) and p.latency_desc.get("warning")})
     if lat_warn:
         summary["warnings"] = summary.get("warnings", []) + lat_warn
+    deps = band.deployments(scn, fleet, summary)
+    band.annotate(summary, *band.run_band(deps, validation_rows()), deps)
     if ses.spec is not None:
         summary["speculation"] = ses.spec.summary(reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
                                                                 "tpot_ms": scn.slo_tpot_ms,

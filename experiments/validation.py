@@ -38,6 +38,8 @@ from dsim.calibrate.cosim import cosim_report, simulate_run  # noqa: E402
 from dsim.calibrate.fit import saturation_cliff  # noqa: E402
 from dsim.calibrate.realrun import load_real  # noqa: E402
 from dsim.latency.unified5 import Unified5Model  # noqa: E402
+from dsim.latency.credibility import BAND_COLUMNS  # noqa: E402
+from dsim.metrics.band import model_kind, offered_load  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 REAL = SHARED / "real"
@@ -49,19 +51,29 @@ ZERO_SHOT = {"roofline (default)": None, "unified5 (seed 003)": UNIFIED5_SEED, "
 BASELINE = DOCS / "baselines" / "validation-7172bf0.json"
 ERRORS_CSV = ROOT / "dsim" / "data" / "validation_errors.csv"
 KEYS = ("e2e", "ttft", "tpot")                 # E2E mean, TTFT p50, TPOT p50
+ERR_KEYS = ("e2e", "e2e_p99", "ttft", "ttft_p99", "tpot", "tpot_p99", "throughput")   # in BAND_COLUMNS' order
 VIDUR_GPUS = {"h100": "H100-SXM", "a100": "A100-80GB", "a40": "A40"}
 LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 
 
 def evaluate(run, latency=None) -> list:
-    """Per stage: signed errors of E2E mean, TTFT p50, TPOT p50 (full-length replay)."""
+    """Per stage: signed errors of E2E mean, TTFT p50, TPOT p50 (the report's KEYS) and of the tails and
+    throughput the error band also covers (BAND_KEYS), plus the simulated load (full-length replay)."""
     res, scn = simulate_run(run, None, (), 42, latency)
+    slots = scn["engine"].get("max_num_seqs", 256)
     out = []
     for st in cosim_report(run, res, scn)["stages"]:
         m = st["metrics"]
-        out.append({"stage": st["stage"], "overloaded": st["overloaded"],
-                    "e2e": m["e2e"]["error"].get("mean"), "ttft": m["ttft"]["error"].get("p50"),
-                    "tpot": m.get("tpot", {}).get("error", {}).get("p50")})
+
+        def err(metric, q):
+            return m.get(metric, {}).get("error", {}).get(q)
+        e2e_sim = m["e2e"]["sim"].get("mean")
+        out.append({"stage": st["stage"], "overloaded": st["overloaded"], "rate": st["rate"],
+                    # dsim.metrics.band.offered_load: the same measure a dsim run reports for itself
+                    "load": offered_load(st["rate"], e2e_sim / 1e3, slots) if e2e_sim is not None else None,
+                    "e2e": err("e2e", "mean"), "ttft": err("ttft", "p50"), "tpot": err("tpot", "p50"),
+                    "e2e_p99": err("e2e", "p99"), "ttft_p99": err("ttft", "p99"), "tpot_p99": err("tpot", "p99"),
+                    "throughput": st["throughput"].get("output_tokens_per_s", {}).get("error")})
     return out
 
 
@@ -188,7 +200,6 @@ def main(argv=None):
             except Exception as e:          # a model that cannot run this deployment: say so, go on
                 log(f"  {name} on {r.name}: not run ({type(e).__name__}: {e})")
         log(f"zero-shot {name} done")
-    write_errors_csv(runs, zero)
 
     same, same_fit = {}, {}
     for dep in sorted({deployment(r) for r in ok}):
@@ -217,6 +228,7 @@ def main(argv=None):
                 if r.hardware == hw and r.model == m:
                     lomo[r.name] = evaluate(r, lat)
 
+    write_errors_csv(runs, zero, same, lomo)
     cliffs = []
     for r in runs:
         if r.overloaded and r.scenario["workload"].get("type") == "staged":
@@ -240,24 +252,42 @@ def family(model: str) -> str:
     return re.split(r"[-_.]", name)[0] if not name.startswith("llama-") else "llama-" + name.split("-")[1]
 
 
-def write_errors_csv(runs, zero) -> None:
-    """Per latency model, run and stage: signed errors, keyed by what an answer's deployment shares with
-    the run (GPU, model family, engine generation), so a later answer can report the error of its class."""
+def write_errors_csv(runs, zero, same, lomo) -> None:
+    """Per latency model, study, run and stage: signed errors, keyed by what an answer's deployment shares
+    with the run (GPU and whether its GEMM curves were measured on it, model kind, TP, engine generation,
+    load), so a later answer can report the error of its class (dsim/metrics/band.py reads it)."""
+    import subprocess
+
     from dsim.config.generations import generation_for
+    from dsim.config.hardware import load_device
+    from dsim.config.model import load_model
+    from dsim.latency.efficiency import curve_for
+    studies = [(name.split(" ")[0], "zero-shot", res) for name, res in zero.items()]
+    studies += [("roofline", "calibrated-same-deployment", {k: v["stages"] for k, v in same.items()}),
+                ("roofline", "calibrated-other-models", lomo)]
     rows = []
-    for name, res in zero.items():
+    for kind, study, res in studies:
         for r in runs:
             ver = r.scenario["engine"].get("vllm_version") or (r.meta or {}).get("vllm_version") or "0.15.1"
+            profiled = int(not curve_for(load_device(r.hardware)).borrowed)
             for st in res.get(r.name, []):
-                rows.append([name.split(" ")[0], r.name, r.hardware, r.model, family(r.model),
-                             r.scenario["engine"].get("tensor_parallel_size", 1), ver, generation_for(str(ver)).name,
-                             st["stage"], int(bool(st["overloaded"])),
-                             *("" if st[k] is None else f"{st[k]:.5f}" for k in KEYS)])
+                rows.append([kind, study, r.name, r.hardware, profiled, r.model, family(r.model),
+                             model_kind(load_model(r.model)), r.scenario["engine"].get("tensor_parallel_size", 1),
+                             ver, generation_for(str(ver)).name, st["stage"], f"{st['rate']:.4g}",
+                             "" if st.get("load") is None else f"{st['load']:.4f}", int(bool(st["overloaded"])),
+                             *("" if st.get(k) is None else f"{st[k]:.5f}" for k in ERR_KEYS)])
     with ERRORS_CSV.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["latency_model", "run", "gpu", "model", "family", "tp", "vllm_version", "generation", "stage",
-                    "overloaded", "e2e_mean_err", "ttft_p50_err", "tpot_p50_err"])
+        w.writerow(["latency_model", "study", "run", "gpu", "gpu_profiled", "model", "family", "kind", "tp",
+                    "vllm_version", "generation", "stage", "rate", "load", "overloaded", *BAND_COLUMNS])
         w.writerows(rows)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    ERRORS_CSV.with_suffix(".meta.json").write_text(json.dumps({
+        "generated_by": "python experiments/validation.py", "commit": commit,
+        "data": ["../shared/data/real/inference-perf-h100 (inference-sim/training, Apache-2.0)",
+                 "../shared/data/real/llmservingsim-vllm (casys-kaist/LLMServingSim, MIT)"],
+        "error": "(sim - real) / real per stage", "runs": len(runs), "rows": len(rows)}, indent=1) + "\n")
 
 
 # ---- report -------------------------------------------------------------------------------------------

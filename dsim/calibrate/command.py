@@ -49,6 +49,9 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
         report = fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical,
                       loro, log, warn)
         scn = _scenario(runs[0], base, overrides, report["fitted"], seed)
+        held = held_out_errors(report["leave_one_run_out"])
+        if held:                               # the error band of every answer run on this calibration
+            scn["latency"]["held_out_errors"] = held
         if runs[0].trace_rows is not None:
             ao.write_text("replay.jsonl", trace_text(replay_rows(runs[0], seed)))
         ao.write_text("calibrated.yaml", "# written by dsim calibrate; dsim run / dsim cosim --scenario accept it\n"
@@ -120,6 +123,20 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
                          for r, b, a in zip(runs, before, after)],
               "leave_one_run_out": loro_rows}
     return report
+
+
+_COLUMN = {"e2e mean": "e2e_mean_err", "ttft p50": "ttft_p50_err", "tpot p50": "tpot_p50_err"}
+
+
+def held_out_errors(loro_rows) -> dict:
+    """Leave-one-run-out errors by error-band column (dsim.metrics.band): what this calibration got
+    wrong on runs it was not fitted on."""
+    out: dict = {}
+    for row in loro_rows:
+        for _stage, metric, e in row["errors"]:
+            if metric in _COLUMN:
+                out.setdefault(_COLUMN[metric], []).append(round(float(e), 6))
+    return out
 
 
 def _scenario(run, base, overrides, lat, seed) -> dict:

@@ -150,15 +150,86 @@ class _Search:
         return self.probes[v]["pass"]
 
 
+def band_scales(row: dict) -> dict | None:
+    """Step-time factors at the optimistic and pessimistic ends of a probe's error band: the real step
+    is (1 + lo) to (1 + hi) times the simulated one (TPOT p50 band, dsim.metrics.band)."""
+    lo, hi = row.get("band_tpot_p50_lo"), row.get("band_tpot_p50_hi")
+    if lo is None or hi is None:
+        return None
+    return {"optimistic": 1 + lo, "pessimistic": 1 + hi}
+
+
+def scale_overrides(raw: dict, factor: float) -> list:
+    """--set lines that multiply every step of every pool by ``factor`` (on top of a scale already set):
+    the top-level latency section, and each pool that declares its own."""
+    def one(path, lat):
+        cur = lat.get("scale", 1.0) if isinstance(lat, dict) else 1.0
+        return f"{path}.scale={float(cur) * factor:.6g}"
+    out = [one("latency", raw.get("latency") or {})]
+    for i, pool in enumerate((raw.get("cluster") or {}).get("pools") or []):
+        if isinstance(pool, dict) and isinstance(pool.get("latency"), dict):
+            out.append(one(f"cluster.pools[{i}].latency", pool["latency"]))
+    return out
+
+
+def _search(s: _Search, v0, minimize: bool, tol: float, max_probes: int):
+    return _search_min(s, int(v0), max_probes) if minimize else _search_max(s, float(v0), tol, max_probes)
+
+
+def _band_ends(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer,
+               at: dict, raw: dict, tol: float, max_probes: int) -> dict:
+    """The same search with every step scaled to the optimistic and the pessimistic end of the band."""
+    scales = band_scales(at)
+    if scales is None:
+        return {"available": False, "why": "the answer's run has no validated error band"}
+    out = {"available": True, "validated": bool(at.get("band_validated")),
+           "step_scale": {k: round(v, 6) for k, v in scales.items()},
+           "basis": "TPOT p50 error band of the run at the central answer; every step scaled (latency.scale)"}
+    for end, sc in scales.items():
+        s = _Search(src, ovs + scale_overrides(raw, sc), vary, slos, warmup, min_goodput, jobs, backend, address,
+                    integer)
+        v0 = answer if minimize else answer / sc        # a slower step carries less load
+        got = _search(s, v0, minimize, tol, max_probes)
+        out[end] = {"value": got, "probes": len(s.probes)}
+    # ends are searched to a tolerance: keep them on the right side of the central answer
+    o, p = out["optimistic"]["value"], out["pessimistic"]["value"]
+    if minimize:
+        out["optimistic"]["value"] = None if o is None else min(o, answer)
+        out["pessimistic"]["value"] = None if p is None else max(p, answer)
+    else:
+        out["optimistic"]["value"] = None if o is None else max(o, answer)
+        out["pessimistic"]["value"] = None if p is None else min(p, answer)
+    return out
+
+
+def _seed_spread(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer,
+                 seeds: int, seed0: int, tol: float, max_probes: int) -> dict:
+    """The central search repeated with seeds seed0+1 .. seed0+seeds-1 (the answer's own seed is seed0)."""
+    vals = [answer]
+    for k in range(1, seeds):
+        s = _Search(src, ovs + [f"seed={seed0 + k}"], vary, slos, warmup, min_goodput, jobs, backend, address,
+                    integer)
+        vals.append(_search(s, answer, minimize, tol, max_probes))
+    ok = [v for v in vals if v is not None]
+    return {"seeds": [seed0 + k for k in range(seeds)], "values": vals,
+            "min": min(ok) if ok else None, "median": float(np.median(ok)) if ok else None,
+            "max": max(ok) if ok else None}
+
+
 def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float | None = None, overrides=(),
              tolerance: float = 0.02, warmup: float = 0.1, min_goodput: float | None = None, jobs: int = 1,
-             backend: str = "joblib", address: str | None = None, out=None, max_probes: int = 40) -> dict:
+             backend: str = "joblib", address: str | None = None, out=None, max_probes: int = 40,
+             band: bool = True, seeds: int = 1) -> dict:
     """Find the largest ``vary`` (a load: default workload.rate) that passes, or with
     ``target_rate`` the smallest integer ``vary`` (e.g. ``cluster.pools[0].replicas``) that carries
-    that workload.rate.  Returns the capacity record written to ``out/capacity.json``."""
+    that workload.rate.  With ``band``, the same search at the optimistic and pessimistic ends of
+    the answer's error band; with ``seeds`` > 1, the spread of the central answer across seeds.
+    Returns the capacity record written to ``out/capacity.json``."""
     slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
     if not 0 <= warmup < 1:
         raise ConfigError("--warmup", warmup, "a share in [0, 1)")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= 100:
+        raise ConfigError("--seeds", seeds, "an integer in [1, 100]")
     if not 0 < tolerance < 1:
         raise ConfigError("--tolerance", tolerance, "a share in (0, 1)")
     if min_goodput is not None and not 0 < min_goodput <= 1:
@@ -185,8 +256,13 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
             if out is not None:
                 _write(rec, Path(out), base, plot=False)
             raise ConfigError(f"--slo {','.join(slos)}", None, infeasible_line(floor, slos), show_value=False)
-    answer = _search_min(s, int(v0), max_probes) if minimize else _search_max(s, float(v0), tolerance, max_probes)
+    answer = _search(s, v0, minimize, tolerance, max_probes)
     rec = _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
+    common = (src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer)
+    if band and answer is not None:
+        rec["band"] = _band_ends(*common, s.probes[answer], base.raw, tolerance, max_probes)
+    if seeds > 1 and answer is not None:
+        rec["seed_spread"] = _seed_spread(*common, seeds, base.seed, tolerance, max_probes)
     if out is not None:
         _write(rec, Path(out), base)
     return rec
@@ -305,11 +381,34 @@ def answer_line(rec: dict) -> str:
             return f"{rec['scenario']}: no load passes ({slo}) down to {rec['probes'][0]['value']:g}"
         tail = f"; {at['efficiency_gpus']:.0f} GPUs" if at.get("efficiency_gpus") else ""
         return (f"{rec['scenario']}: max {rec['vary']} = {v:.4g} within {slo} "
-                f"(goodput {at.get('request_goodput', at.get('request_throughput', 0)):.3g} req/s{tail})")
+                f"(goodput {at.get('request_goodput', at.get('request_throughput', 0)):.3g} req/s{tail})"
+                + range_words(rec, "{:.4g}"))
     v = rec["min_value"]
     if v is None:
         return f"{rec['scenario']}: no {rec['vary']} up to {rec['probes'][-1]['value']} carries {rec['target_rate']:g} req/s ({slo})"
-    return f"{rec['scenario']}: min {rec['vary']} = {v} for {rec['target_rate']:g} req/s within {slo}"
+    what = "provision" if rec["vary"].endswith("replicas") else f"min {rec['vary']} ="
+    unit = " replicas" if rec["vary"].endswith("replicas") else ""
+    return (f"{rec['scenario']}: {what} {v}{unit} for {rec['target_rate']:g} req/s within {slo}"
+            + range_words(rec, "{}"))
+
+
+def range_words(rec: dict, fmt: str) -> str:
+    """'; 80 % band: 4 if dsim is optimistic, 6 if pessimistic (outside the validated range)'."""
+    out = ""
+    b = rec.get("band") or {}
+    if b.get("available"):
+        def f(end):
+            v = b[end]["value"]
+            return "none" if v is None else fmt.format(v)
+        out += (f"; at the ends of dsim's 80 % error band: {f('optimistic')} if the real engine is as fast as the "
+                f"band allows, {f('pessimistic')} if as slow" + ("" if b["validated"] else
+                                                                   " (outside the validated range)"))
+    elif b:
+        out += f"; no error band ({b['why']})"
+    sp = rec.get("seed_spread")
+    if sp and sp["min"] is not None:
+        out += f"; across {len(sp['seeds'])} seeds {fmt.format(sp['min'])}-{fmt.format(sp['max'])}"
+    return out
 
 
 def _write(rec: dict, out: Path, base, plot: bool = True) -> None:

@@ -38,6 +38,10 @@ def add_parsers(sub) -> None:
                    "window (0.1)")
     c.add_argument("--min-goodput", type=float, default=None, metavar="SHARE",
                    help="also require this share of requests to meet every SLO (e.g. 0.99)")
+    c.add_argument("--seeds", type=int, default=1, metavar="K",
+                   help="repeat the central search with K seeds and report their spread (default 1)")
+    c.add_argument("--no-band", dest="band", action="store_false",
+                   help="skip the searches at the ends of the error band (3x fewer simulations)")
     _exec_args(c)
     c.add_argument("--out", required=True, help="folder: capacity.json, capacity.md, capacity.png")
 
@@ -76,7 +80,7 @@ def run_sweep(args) -> int:
 
 def run_capacity(args) -> int:
     from .capacity import answer_line, capacity
-    _check_flags(args)
+    _check_flags(args, seeds=(1, 100))
     if args.target_rate is not None and args.vary is None:
         from ..config.errors import ConfigError
         raise ConfigError("--target-rate", args.target_rate, "--vary KEY, the resource to minimise "
@@ -84,7 +88,7 @@ def run_capacity(args) -> int:
     rec = capacity(args.scenario, args.slo, vary=args.vary or "workload.rate", target_rate=args.target_rate,
                    overrides=args.overrides, tolerance=args.tolerance, warmup=args.warmup,
                    min_goodput=args.min_goodput, jobs=args.jobs, backend=args.backend, address=args.address,
-                   out=args.out)
+                   out=args.out, band=args.band, seeds=args.seeds)
     print(answer_line(rec))
     print(f"{len(rec['probes'])} probes; card: {args.out}/capacity.md")
     return 0
@@ -106,6 +110,11 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--rounds", type=int, default=4, help="extra replicas tried per family after the screen's "
                    "smallest (default 4)")
     p.add_argument("--top", type=int, default=10, help="rows in top.csv (default 10)")
+    p.add_argument("--conservative", action="store_true",
+                   help="a configuration passes only if it also meets the SLOs at the pessimistic end of its "
+                   "error band (every step as slow as the band allows)")
+    p.add_argument("--no-band", dest="band", action="store_false",
+                   help="do not re-simulate the top configurations at the pessimistic end of their band")
     _exec_args(p)
     p.add_argument("--out", required=True, help="folder: plan.md, best.yaml, top.csv, pareto.csv, candidates.csv")
 
@@ -116,7 +125,8 @@ def run_plan(args) -> int:
     _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP))
     res = plan(args.scenario, args.space, gpus=args.gpus, slos=args.slo, overrides=args.overrides,
                min_goodput=args.min_goodput, rounds=args.rounds, top=args.top, jobs=args.jobs,
-               backend=args.backend, address=args.address, out=args.out)
+               backend=args.backend, address=args.address, out=args.out, band=args.band,
+               conservative=args.conservative)
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
     return 0

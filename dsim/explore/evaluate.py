@@ -20,11 +20,17 @@ _SECTIONS = {
 
 def summary_row(summary: dict) -> dict:
     """Every headline number of a summary as one flat dict (column name -> number)."""
-    row = dict(summary.get("metrics", {}))
+    row = {k: v for k, v in summary.get("metrics", {}).items() if not k.endswith("_band_ms")}
     for sec, keys in _SECTIONS.items():
         for k in keys:
             if k in summary.get(sec, {}):
                 row[f"{sec}_{k}"] = summary[sec][k]
+    eb = summary.get("error_band", {})
+    if "validated" in eb:
+        row["band_validated"] = eb["validated"]
+    tpot = eb.get("relative", {}).get("tpot_p50_err")
+    if tpot is not None:              # real/sim - 1 of a step (TPOT p50): what capacity's band ends scale by
+        row["band_tpot_p50_lo"], row["band_tpot_p50_hi"] = tpot
     queue = summary["latency_ms"]["queue"]
     if queue.get("count"):
         row["mean_queue_ms"] = queue["mean"]

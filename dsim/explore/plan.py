@@ -31,7 +31,7 @@ from ..config.scenario import load_scenario, read_scenario_file
 from ..latency.base import BatchShape, LatencyContext
 from ..latency.registry import build_latency
 from .backends import run_calls
-from .capacity import parse_slos, probe
+from .capacity import band_scales, scale_overrides, parse_slos, probe
 from .pareto import pareto_front
 from .points import as_overrides
 from .store import ensure_out_dir, table_csv, write_atomic
@@ -153,9 +153,13 @@ def screen_family(scn, w: dict, replicas: list, slos: dict) -> list[dict]:
 
 def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float | None = None, warmup: float = 0.1,
          rounds: int = 4, top: int = 10, jobs: int = 1, backend: str = "joblib", address: str | None = None,
-         out=None) -> dict:
+         out=None, band: bool = True, conservative: bool = False) -> dict:
     """Screen every candidate of ``space`` within ``gpus`` GPUs, simulate the survivors, and return
-    {"best", "top", "candidates", "pareto", ...} (also written to ``out``)."""
+    {"best", "top", "candidates", "pareto", ...} (also written to ``out``).
+
+    Each configuration in the top list is simulated again at the pessimistic end of its error band
+    (every step scaled, dsim.metrics.band) and marked when it meets the SLOs only if dsim is right or
+    optimistic; ``conservative`` makes that the pass rule for every candidate."""
     slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
     if not isinstance(gpus, int) or gpus < 1:
         raise ConfigError("--gpus", gpus, "an integer >= 1")
@@ -190,16 +194,19 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
             rows = [{"replicas": r, "screen": "pruned", "reason": str(bad)} for r in reps]
         for row in rows:
             cands.append({**fam, **row, "gpus": per * row["replicas"], "_ovs": ovs})
-    _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address)
+    judge = (src, slos, warmup, min_goodput, jobs, backend, address, base.raw)
+    _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, judge if conservative else None)
     sims = [c for c in cands if "pass" in c]
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
+    if band and not conservative:
+        _pessimistic(ok[:top], *judge)
     for i in pareto_front(sims, [("efficiency_output_tokens_per_s_per_gpu", "max"),
                                  ("efficiency_output_tokens_per_s_per_user", "max")]):
         sims[i]["front_tokens"] = True
     for i in pareto_front(sims, [("request_goodput", "max"), ("efficiency_usd_per_hour", "min")]):
         sims[i]["front_cost"] = True
     keys = ["tensor_parallel_size"] + [k for k, _ in sp.knobs] + ["replicas", "gpus"]
-    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "workload": w, "candidates": len(cands),
+    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "conservative": conservative, "workload": w, "candidates": len(cands),
            "pruned": sum(1 for c in cands if c["screen"] == "pruned"), "simulated": len(sims),
            "passed": len(ok), "keys": keys, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
@@ -250,8 +257,25 @@ def absolute_paths(raw: dict, base_dir) -> dict:
     return doc
 
 
-def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address) -> None:
-    """Per family: the fewest kept replicas, then one more per round until a run passes."""
+def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, raw) -> None:
+    """Simulate passing ``cands`` again at the pessimistic end of their error band; mark them
+    (``pessimistic_pass``: True, False, or None when the run had no band)."""
+    todo = [(c, band_scales(c)) for c in cands]
+    todo = [(c, sc["pessimistic"]) for c, sc in todo if sc is not None]
+    for c in cands:
+        c["pessimistic_pass"] = None
+    calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"] + scale_overrides(raw, f), slos, warmup,
+              min_goodput) for c, f in todo]
+    for (c, f), row in zip(todo, run_calls(probe, calls, jobs, backend, address)):
+        c["pessimistic_pass"] = bool(row["pass"])
+        c["pessimistic_step_scale"] = round(f, 6)
+        if not row["pass"]:
+            c["pessimistic_reasons"] = "; ".join(row.get("reasons", []))
+
+
+def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, judge=None) -> None:
+    """Per family: the fewest kept replicas, then one more per round until a run passes (with ``judge``,
+    until it also passes at the pessimistic end of its error band)."""
     fams: dict = {}
     for c in cands:
         fams.setdefault(json.dumps(c["_ovs"]), []).append(c)
@@ -268,12 +292,22 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
         for (k, c), row in zip(batch, run_calls(probe, calls, jobs, backend, address)):
             c.update({kk: v for kk, v in row.items() if kk not in ("status",)})
             c["reasons"] = "; ".join(row.get("reasons", []))
-            pending[k] = [] if row["pass"] else pending[k][1:]
+        if judge is not None:
+            passed = [c for _, c in batch if c["pass"]]
+            _pessimistic(passed, *judge)
+            for c in passed:
+                if c["pessimistic_pass"] is False:
+                    c["pass"] = False
+                    c["reasons"] = ("meets the SLOs only if dsim is right or optimistic; at the pessimistic end "
+                                    f"(every step x{c['pessimistic_step_scale']:.3g}): {c['pessimistic_reasons']}")
+        for k, c in batch:
+            pending[k] = [] if c["pass"] else pending[k][1:]
 
 
 _COLS = ("pass", "reasons", "request_goodput", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "efficiency_output_tokens_per_s_per_gpu", "efficiency_output_tokens_per_s_per_user",
-         "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost")
+         "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost", "band_validated",
+         "pessimistic_pass", "pessimistic_step_scale")
 
 
 def _write(res: dict, out: Path, base) -> None:
@@ -298,7 +332,15 @@ def plan_line(res: dict) -> str:
     if b is None:
         return head + "; none fits the budget"
     knobs = ", ".join(f"{k}={b[k]}" for k in res["keys"] if k not in ("gpus",))
-    return head + f"; best: {knobs} ({b['gpus']} GPUs, {b.get('efficiency_goodput_per_gpu_s', 0):.3g} good req/GPU-s)"
+    line = head + f"; best: {knobs} ({b['gpus']} GPUs, {b.get('efficiency_goodput_per_gpu_s', 0):.3g} good req/GPU-s)"
+    if res.get("conservative"):
+        return line + "; planned at the pessimistic end of the error band"
+    marked = [c for c in res["top"] if c.get("pessimistic_pass") is False]
+    if marked:
+        line += (f"; {len(marked)} of the top {len(res['top'])} (best included)" if b.get("pessimistic_pass") is False
+                 else f"; {len(marked)} of the top {len(res['top'])}") + \
+            " meet the SLOs only if dsim is right or optimistic (see --conservative)"
+    return line
 
 
 def plan_md(res: dict, title: str) -> str:
@@ -309,8 +351,15 @@ def plan_md(res: dict, title: str) -> str:
     if res.get("best_scenario") is not None:
         lines += ["The best configuration as a scenario (`best.yaml`, run it with `dsim run best.yaml`):", "",
                   "```yaml", yaml.safe_dump(res["best_scenario"], sort_keys=False).rstrip(), "```", ""]
-    cols = res["keys"] + ["efficiency_goodput_per_gpu_s", "p99_ttft_ms", "p99_tpot_ms", "efficiency_usd_per_hour"]
-    lines += ["## Top configurations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    cols = res["keys"] + ["efficiency_goodput_per_gpu_s", "p99_ttft_ms", "p99_tpot_ms", "efficiency_usd_per_hour",
+                          "pessimistic_pass"]
+    lines += ["## Top configurations", ""]
+    lines += (["Planned at the pessimistic end of dsim's error band (`--conservative`): every configuration below "
+               "meets the SLOs even if the real engine is as slow as the band allows.", ""] if res.get("conservative")
+              else ["`pessimistic_pass`: the configuration simulated again with every step as slow as the pessimistic "
+                    "end of its 80 % error band; `False` means it meets the SLOs only if dsim is right or "
+                    "optimistic (plan with `--conservative` to exclude such configurations).", ""])
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for c in res["top"]:
         lines.append("| " + " | ".join(_fmt(c.get(k)) for k in cols) + " |")
     why: dict = {}

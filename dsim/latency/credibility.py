@@ -28,10 +28,13 @@ _PEAK_TERMS = {
     "physics": {"compute": (0, 1, 3), "memory": (2, 4)},        # beta_1,2,4: compute; beta_3,5: HBM
 }
 _KEYS = ("e2e_mean_err", "ttft_p50_err", "tpot_p50_err")
+# every error column of the validation table (signed (sim - real) / real per stage): what an error band covers
+BAND_COLUMNS = ("e2e_mean_err", "e2e_p99_err", "ttft_p50_err", "ttft_p99_err", "tpot_p50_err", "tpot_p99_err",
+                "throughput_err")
 
 
 @functools.lru_cache(maxsize=1)
-def _validation_rows() -> tuple:
+def validation_rows() -> tuple:
     try:
         text = resources.files("dsim").joinpath("data", "validation_errors.csv").read_text()
     except (FileNotFoundError, OSError):
@@ -42,7 +45,8 @@ def _validation_rows() -> tuple:
 def zero_shot_mape(kind: str) -> dict | None:
     """Mean |error| (fractions) of E2E mean, TTFT p50, TPOT p50 over the non-overloaded stages of
     the shared real runs that ``kind`` could replay with its shipped defaults; None if unmeasured."""
-    rows = [r for r in _validation_rows() if r["latency_model"] == kind and r["overloaded"] == "0"]
+    rows = [r for r in validation_rows() if r["latency_model"] == kind and r.get("study", "zero-shot") == "zero-shot"
+            and r["overloaded"] == "0"]
     if not rows:
         return None
     out = {"stages": len(rows)}

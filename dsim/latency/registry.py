@@ -13,7 +13,8 @@ from ..config.fields import Section, check_number
 from ..config.generations import HostCosts, by_name
 from .base import AlphaModel, LatencyContext
 from .blackbox import BlackboxModel
-from .credibility import credibility_warnings
+from .credibility import BAND_COLUMNS, credibility_warnings
+from .scaled import ScaledStepModel
 from .calibrated_tps import CalibratedTPSModel
 from .host import FITTED_ON, HostStepModel, resolve_host
 from .roofline import RooflineModel
@@ -187,6 +188,27 @@ def _with_host(kind, step, queueing, ctx, overrides, desc):
 UNIFIED5_DEFAULT_HARDWARE = "H100-SXM"
 
 
+def _held_out_errors(s: Section) -> dict | None:
+    """latency.held_out_errors: error column (dsim.metrics.band.BAND_COLUMNS) -> signed relative errors."""
+    raw = s.raw("held_out_errors", None)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(s.sub("held_out_errors"), raw, "a mapping of error column -> list of numbers")
+    out = {}
+    for k, v in raw.items():
+        p = f"{s.sub('held_out_errors')}.{k}"
+        if k not in BAND_COLUMNS:
+            raise ConfigError(p, k, "one of " + ", ".join(BAND_COLUMNS))
+        if not isinstance(v, list):
+            raise ConfigError(p, v, "a list of relative errors")
+        for i, x in enumerate(v):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (-1 < x < float("inf")):
+                raise ConfigError(f"{p}[{i}]", x, "a finite relative error > -1")
+        out[k] = [float(x) for x in v]
+    return out
+
+
 def build_latency(data, ctx: LatencyContext, path: str = "latency"):
     """Return (step-time model, queueing model, description dict for the manifest).
 
@@ -196,9 +218,15 @@ def build_latency(data, ctx: LatencyContext, path: str = "latency"):
     kind = s.str("model", "roofline", choices=MODELS)
     overrides = _host_overrides(s)
     fitted_on = s.str("fitted_on", None)        # written by dsim calibrate: the GPU the fit is valid for
+    held_out = _held_out_errors(s)              # written by dsim calibrate: its errors on runs it did not fit
+    scale = s.num("scale", 1.0, lo=0, lo_open=True)     # every step x scale (error-band ends, what-ifs)
     step, queueing, desc = MODELS[kind](s, ctx)
     s.done()
     desc = dict(model=kind, **desc)
+    if fitted_on is not None:
+        desc["calibrated"] = True
+    if held_out:
+        desc["held_out_errors"] = held_out
     if kind == "unified5" and "beta" not in s.data and "coefficients" not in s.data:
         fitted_on = fitted_on or UNIFIED5_DEFAULT_HARDWARE
     if fitted_on is not None:
@@ -212,6 +240,9 @@ def build_latency(data, ctx: LatencyContext, path: str = "latency"):
     if warn:
         desc["warning"] = "; ".join(([desc["warning"]] if desc.get("warning") else []) + warn)
     step, queueing = _with_host(kind, step, queueing, ctx, overrides, desc)
+    if scale != 1.0:
+        step = ScaledStepModel(step, scale)
+        desc["scale"] = scale
     if isinstance(queueing, AlphaModel):
         desc["alpha_us"] = list(queueing.us[:3])
         if queueing.post:

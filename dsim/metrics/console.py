@@ -1,6 +1,8 @@
 """The few lines `dsim run` and `dsim validate` print: what a reader checks first, in words they know."""
 from __future__ import annotations
 
+from .band import band_lines
+
 
 def offered_load(reqs) -> dict:
     """Requests, span of arrivals and mean offered rate of a built workload."""
@@ -56,6 +58,7 @@ def summary_lines(name: str, s: dict) -> list[str]:
         extra.append("scale events: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(kinds.items())))
     if extra:
         lines.append("  " + "; ".join(extra))
+    lines += band_lines(s)
     for name, c in s.get("slo_classes", {}).items():
         t, tp = c["ttft_ms"], c["tpot_ms"]
         met = "n/a" if c["slo_attainment"] is None else f"{c['slo_attainment']:.1%}"

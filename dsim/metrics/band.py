@@ -1,0 +1,336 @@
+"""How far a dsim answer can be trusted: an error band built from the validated runs that resemble it.
+
+Why: a capacity planner acts on one number, and dsim's error depends on where it is used (a few % on
+the GPUs its curves were measured on, 15-30 % on GPUs that borrow them, far more past the knee).
+Every answer therefore carries the interval that the validation data support for *this* deployment,
+built by one written rule (docs/latency-models.md, "Reading an error band"):
+
+1. **Errors.** ``dsim/data/validation_errors.csv`` (package data, written by experiments/validation.py)
+   holds, per stage of every shared real vLLM run, the signed error e = (sim - real) / real of E2E
+   mean/p99, TTFT p50/p99, TPOT p50/p99 and output throughput, for each latency model, zero-shot and
+   calibrated, keyed by GPU, whether that GPU's GEMM curves were measured on it, model kind
+   (dense / moe / quantized), engine generation and the simulated load.
+2. **Similar runs.** The first of these levels that has at least ``MIN_STAGES`` stages from at least
+   ``MIN_RUNS`` runs (same latency model and study, stages whose load regime matches):
+   (1) same GPU, model kind, engine generation and load regime; (2) same GPU and engine generation;
+   (3) GPUs with the same curve status (measured or borrowed); (4) every GPU. Levels 3 and 4 are
+   *outside the validated range*, and so is a deployment past the knee or one using features no
+   validated run had (speculative decoding, P/D disaggregation, a network model).
+3. **Interval.** Split conformal over the n similar errors: with alpha = 1 - LEVEL, the
+   floor((n+1) alpha/2)-th and ceil((n+1)(1-alpha/2))-th smallest errors e_lo, e_hi; the real value
+   lies in [sim / (1 + e_hi), sim / (1 + e_lo)]. Fewer than 2/alpha - 1 errors have no such ranks:
+   the band is then +-max|log(1+e)|.
+4. **Outside the validated range** the band's log-ratios are multiplied by ``WIDEN`` (a ratio r
+   becomes r**WIDEN), and the answer says why.
+
+A calibrated run (latency written by ``dsim calibrate``) uses the calibration's own held-out errors
+when it carries them (``latency.held_out_errors``), else the calibrated studies of the table.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..latency.credibility import BAND_COLUMNS
+
+LEVEL = 0.8
+MIN_STAGES = 9          # 2 / (1 - LEVEL) - 1: the fewest errors with both conformal ranks
+MIN_RUNS = 3            # stages of one run move together; a band from one or two runs is not a band
+WIDEN = 2.0             # outside the validated range: log-ratios doubled (docs/validation.md measures it)
+LOAD_REGIMES = ((0.25, "light"), (0.6, "moderate"), (float("inf"), "heavy"))
+# summary statistic -> the validated error it borrows (tails from p99, centres from p50 / mean)
+_CENTRE, _TAIL = ("mean", "p50"), ("p90", "p95", "p99")
+_METRIC_COLUMN = {"ttft": ("ttft_p50_err", "ttft_p99_err"), "tpot": ("tpot_p50_err", "tpot_p99_err"),
+                  "itl": ("tpot_p50_err", "tpot_p99_err"), "e2e": ("e2e_mean_err", "e2e_p99_err")}
+_SHORT = {"e2e_mean_err": "E2E mean", "e2e_p99_err": "E2E p99", "ttft_p50_err": "TTFT p50",
+          "ttft_p99_err": "TTFT p99", "tpot_p50_err": "TPOT p50", "tpot_p99_err": "TPOT p99",
+          "throughput_err": "throughput"}
+
+
+def model_kind(model) -> str:
+    """dense / moe / quantized: what a model shares with a validated one (a ModelSpec)."""
+    if getattr(model, "quant", None) is not None:
+        return "quantized"
+    return "moe" if getattr(model, "num_experts", 0) > 0 else "dense"
+
+
+def offered_load(rate: float, e2e_mean_s: float, slots: int) -> float:
+    """Little's law over the batch slots: requests in flight (rate x mean E2E) per max_num_seqs.
+    The same measure for a validation stage and for a new run, read off the simulation."""
+    return float(rate) * float(e2e_mean_s) / max(int(slots), 1)
+
+
+def load_regime(load: float | None) -> str | None:
+    if load is None or not math.isfinite(load):
+        return None
+    return next(name for cap, name in LOAD_REGIMES if load < cap)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a band is matched on (one pool of a run)."""
+    latency_model: str
+    gpu: str
+    gpu_profiled: bool
+    kind: str
+    generation: str
+    regime: str | None = None          # light / moderate / heavy; None when unknown
+    calibrated: bool = False
+    overloaded: bool = False
+    unvalidated: tuple = ()            # features no validated run had
+    held_out: dict | None = None       # column -> calibration's own held-out errors
+
+    def describe(self) -> str:
+        return f"{self.gpu}, {self.kind} model, engine {self.generation}, {self.latency_model}"
+
+
+@dataclass
+class Band:
+    level: float
+    relative: dict                     # column -> (lo, hi) bounds of real / sim - 1
+    validated: bool
+    basis: str                         # which runs the band was built from, in words
+    runs: int
+    stages: int
+    reasons: list = field(default_factory=list)
+
+    def ratio(self, column: str) -> tuple | None:
+        """(lo, hi) multipliers of a simulated value that bound the real one."""
+        return self.relative.get(column)
+
+    def statement(self) -> str:
+        parts = []
+        for col in ("tpot_p50_err", "ttft_p50_err", "e2e_mean_err"):
+            r = self.relative.get(col)
+            if r is not None:
+                parts.append(f"{_SHORT[col]} {_pct(r[0])}/{_pct(r[1])}")
+        where = (f"within the validated range: {self.basis}" if self.validated else
+                 "outside the validated range (" + "; ".join(self.reasons) + f"); band from {self.basis}, widened")
+        return (f"{self.level:.0%} band on the real value: " + (", ".join(parts) or "no metric validated") +
+                f" of dsim's ({where}; {self.runs} runs, {self.stages} stages)")
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+def conformal(errors, level: float = LEVEL) -> tuple | None:
+    """(e_lo, e_hi): split-conformal ranks of signed relative errors; None if too few errors."""
+    e = sorted(errors)
+    n = len(e)
+    a = 1.0 - level
+    # ranks in exact arithmetic: 1 - 0.8 is 0.19999999999999996 in floats, and floor(20 x 0.1) must be 2
+    k_lo, k_hi = math.floor((n + 1) * a / 2 + 1e-9), math.ceil((n + 1) * (1 - a / 2) - 1e-9)
+    if k_lo < 1 or k_hi > n:
+        return None
+    return e[k_lo - 1], e[k_hi - 1]
+
+
+def _ratio_band(errors, widen: float) -> tuple | None:
+    """Bounds (lo, hi) of real/sim - 1 from errors e = sim/real - 1 (so real/sim = 1/(1+e))."""
+    errors = [x for x in errors if x is not None and math.isfinite(x) and x > -1]
+    if not errors:
+        return None
+    c = conformal(errors)
+    if c is None:
+        m = max(abs(math.log1p(x)) for x in errors)
+        log_lo, log_hi = -m, m                           # bounds of log(real/sim)
+    else:
+        log_lo, log_hi = -math.log1p(c[1]), -math.log1p(c[0])
+    return _widened(math.expm1(log_lo), math.expm1(log_hi), widen)
+
+
+def _widened(lo: float, hi: float, widen: float) -> tuple:
+    """Each bound's log-ratio moved away from the estimate by ``widen`` (x W outside, / W inside)."""
+    def move(x, outward):
+        y = math.log1p(x)
+        return math.expm1(y * widen if outward else y / widen)
+    return move(lo, lo < 0), move(hi, hi > 0)
+
+
+def _f(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _levels(dep: Deployment):
+    yield 1, True, lambda r: (r["gpu"] == dep.gpu and r.get("kind") == dep.kind and r["generation"] == dep.generation
+                              and load_regime(_f(r.get("load"))) == dep.regime), \
+        f"{dep.gpu}, {dep.kind} models, engine {dep.generation}, {dep.regime} load"
+    yield 2, True, lambda r: r["gpu"] == dep.gpu and r["generation"] == dep.generation, \
+        f"{dep.gpu}, engine {dep.generation}, any model and load"
+    status = "measured" if dep.gpu_profiled else "borrowed"
+    yield 3, False, lambda r: r.get("gpu_profiled", "1") == str(int(dep.gpu_profiled)), \
+        f"GPUs whose GEMM curves were {status}"
+    yield 4, False, lambda r: True, "every validated GPU"
+
+
+def band_for(dep: Deployment, rows, exclude_run: str | None = None) -> Band | None:
+    """The band of ``dep`` from validation ``rows`` (dicts as in the CSV); ``exclude_run`` leaves a
+    run out (the coverage study). None when the latency model was never validated."""
+    if dep.held_out:
+        rel = {c: _ratio_band(dep.held_out.get(c, ()), 1.0) for c in BAND_COLUMNS}
+        rel = {c: v for c, v in rel.items() if v is not None}
+        n = max((len(v) for v in dep.held_out.values()), default=0)
+        reasons = _reasons(dep)
+        if reasons:
+            rel = {c: _widened(lo, hi, WIDEN) for c, (lo, hi) in rel.items()}
+        return Band(LEVEL, rel, not reasons, "this calibration's held-out errors", 1, n, reasons)
+    study = ("calibrated-same-deployment", "calibrated-other-models") if dep.calibrated else ("zero-shot",)
+    pool = [r for r in rows if r["latency_model"] == dep.latency_model and r.get("study", "zero-shot") in study
+            and r["run"] != exclude_run and (r["overloaded"] == "1") == dep.overloaded]
+    if not pool:
+        return None
+    for level, inside, match, basis in _levels(dep):
+        sel = [r for r in pool if match(r)]
+        if len({r["run"] for r in sel}) >= MIN_RUNS and len(sel) >= MIN_STAGES:
+            break
+    else:
+        level, inside, basis, sel = 4, False, "every validated GPU", pool
+    reasons = _reasons(dep)
+    if not inside:
+        reasons.insert(0, f"no validated run on {dep.gpu}" if not any(r["gpu"] == dep.gpu for r in pool)
+                       else f"too few validated runs on {dep.gpu} with engine {dep.generation}")
+    widen = 1.0 if not reasons else WIDEN
+    rel = {}
+    for c in BAND_COLUMNS:
+        b = _ratio_band([_f(r.get(c)) for r in sel], widen)
+        if b is not None:
+            rel[c] = b
+    study_name = "calibrated" if dep.calibrated else "zero-shot"
+    return Band(LEVEL, rel, not reasons, f"{study_name} {dep.latency_model} on {basis}",
+                len({r["run"] for r in sel}), len(sel), reasons)
+
+
+def _reasons(dep: Deployment) -> list:
+    out = []
+    if dep.overloaded:
+        out.append("past the knee: the simulated queue grows, latencies depend on the horizon")
+    out += [f"{f} was not in any validated run" for f in dep.unvalidated]
+    return out
+
+
+def band_columns_for(metric: str, stat: str) -> str | None:
+    cols = _METRIC_COLUMN.get(metric)
+    if cols is None:
+        return None
+    return cols[0] if stat in _CENTRE else cols[1] if stat in _TAIL else None
+
+
+def interval(value: float, ratio: tuple) -> list:
+    """[lo, hi] of the real value given a simulated ``value`` and a ratio band."""
+    return [value * (1 + ratio[0]), value * (1 + ratio[1])]
+
+
+# ---- a finished run --------------------------------------------------------------------------------
+def deployments(scn, fleet, summary: dict) -> dict:
+    """pool name -> Deployment of a finished run (load and overload read off its own summary)."""
+    from ..latency.efficiency import curve_for
+    stab = summary.get("stability", {})
+    e2e = summary.get("latency_ms", {}).get("e2e", {}).get("mean")
+    slots = sum(p.spec.engine.max_num_seqs * max(p.spec.replicas, 1) for p in fleet.pools.values())
+    rate = stab.get("offered_requests_per_s")
+    regime = load_regime(offered_load(rate, e2e / 1e3, slots)) if rate and e2e is not None else None
+    common = []
+    if scn.spec is not None:
+        common.append("speculative decoding")
+    if any(p.role != "mixed" for p in fleet.pools.values()):
+        common.append("prefill/decode disaggregation")
+    if fleet.network is not None:
+        common.append("a network model")
+    out = {}
+    for name, p in fleet.pools.items():
+        desc = p.latency_desc if isinstance(p.latency_desc, dict) else {}
+        eng = p.spec.engine
+        extra = ["pipeline parallelism"] if getattr(eng, "pipeline_parallel_size", 1) > 1 else []
+        out[name] = Deployment(
+            latency_model=desc.get("model", "roofline"), gpu=p.spec.device.name,
+            gpu_profiled=not curve_for(p.spec.device).borrowed, kind=model_kind(p.spec.model),
+            generation=eng.generation.name, regime=regime, calibrated=bool(desc.get("calibrated")),
+            overloaded=bool(stab.get("overloaded")), unvalidated=tuple(common + extra),
+            held_out=desc.get("held_out_errors"))
+    return out
+
+
+def run_band(deps: dict, rows) -> tuple:
+    """(Band of the whole run, per-pool Bands): pools that differ are enveloped, the widest side wins."""
+    bands = {}
+    for name, d in deps.items():
+        b = band_for(d, rows)
+        if b is not None:
+            bands[name] = b
+    if not bands:
+        return None, {}
+    distinct = list({id(b): b for b in bands.values()}.values())
+    if len({(b.basis, tuple(sorted(b.relative.items()))) for b in distinct}) == 1:
+        return distinct[0], bands
+    rel = {}
+    for c in BAND_COLUMNS:
+        got = [b.relative[c] for b in distinct if c in b.relative]
+        if got:
+            rel[c] = (min(g[0] for g in got), max(g[1] for g in got))
+    reasons = sorted({r for b in distinct for r in b.reasons})
+    return Band(LEVEL, rel, all(b.validated for b in distinct), "; ".join(sorted({b.basis for b in distinct})),
+                min(b.runs for b in distinct), min(b.stages for b in distinct), reasons), bands
+
+
+def annotate(summary: dict, band: Band | None, per_pool: dict, deps: dict) -> None:
+    """Put the band beside every latency statistic of ``summary`` (in place)."""
+    if band is None:
+        models = sorted({d.latency_model for d in deps.values()})
+        summary["error_band"] = {"level": LEVEL, "validated": False, "statement":
+                                 f"no error band: latency model {', '.join(models)} was never validated against "
+                                 "real runs (docs/validation.md)"}
+        return
+    r = lambda x: round(x, 6)      # noqa: E731  (bands are estimates: 6 decimals keep files readable)
+    lat = summary.get("latency_ms", {})
+    for metric, st in lat.items():
+        bands = {}
+        for stat in _CENTRE + _TAIL:
+            col = band_columns_for(metric, stat)
+            if col in band.relative and st.get(stat) is not None:
+                bands[stat] = [r(v) for v in interval(st[stat], band.relative[col])]
+        if bands:
+            st["band"] = bands
+    flat = summary.get("metrics", {})
+    names = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e"}
+    for key in list(flat):
+        parts = key.split("_")
+        if len(parts) == 3 and parts[2] == "ms" and parts[1] in names:
+            stat = {"median": "p50"}.get(parts[0], parts[0])
+            col = band_columns_for(names[parts[1]], stat)
+            if col in band.relative and flat[key] is not None:
+                flat[f"{parts[0]}_{parts[1]}_band_ms"] = [r(v) for v in interval(flat[key], band.relative[col])]
+    thr = summary.get("throughput", {})
+    if "throughput_err" in band.relative and thr.get("output_tokens_per_s") is not None:
+        thr["output_tokens_per_s_band"] = [r(v) for v in interval(thr["output_tokens_per_s"],
+                                                                   band.relative["throughput_err"])]
+    d0 = next(iter(deps.values()))
+    summary["error_band"] = {
+        "level": LEVEL, "validated": band.validated, "statement": band.statement(), "basis": band.basis,
+        "runs": band.runs, "stages": band.stages, "reasons": band.reasons,
+        "relative": {c: [r(lo), r(hi)] for c, (lo, hi) in band.relative.items()},
+        "deployment": {"latency_model": d0.latency_model, "gpu": d0.gpu, "gpu_curves_measured": d0.gpu_profiled,
+                       "model_kind": d0.kind, "engine_generation": d0.generation, "load_regime": d0.regime,
+                       "calibrated": d0.calibrated},
+        "rule": "docs/latency-models.md#reading-an-error-band"}
+    if len(per_pool) > 1:
+        summary["error_band"]["pools"] = {n: {"validated": b.validated, "basis": b.basis, "reasons": b.reasons}
+                                          for n, b in per_pool.items()}
+
+
+def band_lines(summary: dict) -> list:
+    """Console lines: the band of the headline statistics and the sentence that says how far to trust it."""
+    eb = summary.get("error_band")
+    if not eb:
+        return []
+    lat = summary.get("latency_ms", {})
+    parts = []
+    for m, stat in (("ttft", "p50"), ("ttft", "p99"), ("tpot", "p50"), ("e2e", "mean")):
+        b = lat.get(m, {}).get("band", {}).get(stat)
+        if b:
+            parts.append(f"{m.upper()} {stat} {b[0]:.4g}-{b[1]:.4g}")
+    lines = [f"  error band ({eb['level']:.0%}, ms): " + ", ".join(parts)] if parts else []
+    return lines + [f"  {eb['statement']}"]

@@ -1,0 +1,167 @@
+"""The error band (dsim.metrics.band): the documented rule, computed by hand on tiny tables, and the
+band as it reaches summary.json, capacity.json and plans."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dsim
+from dsim.latency.credibility import BAND_COLUMNS, validation_rows
+from dsim.metrics.band import (LEVEL, MIN_STAGES, WIDEN, Deployment, band_for, conformal, load_regime,
+                               offered_load)
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "real"
+
+
+def _row(run, gpu, err, stage="s", model="roofline", study="zero-shot", profiled="1", kind="dense", gen="v1",
+         load=0.4, overloaded="0"):
+    r = {"latency_model": model, "study": study, "run": run, "gpu": gpu, "gpu_profiled": profiled, "kind": kind,
+         "generation": gen, "stage": stage, "load": str(load), "overloaded": overloaded}
+    r.update({c: str(err) for c in BAND_COLUMNS})
+    return r
+
+
+def _dep(gpu="H100-SXM", **kw):
+    base = dict(latency_model="roofline", gpu=gpu, gpu_profiled=True, kind="dense", generation="v1",
+                regime="moderate")
+    base.update(kw)
+    return Deployment(**base)
+
+
+def test_conformal_ranks_by_hand():
+    errs = [0.01 * i for i in range(-9, 10)]                     # 19 errors: ranks 2 and 18
+    assert conformal(errs) == (errs[1], errs[17])
+    assert conformal(errs[:9]) == (errs[0], errs[8])             # 9: ranks 1 and 9 (the fewest with both)
+    assert conformal(errs[:8]) is None                           # 8: no upper rank at 80 %
+    assert MIN_STAGES == 9 and LEVEL == 0.8
+
+
+def test_band_from_a_tiny_table_by_hand():
+    errs = [-0.06, -0.04, -0.02, -0.01, 0.0, 0.01, 0.03, 0.05, 0.08, 0.12]   # 10 stages over 5 runs
+    rows = [_row(f"run{i // 2}", "H100-SXM", e, stage=str(i)) for i, e in enumerate(errs)]
+    rows.append(_row("other", "A100-80GB", 0.5))                # another GPU: not similar, not used
+    b = band_for(_dep(), rows)
+    assert b.validated and b.runs == 5 and b.stages == 10 and not b.reasons
+    n, a = 10, 1 - LEVEL
+    e_lo, e_hi = sorted(errs)[math.floor((n + 1) * a / 2) - 1], sorted(errs)[math.ceil((n + 1) * (1 - a / 2)) - 1]
+    lo, hi = b.relative["tpot_p50_err"]
+    # the real value is sim / (1 + e): the band on real/sim - 1
+    assert lo == pytest.approx(1 / (1 + e_hi) - 1, abs=1e-12)
+    assert hi == pytest.approx(1 / (1 + e_lo) - 1, abs=1e-12)
+
+
+def test_unprofiled_gpu_is_outside_the_validated_range_and_wider():
+    errs = [-0.06, -0.04, -0.02, -0.01, 0.0, 0.01, 0.03, 0.05, 0.08, 0.12]
+    rows = [_row(f"run{i // 2}", "H100-SXM", e, stage=str(i)) for i, e in enumerate(errs)]
+    inside = band_for(_dep(), rows)
+    out = band_for(_dep(gpu="L40S", gpu_profiled=False), rows)
+    assert not out.validated and any("no validated run on L40S" in r for r in out.reasons)
+    assert "outside the validated range" in out.statement()
+    for c in BAND_COLUMNS:            # widened: log-ratios x WIDEN on the outward sides
+        (lo0, hi0), (lo1, hi1) = inside.relative[c], out.relative[c]
+        assert math.log1p(lo1) == pytest.approx(WIDEN * math.log1p(lo0))
+        assert math.log1p(hi1) == pytest.approx(WIDEN * math.log1p(hi0))
+
+
+def test_unseen_engine_generation_and_overload_are_flagged():
+    errs = [-0.05 + 0.01 * i for i in range(12)]
+    rows = [_row(f"run{i % 4}", "H100-SXM", e, stage=str(i)) for i, e in enumerate(errs)]
+    old = band_for(_dep(generation="v0"), rows)
+    assert not old.validated and "engine v0" in old.reasons[0]
+    assert band_for(_dep(overloaded=True), rows) is None            # no overloaded stage validated
+    rows.append(_row("hot", "H100-SXM", 4.0, overloaded="1"))
+    hot = band_for(_dep(overloaded=True), rows)
+    assert not hot.validated and any("past the knee" in r for r in hot.reasons)
+    assert hot.relative["e2e_mean_err"][0] < -0.9                     # the real run can be 5x faster, squared
+
+
+def test_load_regime_and_offered_load():
+    assert offered_load(10, 2.0, 100) == pytest.approx(0.2)
+    assert [load_regime(x) for x in (0.1, 0.3, 0.9, None)] == ["light", "moderate", "heavy", None]
+
+
+def test_held_out_errors_of_a_calibration_make_the_band():
+    held = {"tpot_p50_err": [-0.02, 0.01, 0.03], "ttft_p50_err": [0.1, -0.1, 0.05]}
+    b = band_for(_dep(calibrated=True, held_out=held), validation_rows())
+    m = max(abs(math.log1p(x)) for x in held["tpot_p50_err"])        # fewer than 9: +- max |log(1+e)|
+    assert b.relative["tpot_p50_err"] == pytest.approx((math.expm1(-m), math.expm1(m)))
+    assert b.basis == "this calibration's held-out errors" and b.validated
+
+
+def test_summary_carries_the_band_of_the_packaged_table():
+    res = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=["workload.num_requests=200"])
+    s = res.summary
+    eb = s["error_band"]
+    assert eb["level"] == LEVEL and eb["deployment"]["gpu"] == "H100-SXM" and eb["validated"]
+    dep = Deployment("roofline", "H100-SXM", True, "dense", eb["deployment"]["engine_generation"],
+                     eb["deployment"]["load_regime"])
+    want = band_for(dep, validation_rows())
+    for c, (lo, hi) in want.relative.items():
+        assert eb["relative"][c] == pytest.approx([lo, hi], abs=1e-6)
+    lo, hi = want.relative["tpot_p50_err"]
+    p50 = s["latency_ms"]["tpot"]["p50"]
+    assert s["latency_ms"]["tpot"]["band"]["p50"] == pytest.approx([p50 * (1 + lo), p50 * (1 + hi)], rel=1e-6)
+    assert s["metrics"]["p50_tpot_band_ms"] == s["latency_ms"]["tpot"]["band"]["p50"]
+    assert "80% band on the real value" in eb["statement"]
+
+
+def test_unprofiled_gpu_run_says_outside():
+    res = dsim.run(ROOT / "scenarios" / "quickstart.yaml",
+                   overrides=["workload.num_requests=100", "hardware=L40S"])
+    eb = res.summary["error_band"]
+    assert eb["validated"] is False and "outside the validated range" in eb["statement"]
+    assert eb["deployment"]["gpu_curves_measured"] is False
+
+
+def test_latency_scale_slows_every_step():
+    a = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=["workload.num_requests=100",
+                                                                     "workload.rate=1"])
+    b = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=["workload.num_requests=100",
+                                                                     "workload.rate=1", "latency.scale=1.5"])
+    # at 1 req/s nothing queues: every decode step is 1.5x, so is TPOT
+    assert b.summary["latency_ms"]["tpot"]["p50"] == pytest.approx(1.5 * a.summary["latency_ms"]["tpot"]["p50"],
+                                                                    rel=0.02)
+
+
+def test_capacity_holds_three_ordered_loads(tmp_path):
+    rec = dsim.capacity(ROOT / "scenarios" / "quickstart.yaml", ["tpot_p99_ms=12"],
+                        overrides=["workload.num_requests=300"], out=tmp_path / "cap", seeds=2)
+    b = rec["band"]
+    assert b["available"] and b["step_scale"]["optimistic"] < 1 < b["step_scale"]["pessimistic"]
+    assert b["optimistic"]["value"] >= rec["max_rate"] >= b["pessimistic"]["value"]
+    assert b["optimistic"]["value"] > b["pessimistic"]["value"]
+    assert len(rec["seed_spread"]["values"]) == 2
+    saved = json.loads((tmp_path / "cap" / "capacity.json").read_text())
+    assert saved["band"]["pessimistic"]["value"] == b["pessimistic"]["value"]
+    assert "error band" in (tmp_path / "cap" / "capacity.md").read_text()
+
+
+def test_plan_marks_and_conservative(tmp_path):
+    from dsim.explore.plan import plan
+    space = tmp_path / "space.yaml"
+    space.write_text("tensor_parallel_size: [1, 2]\nreplicas: auto\n")
+    kw = dict(space=str(space), gpus=2, slos=["tpot_p99_ms=8.5"], overrides=["workload.num_requests=200"])
+    loose = plan(ROOT / "scenarios" / "quickstart.yaml", **kw)
+    assert loose["best"]["tensor_parallel_size"] == 1 and loose["best"]["pessimistic_pass"] is False
+    strict = plan(ROOT / "scenarios" / "quickstart.yaml", conservative=True, **kw)
+    assert strict["best"]["tensor_parallel_size"] == 2 and strict["best"]["pessimistic_pass"] is True
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data/real (the shared real runs)")
+def test_coverage_study_on_a_slice_of_the_shared_runs(tmp_path):
+    out = tmp_path / "cov.json"
+    run = SHARED / "llmservingsim-vllm" / "RTX4090_Llama-3.1-8B"
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "band_coverage.py"), "--json", str(out),
+                    "--recompute", str(run)], check=True, capture_output=True, timeout=600)
+    res = json.loads(out.read_text())
+    rec = res["recomputed"]
+    assert rec, "the run's stages were scored"
+    for r in rec:          # the packaged errors are what the code computes today
+        assert r["recomputed"] == pytest.approx(r["packaged"], abs=2e-5)
+    assert all(0.0 <= t["coverage"] <= 1.0 for t in res["loro"])
