@@ -202,6 +202,45 @@ def _band_ends(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address
     return out
 
 
+def credible_models(scn) -> list:
+    """Latency models whose band is within the validated range for ``scn``'s (first) deployment:
+    the ones whose answers deserve to be set beside the scenario's own."""
+    from ..latency.credibility import DEFAULT_MODEL, EXPERIMENTAL, validation_rows
+    from ..latency.efficiency import curve_for
+    from ..metrics.band import Deployment, band_for, model_kind
+    pool = scn.fleet.pools[0]
+    out = []
+    for m in (DEFAULT_MODEL,) + EXPERIMENTAL:
+        dep = Deployment(m, pool.device.name, not curve_for(pool.device).borrowed, model_kind(pool.model),
+                         pool.engine.generation.name)
+        b = band_for(dep, validation_rows())
+        if b is not None and b.validated:
+            out.append(m)
+    return out
+
+
+def _model_spread(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer,
+                  base, tol: float, max_probes: int) -> dict:
+    """The central search again under every other credible latency model, with its shipped defaults."""
+    own = (base.raw.get("latency") or {}).get("model", "roofline")
+    models = credible_models(base)
+    out = {"scenario_model": own, "credible": models, "answers": {own: answer}}
+    for m in models:
+        if m == own:
+            continue
+        swap = [f"latency={{model: {m}}}"] + [f"cluster.pools[{i}].latency={{model: {m}}}"
+                                              for i, p in enumerate((base.raw.get("cluster") or {}).get("pools") or [])
+                                              if isinstance(p, dict) and "latency" in p]
+        s = _Search(src, ovs + swap, vary, slos, warmup, min_goodput, jobs, backend, address, integer)
+        out["answers"][m] = _search(s, answer, minimize, tol, max_probes)
+        errs = [p["error"] for p in s.probes.values() if p.get("status") == "error"]
+        if errs:
+            out.setdefault("errors", {})[m] = errs[0]
+    vals = [v for v in out["answers"].values() if v is not None]
+    out["min"], out["max"] = (min(vals), max(vals)) if vals else (None, None)
+    return out
+
+
 def _seed_spread(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer,
                  seeds: int, seed0: int, tol: float, max_probes: int) -> dict:
     """The central search repeated with seeds seed0+1 .. seed0+seeds-1 (the answer's own seed is seed0)."""
@@ -219,11 +258,12 @@ def _seed_spread(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, addre
 def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float | None = None, overrides=(),
              tolerance: float = 0.02, warmup: float = 0.1, min_goodput: float | None = None, jobs: int = 1,
              backend: str = "joblib", address: str | None = None, out=None, max_probes: int = 40,
-             band: bool = True, seeds: int = 1) -> dict:
+             band: bool = True, seeds: int = 1, compare_models: bool = False) -> dict:
     """Find the largest ``vary`` (a load: default workload.rate) that passes, or with
     ``target_rate`` the smallest integer ``vary`` (e.g. ``cluster.pools[0].replicas``) that carries
     that workload.rate.  With ``band``, the same search at the optimistic and pessimistic ends of
-    the answer's error band; with ``seeds`` > 1, the spread of the central answer across seeds.
+    the answer's error band; with ``seeds`` > 1, the spread of the central answer across seeds; with
+    ``compare_models``, the answer of every other latency model validated on this deployment.
     Returns the capacity record written to ``out/capacity.json``."""
     slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
     if not 0 <= warmup < 1:
@@ -261,6 +301,8 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
     common = (src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer)
     if band and answer is not None:
         rec["band"] = _band_ends(*common, s.probes[answer], base.raw, tolerance, max_probes)
+    if compare_models and answer is not None:
+        rec["model_spread"] = _model_spread(*common, base, tolerance, max_probes)
     if seeds > 1 and answer is not None:
         rec["seed_spread"] = _seed_spread(*common, seeds, base.seed, tolerance, max_probes)
     if out is not None:
@@ -405,6 +447,13 @@ def range_words(rec: dict, fmt: str) -> str:
                                                                    " (outside the validated range)"))
     elif b:
         out += f"; no error band ({b['why']})"
+    ms = rec.get("model_spread")
+    if ms:
+        errs = ms.get("errors", {})
+        others = [f"{m} {'n/a (cannot model this deployment)' if m in errs and v is None else 'none' if v is None else fmt.format(v)}"
+                  for m, v in ms["answers"].items() if m != ms["scenario_model"]]
+        out += ("; other latency models validated here: " + ", ".join(others) if others else
+                "; no other latency model is validated on this deployment")
     sp = rec.get("seed_spread")
     if sp and sp["min"] is not None:
         out += f"; across {len(sp['seeds'])} seeds {fmt.format(sp['min'])}-{fmt.format(sp['max'])}"

@@ -42,6 +42,8 @@ def add_parsers(sub) -> None:
                    help="repeat the central search with K seeds and report their spread (default 1)")
     c.add_argument("--no-band", dest="band", action="store_false",
                    help="skip the searches at the ends of the error band (3x fewer simulations)")
+    c.add_argument("--compare-models", action="store_true",
+                   help="also answer with every other latency model validated on this deployment (their spread)")
     _exec_args(c)
     c.add_argument("--out", required=True, help="folder: capacity.json, capacity.md, capacity.png")
 
@@ -88,7 +90,7 @@ def run_capacity(args) -> int:
     rec = capacity(args.scenario, args.slo, vary=args.vary or "workload.rate", target_rate=args.target_rate,
                    overrides=args.overrides, tolerance=args.tolerance, warmup=args.warmup,
                    min_goodput=args.min_goodput, jobs=args.jobs, backend=args.backend, address=args.address,
-                   out=args.out, band=args.band, seeds=args.seeds)
+                   out=args.out, band=args.band, seeds=args.seeds, compare_models=args.compare_models)
     print(answer_line(rec))
     print(f"{len(rec['probes'])} probes; card: {args.out}/capacity.md")
     return 0

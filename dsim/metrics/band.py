@@ -10,18 +10,23 @@ built by one written rule (docs/latency-models.md, "Reading an error band"):
    mean/p99, TTFT p50/p99, TPOT p50/p99 and output throughput, for each latency model, zero-shot and
    calibrated, keyed by GPU, whether that GPU's GEMM curves were measured on it, model kind
    (dense / moe / quantized), engine generation and the simulated load.
-2. **Similar runs.** The first of these levels that has at least ``MIN_STAGES`` stages from at least
-   ``MIN_RUNS`` runs (same latency model and study, stages whose load regime matches):
-   (1) same GPU, model kind, engine generation and load regime; (2) same GPU and engine generation;
-   (3) GPUs with the same curve status (measured or borrowed); (4) every GPU. Levels 3 and 4 are
-   *outside the validated range*, and so is a deployment past the knee or one using features no
-   validated run had (speculative decoding, P/D disaggregation, a network model).
-3. **Interval.** Split conformal over the n similar errors: with alpha = 1 - LEVEL, the
-   floor((n+1) alpha/2)-th and ceil((n+1)(1-alpha/2))-th smallest errors e_lo, e_hi; the real value
-   lies in [sim / (1 + e_hi), sim / (1 + e_lo)]. Fewer than 2/alpha - 1 errors have no such ranks:
-   the band is then +-max|log(1+e)|.
-4. **Outside the validated range** the band's log-ratios are multiplied by ``WIDEN`` (a ratio r
-   becomes r**WIDEN), and the answer says why.
+2. **Similar runs.** Stages of the same latency model and study (zero-shot or calibrated; overloaded
+   stages only for an overloaded run), at the first of these levels that holds: (1) same GPU, model
+   kind, engine generation and load regime, (2) same GPU and engine generation -- each needing at
+   least ``MIN_STAGES`` stages from ``MIN_RUNS`` runs: *within the validated range*; (3) the GPUs dsim
+   was checked on but that have too few runs to be validated (what extrapolating to another GPU
+   costs), (4) every stage. Levels 3-4 are *outside the validated range*, and so is a run past the
+   knee or one using features no validated run had (speculative decoding, P/D, a network model).
+3. **Interval.** On x = log(real / sim) = -log(1 + e) of the n similar stages: centre = median,
+   spread = 1.4826 x median |x - centre| (at least ``MIN_SCALE``), and the Student-t prediction
+   interval centre +- t(1 - alpha/2, n - 1) x spread x sqrt(1 + 1/n) for alpha = 1 - LEVEL. Robust
+   rather than conformal: with the 10-20 stages a GPU has, conformal ranks are the extreme errors and
+   the band is 4-6x the typical error (docs/validation.md compares both). Fewer than 3 stages: +-
+   the largest |x|. Outside the validated range the band is made symmetric about 0 (another GPU's
+   bias does not carry over, its spread does).
+4. **Widened** (each bound's log-ratio x ``WIDEN``, away from 0) when the stages at hand understate
+   what can go wrong: the last-resort pool (level 4), features or a load no run had, or fewer than
+   3 stages. The answer lists the reasons.
 
 A calibrated run (latency written by ``dsim calibrate``) uses the calibration's own held-out errors
 when it carries them (``latency.held_out_errors``), else the calibrated studies of the table.
@@ -31,12 +36,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+from scipy.stats import t as student_t
+
 from ..latency.credibility import BAND_COLUMNS
 
 LEVEL = 0.8
 MIN_STAGES = 9          # 2 / (1 - LEVEL) - 1: the fewest errors with both conformal ranks
 MIN_RUNS = 3            # stages of one run move together; a band from one or two runs is not a band
 WIDEN = 2.0             # outside the validated range: log-ratios doubled (docs/validation.md measures it)
+MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation of a normal
+MIN_SCALE = 0.005       # the smallest spread of log(real/sim) a band claims (half a per cent)
 LOAD_REGIMES = ((0.25, "light"), (0.6, "moderate"), (float("inf"), "heavy"))
 # summary statistic -> the validated error it borrows (tails from p99, centres from p50 / mean)
 _CENTRE, _TAIL = ("mean", "p50"), ("p90", "p95", "p99")
@@ -126,22 +136,31 @@ def conformal(errors, level: float = LEVEL) -> tuple | None:
     return e[k_lo - 1], e[k_hi - 1]
 
 
-def _ratio_band(errors, widen: float) -> tuple | None:
+def _ratio_band(errors, widen: float, method: str = "robust") -> tuple | None:
     """Bounds (lo, hi) of real/sim - 1 from errors e = sim/real - 1 (so real/sim = 1/(1+e))."""
-    errors = [x for x in errors if x is not None and math.isfinite(x) and x > -1]
-    if not errors:
+    x = sorted(-math.log1p(e) for e in errors if e is not None and math.isfinite(e) and e > -1)   # log(real/sim)
+    if not x:
         return None
-    c = conformal(errors)
-    if c is None:
-        m = max(abs(math.log1p(x)) for x in errors)
-        log_lo, log_hi = -m, m                           # bounds of log(real/sim)
-    else:
-        log_lo, log_hi = -math.log1p(c[1]), -math.log1p(c[0])
-    return _widened(math.expm1(log_lo), math.expm1(log_hi), widen)
+    n = len(x)
+    if method == "conformal":
+        c = conformal([math.expm1(-v) for v in x])
+        if c is None:
+            return _widened(math.expm1(-max(abs(v) for v in x)), math.expm1(max(abs(v) for v in x)), widen)
+        return _widened(1 / (1 + c[1]) - 1, 1 / (1 + c[0]) - 1, widen)
+    if n < 3:                                            # no spread to estimate: as far as the worst error
+        m = max(abs(v) for v in x)
+        return _widened(math.expm1(-m), math.expm1(m), widen)
+    centre = float(np.median(x))
+    scale = max(MAD_TO_SIGMA * float(np.median([abs(v - centre) for v in x])), MIN_SCALE)
+    half = float(student_t.ppf(1 - (1 - LEVEL) / 2, n - 1)) * scale * math.sqrt(1 + 1 / n)
+    return _widened(math.expm1(centre - half), math.expm1(centre + half), widen)
 
 
 def _widened(lo: float, hi: float, widen: float) -> tuple:
-    """Each bound's log-ratio moved away from the estimate by ``widen`` (x W outside, / W inside)."""
+    """Each bound's log-ratio moved away from zero by ``widen`` (x W outside, / W inside)."""
+    if widen == 1.0:
+        return lo, hi
+
     def move(x, outward):
         y = math.log1p(x)
         return math.expm1(y * widen if outward else y / widen)
@@ -155,50 +174,68 @@ def _f(v):
         return None
 
 
-def _levels(dep: Deployment):
-    yield 1, True, lambda r: (r["gpu"] == dep.gpu and r.get("kind") == dep.kind and r["generation"] == dep.generation
-                              and load_regime(_f(r.get("load"))) == dep.regime), \
-        f"{dep.gpu}, {dep.kind} models, engine {dep.generation}, {dep.regime} load"
-    yield 2, True, lambda r: r["gpu"] == dep.gpu and r["generation"] == dep.generation, \
-        f"{dep.gpu}, engine {dep.generation}, any model and load"
-    status = "measured" if dep.gpu_profiled else "borrowed"
-    yield 3, False, lambda r: r.get("gpu_profiled", "1") == str(int(dep.gpu_profiled)), \
-        f"GPUs whose GEMM curves were {status}"
-    yield 4, False, lambda r: True, "every validated GPU"
+def _validated_gpus(pool) -> set:
+    """GPUs with enough stages and runs of their own for a band (levels 1-2 can only hold there)."""
+    out = set()
+    for g in {r["gpu"] for r in pool}:
+        sel = [r for r in pool if r["gpu"] == g]
+        if len(sel) >= MIN_STAGES and len({r["run"] for r in sel}) >= MIN_RUNS:
+            out.add(g)
+    return out
 
 
-def band_for(dep: Deployment, rows, exclude_run: str | None = None) -> Band | None:
+def _select(dep: Deployment, pool) -> tuple:
+    """(level, stages, words) of the rule's similar runs (module docstring, step 2)."""
+    def enough(sel):
+        return len(sel) >= MIN_STAGES and len({r["run"] for r in sel}) >= MIN_RUNS
+    same_gen = [r for r in pool if r["gpu"] == dep.gpu and r["generation"] == dep.generation]
+    sel = [r for r in same_gen if r.get("kind") == dep.kind and load_regime(_f(r.get("load"))) == dep.regime]
+    if enough(sel):
+        return 1, sel, f"{dep.gpu}, {dep.kind} models, engine {dep.generation}, {dep.regime} load"
+    if enough(same_gen):
+        return 2, same_gen, f"{dep.gpu}, engine {dep.generation}, any model and load"
+    valid = _validated_gpus(pool)
+    sel = [r for r in pool if r["gpu"] not in valid]
+    if sel:
+        return 3, sel, "GPUs dsim was checked on but not validated on (" + ", ".join(
+            sorted({r["gpu"] for r in sel})) + ")"
+    return 4, pool, "every validated GPU"
+
+
+def band_for(dep: Deployment, rows, exclude_run: str | None = None, method: str = "robust") -> Band | None:
     """The band of ``dep`` from validation ``rows`` (dicts as in the CSV); ``exclude_run`` leaves a
     run out (the coverage study). None when the latency model was never validated."""
     if dep.held_out:
-        rel = {c: _ratio_band(dep.held_out.get(c, ()), 1.0) for c in BAND_COLUMNS}
-        rel = {c: v for c, v in rel.items() if v is not None}
-        n = max((len(v) for v in dep.held_out.values()), default=0)
         reasons = _reasons(dep)
-        if reasons:
-            rel = {c: _widened(lo, hi, WIDEN) for c, (lo, hi) in rel.items()}
+        n = max((len(v) for v in dep.held_out.values()), default=0)
+        widen = WIDEN if reasons or n < 3 else 1.0
+        rel = {c: _ratio_band(dep.held_out.get(c, ()), widen, method) for c in BAND_COLUMNS}
+        rel = {c: v for c, v in rel.items() if v is not None}
         return Band(LEVEL, rel, not reasons, "this calibration's held-out errors", 1, n, reasons)
     study = ("calibrated-same-deployment", "calibrated-other-models") if dep.calibrated else ("zero-shot",)
     pool = [r for r in rows if r["latency_model"] == dep.latency_model and r.get("study", "zero-shot") in study
             and r["run"] != exclude_run and (r["overloaded"] == "1") == dep.overloaded]
     if not pool:
         return None
-    for level, inside, match, basis in _levels(dep):
-        sel = [r for r in pool if match(r)]
-        if len({r["run"] for r in sel}) >= MIN_RUNS and len(sel) >= MIN_STAGES:
-            break
-    else:
-        level, inside, basis, sel = 4, False, "every validated GPU", pool
+    level, sel, basis = _select(dep, pool)
     reasons = _reasons(dep)
-    if not inside:
-        reasons.insert(0, f"no validated run on {dep.gpu}" if not any(r["gpu"] == dep.gpu for r in pool)
-                       else f"too few validated runs on {dep.gpu} with engine {dep.generation}")
-    widen = 1.0 if not reasons else WIDEN
+    if level > 2:
+        seen = any(r["gpu"] == dep.gpu for r in pool)
+        reasons.insert(0, f"too few validated runs on {dep.gpu} with engine {dep.generation}" if seen else
+                       f"no validated run on {dep.gpu}" + ("" if dep.gpu_profiled else
+                                                           " (its GEMM curves are borrowed from another GPU)"))
+    # widened where the errors at hand understate what can go wrong: features or loads no run had,
+    # the last-resort pool, or too few stages to estimate a spread
+    widen = WIDEN if (level == 4 or len(reasons) > (1 if level > 2 else 0) or len(sel) < 3) else 1.0
     rel = {}
     for c in BAND_COLUMNS:
-        b = _ratio_band([_f(r.get(c)) for r in sel], widen)
-        if b is not None:
-            rel[c] = b
+        b = _ratio_band([_f(r.get(c)) for r in sel], 1.0, method)
+        if b is None:
+            continue
+        if level > 2:       # other GPUs' bias does not carry over, their spread does: symmetric about 0
+            m = max(abs(math.log1p(b[0])), abs(math.log1p(b[1])))
+            b = (math.expm1(-m), math.expm1(m))
+        rel[c] = _widened(*b, widen)
     study_name = "calibrated" if dep.calibrated else "zero-shot"
     return Band(LEVEL, rel, not reasons, f"{study_name} {dep.latency_model} on {basis}",
                 len({r["run"] for r in sel}), len(sel), reasons)
