@@ -100,8 +100,9 @@ class _Progress:
 
 
 def _check_kv_fits(workload, fleet) -> None:
-    """Refuse, before simulating, a run in which no replica can hold even the smallest request's KV:
-    every request would be rejected (kv_capacity) and the run would exit 0 having served nothing."""
+    """Refuse, before simulating, a run in which no replica can take even the smallest request (its
+    KV does not fit, or it is longer than max_model_len): every request would be rejected and the
+    run would exit 0 having served nothing."""
     small = workload.smallest()
     if small is None:
         return
@@ -111,17 +112,20 @@ def _check_kv_fits(workload, fleet) -> None:
         e = pool.engine
         blocks = pool.kv_blocks // e.pipeline_parallel_size
         need = -(-(p + o - 1) // e.block_size)
-        if need <= blocks:
+        if need <= blocks and p + o <= e.max_model_len:
             return
         first = first or (pool, blocks, need)
     pool, blocks, need = first
+    e = pool.engine
     path = f"{pool.spec.path}.engine" if pool.spec.path else "engine"
-    key = "num_gpu_blocks" if pool.engine.num_gpu_blocks is not None else "gpu_memory_utilization"
-    raise ConfigError(f"{path}.{key}", pool.engine.num_gpu_blocks if key == "num_gpu_blocks" else
-                      pool.engine.gpu_memory_utilization,
-                      f"room for at least one request: the smallest ({p} prompt + {o} output tokens) needs "
-                      f"{need} KV blocks of {pool.engine.block_size} tokens, a replica has {blocks}; "
-                      "no request could ever be served")
+    what = f"the workload's smallest request ({p} prompt + {o} output tokens)"
+    if p + o > e.max_model_len:
+        raise ConfigError(f"{path}.max_model_len", e.max_model_len, f"room for at least one request: {what} is "
+                          "longer; no request could ever be served")
+    key = "num_gpu_blocks" if e.num_gpu_blocks is not None else "gpu_memory_utilization"
+    raise ConfigError(f"{path}.{key}", e.num_gpu_blocks if key == "num_gpu_blocks" else e.gpu_memory_utilization,
+                      f"room for at least one request: {what} needs {need} KV blocks of {e.block_size} tokens, "
+                      f"a replica has {blocks}; no request could ever be served")
 
 
 class Session:
