@@ -103,6 +103,11 @@ def test_run_with_one_kv_block_is_an_error_not_an_empty_report(tmp_path, capsys)
            "engine.num_gpu_blocks: got 1", ["needs", "KV blocks", "a replica has 1"])
 
 
+def test_run_whose_every_request_is_too_long_is_an_error(tmp_path, capsys):
+    _fails(capsys, tmp_path, ["run", str(QUICK), "--quiet", "--no-plots", "--set", "engine.max_model_len=16"],
+           "engine.max_model_len: got 16", ["smallest request", "is longer"])
+
+
 def _identical_timestamps(ls):
     out = []
     for x in ls:
