@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     lc.add_argument("file", help="LUT CSV to check")
     lc.add_argument("--previous", default=None, help="the previous version of this LUT, for drift detection")
     lc.add_argument("--tolerance", type=float, default=0.05, help="drift that is flagged (default 0.05 = 5%%)")
+    lc.add_argument("--model", default=None, help="the model the table is for: rows of any other are findings "
+                    "(default: the file's most common model)")
     lb = ls.add_parser("build", help="tabulate a latency model (default: vidur) into a LUT CSV")
     lb.add_argument("--model", required=True, help="catalogue name or path to a HF config.json")
     lb.add_argument("--hardware", required=True, help="device profile name")
@@ -243,7 +245,8 @@ def _lut(args) -> int:
     if args.lut_cmd == "check":
         rows = lut.read_lut(args.file)
         prev = lut.read_lut(args.previous) if args.previous else None
-        findings = lut.check_rows(rows, prev, args.tolerance, name=args.file)
+        findings = (lut.table_findings(rows, args.file, args.model)
+                    + lut.check_rows(rows, prev, args.tolerance, name=args.file))
         for f in findings:
             print(f)
         print(f"{args.file}: {len(rows)} rows, {len(findings)} finding(s)")

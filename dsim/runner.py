@@ -101,6 +101,35 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+def _check_kv_fits(workload, fleet) -> None:
+    """Refuse, before simulating, a run in which no replica can take even the smallest request (its
+    KV does not fit, or it is longer than max_model_len): every request would be rejected and the
+    run would exit 0 having served nothing."""
+    small = workload.smallest()
+    if small is None:
+        return
+    p, o = small
+    first = None
+    for pool in fleet.pools.values():
+        e = pool.engine
+        blocks = pool.kv_blocks // e.pipeline_parallel_size
+        need = -(-(p + o - 1) // e.block_size)
+        if need <= blocks and p + o <= e.max_model_len:
+            return
+        first = first or (pool, blocks, need)
+    pool, blocks, need = first
+    e = pool.engine
+    path = f"{pool.spec.path}.engine" if pool.spec.path else "engine"
+    what = f"the workload's smallest request ({p} prompt + {o} output tokens)"
+    if p + o > e.max_model_len:
+        raise ConfigError(f"{path}.max_model_len", e.max_model_len, f"room for at least one request: {what} is "
+                          "longer; no request could ever be served")
+    key = "num_gpu_blocks" if e.num_gpu_blocks is not None else "gpu_memory_utilization"
+    raise ConfigError(f"{path}.{key}", e.num_gpu_blocks if key == "num_gpu_blocks" else e.gpu_memory_utilization,
+                      f"room for at least one request: {what} needs {need} KV blocks of {e.block_size} tokens, "
+                      f"a replica has {blocks}; no request could ever be served")
+
+
 class Session:
     """A built simulation: requests, fleet, controllers and the arrival process, ready to run.
 
@@ -140,6 +169,7 @@ class Session:
             self.reqs = list(self.workload)
             self.spec = SpecRuntime(sim, self.fleet, self.network, scn.spec, self.reqs, scn.horizon_s,
                                     scn.slo_tpot_ms, scn.slo_tvt_ms)
+        _check_kv_fits(self.workload, self.fleet)
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet) + list(controllers)
         self.fleet.extra_actors += len(self.controllers) + (len(self.spec.devices) if self.spec is not None else 0)
         if self.network is not None:

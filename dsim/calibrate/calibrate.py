@@ -282,14 +282,18 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
     opt = minimize(f, x0, method="Nelder-Mead",
                    options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3, "fatol": 2e-4})
     sim = opt.final_simplex
-    spread = float(np.max(sim[1]) - np.min(sim[1]))
+    spread = float(np.max(sim[1]) - np.min(sim[1])) if np.all(np.isfinite(sim[1])) else None
+    if not (opt.fun is not None and math.isfinite(opt.fun)):
+        raise ConfigError("runs", None, f"a finite loss to minimise (stage 2 ended at {opt.fun}): no target "
+                          "quantile could be compared", show_value=False)
     values = [[value(p, xi) for p, xi in zip(space, row)] for row in sim[0]]
     unc = {p.name: float(np.ptp([v[i] for v in values])) / 2 for i, p in enumerate(space)}
-    converged = bool(opt.success) or spread < 2e-3
+    converged = bool(opt.success) or (spread is not None and spread < 2e-3)
     return {"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
             "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
             "reason": "simplex converged" if opt.success else
-            (f"stopped at {max_evals} evaluations; final simplex loss spread {spread:.4f}")}
+            (f"stopped at {max_evals} evaluations; final simplex loss spread "
+             + ("n/a (a vertex's loss is not finite)" if spread is None else f"{spread:.4f}"))}
 
 
 # ---- physical checks -------------------------------------------------------------------------------

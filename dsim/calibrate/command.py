@@ -8,6 +8,7 @@ their uncertainty, leave-one-run-out errors), atomically: nothing is written whe
 from __future__ import annotations
 
 import copy
+import math
 import sys
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
             raise ConfigError("--set latency.model", lat0.get("model"), f"the --latency-model being fitted ({kind})")
         physical_issues(lat0, ctx)          # builds the model: a bad key or value is an error here
     before = evaluate(runs, base, overrides, seed, lat0, jobs)
+    _check_loss(loss_of(before), runs, "before fitting")
     lat1 = copy.deepcopy(lat0)
     s1 = stage1(runs, ctxs, lat0)
     if s1 is not None:
@@ -106,6 +108,7 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
                           + "; ".join(issues) + " (rerun with --allow-nonphysical to write it anyway)",
                           show_value=False)
     after = evaluate(runs, base, overrides, seed, lat, jobs)
+    _check_loss(loss_of(after), runs, "after fitting")
     loro_rows = []
     if loro and len(runs) > 1:
         for i, held in enumerate(runs):
@@ -137,6 +140,17 @@ def held_out_errors(loro_rows) -> dict:
             if metric in _COLUMN:
                 out.setdefault(_COLUMN[metric], []).append(round(float(e), 6))
     return out
+
+
+def _check_loss(loss: float, runs, when: str) -> None:
+    """A fit with nothing to fit (no target quantile compared, so the loss is inf or NaN) is an
+    error: it used to write calibrated.yaml with 'loss inf -> inf'."""
+    if math.isfinite(loss):
+        return
+    raise ConfigError(", ".join(r.path for r in runs), None,
+                      f"runs with a target to fit: the loss {when} is {loss} because no E2E mean, TTFT p50/p90 "
+                      "or TPOT p50 of a non-overloaded stage could be compared (real values 0 or missing: "
+                      "identical timestamps?)", show_value=False)
 
 
 def _scenario(run, base, overrides, lat, seed) -> dict:

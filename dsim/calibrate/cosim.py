@@ -233,6 +233,17 @@ def cosim_report(run: RealRun, res, scn: dict) -> dict:
             "stages": stages, "mean_mape": float(np.mean(mapes)) if mapes else None}
 
 
+def check_comparable(run: RealRun, rep: dict) -> None:
+    """A comparison without one comparable number ("MAPE n/a" everywhere) is an error, not a report."""
+    if any(c["mape"] is not None for st in rep["stages"] for c in st["metrics"].values()):
+        return
+    done = sum(st["requests"]["sim_completed"] for st in rep["stages"])
+    arrived = sum(st["requests"]["sim_arrived"] for st in rep["stages"])
+    why = (f"the replay completed none of its {arrived} requests (see the engine and KV settings)" if not done else
+           "every real TTFT/TPOT/E2E/ITL value is 0 or missing (identical timestamps, or a time unit of 0?)")
+    raise ConfigError(run.path, None, f"a run with at least one metric to compare: {why}", show_value=False)
+
+
 def _fmt(x, pct=False):
     if x is None or x != x:
         return "n/a"
@@ -304,6 +315,7 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
     trace, so ``dsim run out/scenario.yaml`` reruns it) and plots/cdf.png, atomically."""
     res, scn = simulate_run(run, base, overrides, seed)
     rep = cosim_report(run, res, scn)
+    check_comparable(run, rep)
     rep["assumed"] = assumed_settings(run, base, overrides)
     rep["notes"] = list(rep.get("notes", [])) + [f"assumed: {a}" for a in rep["assumed"]]
     for line in rep["assumed"]:

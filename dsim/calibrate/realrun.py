@@ -26,6 +26,7 @@ import yaml
 
 from ..config.errors import ConfigError
 from ..config.files import parse_json, read_text
+from .benchjson import bench_requests
 
 QUANTS = ("mean", "p50", "p90", "p95", "p99")
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -120,6 +121,8 @@ def _read_json(p: Path, where: str):
 
 def _num(rec: dict, key: str, where: str) -> float:
     v = rec.get(key)
+    if isinstance(v, bool):
+        raise ConfigError(f"{where}.{key}", v, "a number")
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -154,6 +157,11 @@ def _set_throughput(st: Stage, rows, start, end) -> None:
 def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
     folder = Path(folder)
     meta = _read_json(folder / "meta.json", str(folder))
+    if not isinstance(meta, dict):
+        raise ConfigError(str(folder / "meta.json"), type(meta).__name__, "a JSON object")
+    for k in ("engine_kwargs", "kv_cache", "hardware"):
+        if not isinstance(meta.get(k) or {}, dict):
+            raise ConfigError(f"{folder / 'meta.json'}.{k}", meta[k], "a mapping")
     kw = dict(meta.get("engine_kwargs") or {})
     kv = meta.get("kv_cache") or {}
     for k in ("num_gpu_blocks", "block_size", "enable_prefix_caching"):
@@ -175,6 +183,8 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
+                if not isinstance(rec, dict):
+                    raise ConfigError(where, type(rec).__name__, "a JSON object, one request a line")
                 raw.append((where, rec))
     if not raw:
         raise ConfigError(str(p), None, "at least one request", show_value=False)
@@ -379,16 +389,7 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
     t=0 for an infinite rate."""
     p = Path(p)
     d = _read_json(p, str(p))
-    for k in ("input_lens", "output_lens", "ttfts"):
-        if not isinstance(d.get(k), list):
-            raise ConfigError(f"{p}.{k}", d.get(k), "a per-request list (save with --save-detailed)")
-    n = len(d["input_lens"])
-    if not (len(d["output_lens"]) == len(d["ttfts"]) == n) or n == 0:
-        raise ConfigError(f"{p}.output_lens", None, "lists input_lens, output_lens, ttfts of one non-zero length",
-                          show_value=False)
-    itls = d.get("itls") or [[] for _ in range(n)]
-    errors = d.get("errors") or [""] * n
-    ok = [i for i in range(n) if not errors[i] and d["output_lens"][i] > 0 and d["ttfts"][i] is not None]
+    req = bench_requests(d, p)
     rate = d.get("request_rate", "inf")
     if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate) and rate > 0):
         rate = math.inf
@@ -399,17 +400,17 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
             raise ConfigError(f"{p}.request_rate", rate, 'a rate > 0 or "inf"') from None
         if not rate > 0:
             raise ConfigError(f"{p}.request_rate", rate, 'a rate > 0 or "inf" (all requests at once)')
-    burst = float(d.get("burstiness") or 1.0)
-    ttft = [d["ttfts"][i] * 1e3 for i in ok]
-    e2e, tpot, itl = [], [], []
-    for i in ok:
-        g = [x * 1e3 for x in (itls[i] or [])]
+    burst = req["burstiness"]
+    ttft, e2e, tpot, itl = [], [], [], []
+    for r in req["rows"]:
+        g = [x * 1e3 for x in r["itls"]]
         itl += g
-        e2e.append(d["ttfts"][i] * 1e3 + sum(g))
-        if d["output_lens"][i] > 1:
-            tpot.append(sum(g) / (d["output_lens"][i] - 1))
-    lens = [{"arrival_s": 0.0, "prompt_tokens": int(d["input_lens"][i]), "output_tokens": int(d["output_lens"][i]),
-             "request_id": str(i)} for i in ok]
+        ttft.append(r["ttft"] * 1e3)
+        e2e.append(r["ttft"] * 1e3 + sum(g))
+        if r["output"] > 1:
+            tpot.append(sum(g) / (r["output"] - 1))
+    lens = [{"arrival_s": 0.0, "prompt_tokens": r["input"], "output_tokens": r["output"], "request_id": str(i)}
+            for i, r in zip(req["ok"], req["rows"])]
     cap = d.get("max_concurrency")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise ConfigError(f"{p}.max_concurrency", cap, "null or an integer >= 1")
@@ -420,13 +421,15 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
                      "it is sent")
     name = p.stem
     m = model or d.get("model_id")
+    if m is not None and not isinstance(m, str):
+        raise ConfigError(f"{p}.model_id", m, "the model's name (text)")
     scn = {"name": name, "model": m, "hardware": hardware, "engine": dict(engine or {}),
            "workload": {"type": "trace", **({"max_concurrency": cap} if cap else {})}}
     st = _trace_stage(lens, ttft, tpot, e2e, itl)
     st.rate = None if math.isinf(rate) else rate
-    if d.get("duration"):
-        st.throughput = {"requests_per_s": len(ok) / float(d["duration"]),
-                         "output_tokens_per_s": sum(r["output_tokens"] for r in lens) / float(d["duration"])}
+    if req["duration"] > 0:
+        st.throughput = {"requests_per_s": len(lens) / req["duration"],
+                         "output_tokens_per_s": sum(r["output_tokens"] for r in lens) / req["duration"]}
     return RealRun(name, "vllm-bench", str(p), scn, [st], lens, notes,
                    {"backend": d.get("backend"), "regenerate": {"rate": rate, "burstiness": burst}})
 
@@ -442,6 +445,7 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
     first_token_s and last_token_s (timestamps on the arrival clock).  ``time_unit`` converts the
     file's time unit to seconds (1e-3 for milliseconds)."""
     p = Path(p)
+    check_time_unit(time_unit)
     unknown = set(columns) - set(GENERIC_FIELDS)
     if unknown:
         k = sorted(unknown)[0]
@@ -460,9 +464,12 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
             for i, line in enumerate(f, 1):
                 if line.strip():
                     try:
-                        recs.append((f"{p}:{i}", json.loads(line)))
+                        rec = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise ConfigError(f"{p}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
+                    if not isinstance(rec, dict):
+                        raise ConfigError(f"{p}:{i}", type(rec).__name__, "a JSON object, one request a line")
+                    recs.append((f"{p}:{i}", rec))
     else:
         with p.open(newline="") as f:
             recs = [(f"{p}:{i}", r) for i, r in enumerate(csv.DictReader(f), 2)]
@@ -474,6 +481,9 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
             if theirs not in r:
                 raise ConfigError(f"{w}.{theirs}", None, f"column {theirs!r} (mapped from {ours})", show_value=False)
         g = {k: _num(r, c, w) for k, c in columns.items()}
+        for k in ("prompt_tokens", "output_tokens"):     # named here, not in the replay's temp trace
+            if not g[k] >= 1 or g[k] != int(g[k]):
+                raise ConfigError(f"{w}.{columns[k]}", r.get(columns[k]), f"an integer >= 1 ({k})")
         vals.append((w, g))
     t0 = min(g["arrival_s"] for _, g in vals)
     rows, ttft, tpot, e2e = [], [], [], []
@@ -501,9 +511,17 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
                    ["arrivals replayed exactly from the file"], {"token_times": times})
 
 
+def check_time_unit(time_unit) -> None:
+    """--time-unit scales every time of a generic file: 0 made every latency 0 ("MAPE n/a" everywhere)."""
+    if isinstance(time_unit, bool) or not isinstance(time_unit, (int, float)) or not (
+            math.isfinite(time_unit) and time_unit > 0):
+        raise ConfigError("--time-unit", time_unit, "a finite number > 0 (seconds per time unit of the file)")
+
+
 def load_real(path, **opts) -> RealRun:
     """Read a real run, recognising its format from what the path holds."""
     p = Path(path)
+    check_time_unit(opts.get("time_unit", 1.0))
     if p.is_dir():
         if (p / "profile.yaml").is_file():
             return read_inference_perf(p, opts.get("hardware"))

@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 
 from .errors import ConfigError
+from .files import parse_json, read_text
 from .quant import QuantSpec, find_quant_config, parse_quant
 
 CATALOG_DIR = Path(str(resources.files("dsim.config").joinpath("catalog")))   # package data
@@ -325,6 +326,19 @@ def _get(cfg: dict, *keys, default=None):
     return default
 
 
+def _int(cfg: dict, path: str, *keys, default=None, lo: int = 1) -> int:
+    """The first of ``keys`` the config sets, as an integer >= ``lo``: '4096', 4096.5 or true are
+    errors naming the key (int() turned '4096' into a size and true into 1; 4096.5 lost its half)."""
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    if key is None:
+        return default
+    v = cfg[key]
+    ok = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+    if isinstance(v, bool) or not ok or v < lo:
+        raise ConfigError(f"{path}.{key}", v, f"an integer >= {lo}")
+    return int(v)
+
+
 def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = "") -> ModelSpec:
     """Build a ModelSpec from a parsed HuggingFace config.json (multimodal: its text_config)."""
     if not isinstance(cfg, dict):
@@ -334,40 +348,41 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
         outer_dtype = cfg.get("torch_dtype")
         cfg = dict(cfg["text_config"])
         cfg.setdefault("torch_dtype", outer_dtype)
-    try:
-        hidden = int(cfg["hidden_size"])
-        layers = int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-    except KeyError as e:
-        raise ConfigError(f"{path}.{e.args[0]}", None, "this key in config.json", show_value=False) from None
-    except (TypeError, ValueError):
-        raise ConfigError(path, None, "integer hidden_size/num_hidden_layers/num_attention_heads",
-                          show_value=False) from None
-    kv_heads = int(_get(cfg, "num_key_value_heads", default=heads))
-    head_dim = int(_get(cfg, "head_dim", default=hidden // heads if heads else 0))
+    for k in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
+        if cfg.get(k) is None:
+            raise ConfigError(f"{path}.{k}", None, "this key in config.json", show_value=False)
+    hidden = _int(cfg, path, "hidden_size")
+    layers = _int(cfg, path, "num_hidden_layers")
+    heads = _int(cfg, path, "num_attention_heads")
+    kv_heads = _int(cfg, path, "num_key_value_heads", default=heads)
+    head_dim = _int(cfg, path, "head_dim", default=hidden // heads)
     dtype = str(_get(cfg, "torch_dtype", "dtype", default="bfloat16"))
     bpp = _DTYPE_BYTES.get(dtype.replace("torch.", ""), 2)
     quant = parse_quant(q_raw, q_path, layers) if q_raw is not None else None
-    n_exp = int(_get(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+    n_exp = _int(cfg, path, "num_local_experts", "num_experts", "n_routed_experts", default=0, lo=0)
+    top_k = _int(cfg, path, "num_experts_per_tok", "num_experts_per_token", default=0, lo=0)
+    if top_k > max(n_exp, 1):
+        key = next(k for k in ("num_experts_per_tok", "num_experts_per_token") if cfg.get(k) is not None)
+        raise ConfigError(f"{path}.{key}", top_k, f"at most the number of experts ({n_exp})")
     if n_exp <= 1:
         n_exp = 0
-    top_k = int(_get(cfg, "num_experts_per_tok", "num_experts_per_token", default=0) or 0) if n_exp else 0
-    inter = int(_get(cfg, "intermediate_size_mlp", "intermediate_size", "ffn_dim", default=4 * hidden))
-    exp_inter = int(_get(cfg, "moe_intermediate_size", default=_get(cfg, "intermediate_size", default=inter))) if n_exp else 0
-    n_shared = int(_get(cfg, "n_shared_experts", default=0) or 0)
+    top_k = top_k if n_exp else 0
+    inter = _int(cfg, path, "intermediate_size_mlp", "intermediate_size", "ffn_dim", default=4 * hidden)
+    exp_inter = _int(cfg, path, "moe_intermediate_size", "intermediate_size", default=inter) if n_exp else 0
+    n_shared = _int(cfg, path, "n_shared_experts", default=0, lo=0)
     shared_inter = 0
     if n_shared:
         shared_inter = n_shared * exp_inter
     elif str(cfg.get("model_type", "")).startswith("llama4") and n_exp:
         n_shared, shared_inter = 1, exp_inter          # Llama 4: one shared expert per MoE layer
     elif _get(cfg, "shared_expert_intermediate_size"):
-        n_shared, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
-    dense_layers = int(_get(cfg, "first_k_dense_replace", default=0) or 0) if n_exp else 0
+        n_shared, shared_inter = 1, _int(cfg, path, "shared_expert_intermediate_size")
+    dense_layers = _int(cfg, path, "first_k_dense_replace", default=0, lo=0) if n_exp else 0
     act = str(_get(cfg, "hidden_act", "activation_function", default="silu"))
     gated = act in ("silu", "swiglu", "gelu_pytorch_tanh", "geglu") or "llama" in str(cfg.get("model_type", ""))
     if str(cfg.get("model_type", "")) in ("gpt2", "opt", "gpt_bigcode", "falcon"):
         gated = False
-    mla = int(_get(cfg, "kv_lora_rank", default=0) or 0)
+    mla = _int(cfg, path, "kv_lora_rank", default=0, lo=0)
     mtype = str(cfg.get("model_type", ""))
     tie = cfg.get("tie_word_embeddings")
     if tie is None:
@@ -375,12 +390,12 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
     norm = (2 if mtype in _LAYERNORM else 1) * hidden * (2 * layers + 1)
     extra = norm
     if mtype in _LEARNED_POSITIONS:
-        extra += (int(_get(cfg, "max_position_embeddings", "n_positions", default=2048))
+        extra += (_int(cfg, path, "max_position_embeddings", "n_positions", default=2048)
                   + _LEARNED_POSITIONS[mtype]) * hidden
     if mtype.startswith("qwen3"):                    # per-head RMSNorm on queries and keys
         extra += layers * 2 * head_dim
     if mla:                                          # RMSNorm on the compressed KV (and Q) latents
-        extra += layers * (mla + int(_get(cfg, "q_lora_rank", default=0) or 0))
+        extra += layers * (mla + _int(cfg, path, "q_lora_rank", default=0, lo=0))
     q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
     if bool(_get(cfg, "enable_bias", "bias", default=mtype in ("opt", "gpt2"))):    # every linear layer
         extra += layers * (q_dim + 2 * kv_dim + hidden + (0 if gated else inter + hidden))
@@ -389,15 +404,15 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
     spec = ModelSpec(
         name=name or str(cfg.get("_name_or_path", "custom")),
         num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=inter, vocab_size=int(_get(cfg, "vocab_size", default=32000)),
+        intermediate_size=inter, vocab_size=_int(cfg, path, "vocab_size", default=32000),
         bytes_per_param=bpp, tie_word_embeddings=bool(tie),
         gated_mlp=gated, num_experts=n_exp, experts_per_token=top_k, expert_intermediate_size=exp_inter,
         num_shared_experts=n_shared, shared_expert_intermediate_size=shared_inter,
         num_dense_layers=dense_layers, kv_lora_rank=mla,
-        q_lora_rank=int(_get(cfg, "q_lora_rank", default=0) or 0) if mla else 0,
-        qk_rope_head_dim=int(_get(cfg, "qk_rope_head_dim", default=0) or 0) if mla else 0,
-        qk_nope_head_dim=int(_get(cfg, "qk_nope_head_dim", default=0) or 0) if mla else 0,
-        v_head_dim=int(_get(cfg, "v_head_dim", default=0) or 0) if mla else 0,
+        q_lora_rank=_int(cfg, path, "q_lora_rank", default=0, lo=0) if mla else 0,
+        qk_rope_head_dim=_int(cfg, path, "qk_rope_head_dim", default=0, lo=0) if mla else 0,
+        qk_nope_head_dim=_int(cfg, path, "qk_nope_head_dim", default=0, lo=0) if mla else 0,
+        v_head_dim=_int(cfg, path, "v_head_dim", default=0, lo=0) if mla else 0,
         extra_params=extra, quant=quant, source=source,
     )
     return spec.validate(path)
@@ -426,11 +441,9 @@ def load_model(value, path: str = "model", base_dir: Path | None = None) -> Mode
         p = Path(str(value["config"]))
         if base_dir is not None and not p.is_absolute():
             p = base_dir / p
-        try:
-            cfg = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}.config", str(value["config"]), "an existing config.json file") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}.config", str(value["config"]), f"valid JSON ({e.msg} at line {e.lineno})") from None
-        return model_from_hf(cfg, name=str(value.get("name", p.parent.name)), path=f"{path}.config", source=str(p))
+        if not p.exists():
+            raise ConfigError(f"{path}.config", str(value["config"]), "an existing config.json file")
+        cfg = parse_json(read_text(p), str(p))
+        # errors in the file name the file and its key (p.hidden_size), not only the scenario key
+        return model_from_hf(cfg, name=str(value.get("name", p.parent.name)), path=str(p), source=str(p))
     raise ConfigError(path, value, "a catalogue model name or {config: path/to/config.json}")

@@ -78,6 +78,9 @@ def read_lut(path) -> list[dict]:
         row = _convert(raw, props)
         if "__extra__" in row:
             raise ConfigError(f"{p}:{line}", None, "as many cells as header columns", show_value=False)
+        for k, v in row.items():       # the schema's minimum lets NaN through (NaN < 0 is false), inf too
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{p}:{line}: {k}", raw.get(k), "a finite number")
         errs = sorted(val.iter_errors(row), key=lambda e: list(e.path))
         if errs:
             e = errs[0]
@@ -290,6 +293,44 @@ def check_rows(rows: list[dict], previous: list[dict] | None = None, tolerance: 
             if abs(d) > tolerance:
                 out.append(f"{name}:{r['_line']}: drift {d:+.1%} vs previous line {o['_line']} "
                            f"({o['latency_ms']:g} -> {r['latency_ms']:g} ms, tolerance {tolerance:.0%})")
+    return out
+
+
+def table_findings(rows: list[dict], name: str = "lut", model: str | None = None) -> list[str]:
+    """What makes a readable LUT unusable or suspect for ``dsim run``: rows of a foreign model (another
+    than ``model``, or than the file's most common one), rows ``LutTable`` refuses as duplicates, a
+    configuration without the prefill and decode rows ``LutModel`` needs, latencies that are all 0."""
+    out = []
+    counts: dict = defaultdict(list)
+    for r in rows:
+        counts[r["model"]].append(r["_line"])
+    main = model if model is not None else max(counts, key=lambda m: (len(counts[m]), -counts[m][0]))
+    for m, lines in counts.items():
+        if m != main:
+            out.append(f"{name}:{lines[0]}: foreign model: {len(lines)} row(s) of {m!r} in a table of {main!r} "
+                       f"(lines {', '.join(map(str, lines[:5]))}{', ...' if len(lines) > 5 else ''})")
+    by_cfg: dict = defaultdict(list)
+    for r in rows:
+        by_cfg[tuple(r[k] for k in KEY_FIELDS)].append(r)
+    for cfg, rs in by_cfg.items():
+        what = ", ".join(f"{k}={v}" for k, v in zip(KEY_FIELDS, cfg))
+        seen: dict = {}
+        for r in rs:
+            key = (r["phase"], r["fanout_k"], r["microbatch"], r["context_len"])
+            if key in seen:
+                out.append(f"{name}:{r['_line']}: duplicate of line {seen[key]} (phase, fanout_k, microbatch, "
+                           f"context_len = {key}): dsim run refuses the table")
+            else:
+                seen[key] = r["_line"]
+        phases = {r["phase"] for r in rs}
+        first = rs[0]["_line"]
+        if "prefill" not in phases:
+            out.append(f"{name}:{first}: no prefill rows for {what}: dsim run needs them")
+        if not phases & {"fused_decode", "draft_decode", "verify"}:
+            out.append(f"{name}:{first}: no decode rows (fused_decode, draft_decode or verify) for {what}: "
+                       "dsim run needs them")
+        if all(r["latency_ms"] == 0 for r in rs):
+            out.append(f"{name}:{first}: every latency_ms of {what} is 0 (simulated time would not advance)")
     return out
 
 

@@ -6,6 +6,7 @@ documented in docs/specdec.md.
 """
 from __future__ import annotations
 
+import math
 from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from ..config.errors import ConfigError
 from ..config.limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
 from ..config.fields import Section, check_number
+from ..config.files import read_text
 from ..config.model import load_model
 from . import gamma as G
 from .acceptance import GeometricAcceptance, load_curves
@@ -217,16 +219,30 @@ def _head_params(params: dict, g, base_dir) -> dict:
     import yaml
     p = SHIPPED_HEAD if f is None else (Path(f) if Path(f).is_absolute() or base_dir is None else Path(base_dir) / f)
     where = g.sub("head") if f is not None else g.path
+    if not p.exists():
+        raise ConfigError(where, f, "a head file written by dsim specdec train-head")
+    text = read_text(p)
     try:
-        doc = yaml.safe_load(p.read_text())
-    except OSError:
-        raise ConfigError(where, f, "a head file written by dsim specdec train-head") from None
+        doc = yaml.safe_load(text)
     except yaml.YAMLError:
         raise ConfigError(where, f, "a YAML head file written by dsim specdec train-head") from None
     head = doc.get("latency_head") if isinstance(doc, dict) else None
     if not isinstance(head, dict) or "weights" not in head:
         raise ConfigError(where, f, "a head file with a latency_head: {weights, bias, ...} section")
+    for k in ("weights", "bias", "hidden", "smoothing", "fused_below"):
+        if head.get(k) is not None:          # hidden: null is a linear head
+            _finite(head[k], f"{p}: latency_head.{k}")
     return {**{k: head[k] for k in _HEAD_KEYS if k in head}, **params}
+
+
+def _finite(v, where: str) -> None:
+    """Every number of a head's weights finite: a NaN bias made every decision NaN, clamped to k_max
+    without a word."""
+    if isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            _finite(x, f"{where}[{i}]")
+    elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConfigError(where, v, "a finite number")
 
 
 def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) -> SpecConfig:
@@ -252,6 +268,9 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
                 check_number(params[k], g.sub(k))          # finite
     g.done()
     if policy == "latency_head":
+        for k in ("weights", "bias", "hidden"):
+            if params.get(k) is not None:
+                _finite(params[k], g.sub(k))
         params = _head_params(params, g, base_dir)
     try:
         probe = build_policy(policy, params, mode, acc)

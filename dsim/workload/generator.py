@@ -52,6 +52,17 @@ class Workload:
     def __iter__(self):
         return self.tail(0)
 
+    def smallest(self) -> tuple[int, int] | None:
+        """(prompt, output) tokens of the request needing the fewest KV slots; None when empty."""
+        if self._items is not None:
+            r = min(self._items, key=lambda r: r.prompt_len + r.max_tokens, default=None)
+            return None if r is None else (r.prompt_len, r.max_tokens)
+        _, pr, out = self._cols
+        if not len(pr):
+            return None
+        i = int(np.argmin(pr.astype(np.int64) + out))
+        return int(pr[i]), int(out[i])
+
     def tail(self, start: int):
         """The requests from index ``start`` on."""
         if self._items is not None:
