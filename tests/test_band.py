@@ -174,3 +174,19 @@ def test_coverage_study_on_a_slice_of_the_shared_runs(tmp_path):
     for r in rec:          # the packaged errors are what the code computes today
         assert r["recomputed"] == pytest.approx(r["packaged"], abs=2e-5)
     assert all(0.0 <= t["coverage"] <= 1.0 for t in res["loro"])
+
+
+def test_a_calibrated_scenario_uses_its_own_held_out_errors():
+    from dsim.calibrate.command import held_out_errors
+    loro = [{"held_out": "a", "errors": [("s0", "e2e mean", 0.01), ("s0", "ttft p90", 0.5), ("s0", "tpot p50", -0.02)]},
+            {"held_out": "b", "errors": [("s0", "tpot p50", 0.03), ("s1", "tpot p50", 0.0)]}]
+    held = held_out_errors(loro)
+    assert held == {"e2e_mean_err": [0.01], "tpot_p50_err": [-0.02, 0.03, 0.0]}      # ttft p90: no band column
+    res = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=[
+        "workload.num_requests=100", "latency.fitted_on=H100-SXM",
+        "latency.held_out_errors={tpot_p50_err: [-0.02, 0.03, 0.0]}"])
+    eb = res.summary["error_band"]
+    assert eb["basis"] == "this calibration's held-out errors" and eb["deployment"]["calibrated"]
+    assert set(eb["relative"]) == {"tpot_p50_err"}
+    with pytest.raises(dsim.ConfigError, match=r"latency.held_out_errors.tpot_p50_err\[0\]"):
+        dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=["latency.held_out_errors={tpot_p50_err: [nan]}"])
