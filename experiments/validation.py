@@ -183,7 +183,11 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--stage-cap", type=float, default=150.0)
     ap.add_argument("--out", default=str(DOCS / "validation.md"))
+    ap.add_argument("--coverage-only", action="store_true", help="only rewrite section 7 (error band coverage)")
     a = ap.parse_args(argv)
+    if a.coverage_only:
+        coverage_only(Path(a.out))
+        return
     t_start = time.time()
 
     def log(m):
@@ -338,7 +342,16 @@ def _coverage() -> list:
     """experiments/band_coverage.py on the table just written."""
     from band_coverage import markdown, study
     with ERRORS_CSV.open(newline="") as f:
-        return markdown(study(list(csv.DictReader(f))))
+        rows = list(csv.DictReader(f))
+    return markdown(study(rows), study(rows, "conformal"))
+
+
+def coverage_only(path: Path) -> None:
+    """Rewrite section 7 of an existing validation.md from the packaged table (no simulation)."""
+    text = path.read_text()
+    head, rest = text.split("## 7. Error band coverage", 1)
+    tail = rest[rest.index("## Zero-shot per stage"):]
+    path.write_text(head + "\n".join(["## 7. Error band coverage", ""] + _coverage()) + tail)
 
 
 def write(path, runs, zero, same, same_fit, lomo, lomo_fit, cliffs, step, rt, a, secs):
