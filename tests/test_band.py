@@ -190,3 +190,19 @@ def test_a_calibrated_scenario_uses_its_own_held_out_errors():
     assert set(eb["relative"]) == {"tpot_p50_err"}
     with pytest.raises(dsim.ConfigError, match=r"latency.held_out_errors.tpot_p50_err\[0\]"):
         dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=["latency.held_out_errors={tpot_p50_err: [nan]}"])
+
+
+def test_a_model_kind_no_run_had_draws_on_the_extrapolation_pool():
+    errs = [-0.05 + 0.01 * i for i in range(12)]
+    rows = [_row(f"run{i % 4}", "H100-SXM", e, stage=str(i)) for i, e in enumerate(errs)]
+    rows += [_row("rtx_a", "RTX4090", 0.2, profiled="0"), _row("rtx_b", "RTXPRO6000", -0.3, profiled="0"),
+             _row("rtx_c", "RTXPRO6000", 0.1, profiled="0")]
+    dense, fp8 = band_for(_dep(), rows), band_for(_dep(kind="quantized"), rows)
+    assert dense.validated and not fp8.validated and not fp8.widened
+    assert fp8.reasons == ["quantized models were not in any validated run"]
+    assert "RTX4090, RTXPRO6000" in fp8.basis and fp8.stages == 3
+    x = np.array([-math.log(1 + e) for e in (0.2, -0.3, 0.1)])       # robust interval, then symmetric about 0
+    c = np.median(x)
+    half = student_t.ppf(0.9, 2) * 1.4826 * np.median(np.abs(x - c)) * math.sqrt(1 + 1 / 3)
+    m = max(abs(c - half), abs(c + half))
+    assert fp8.relative["tpot_p50_err"] == pytest.approx((math.expm1(-m), math.expm1(m)))

@@ -17,6 +17,8 @@ built by one written rule (docs/latency-models.md, "Reading an error band"):
    was checked on but that have too few runs to be validated (what extrapolating to another GPU
    costs), (4) every stage. Levels 3-4 are *outside the validated range*, and so is a run past the
    knee or one using features no validated run had (speculative decoding, P/D, a network model).
+   A model kind or engine generation that no validated run had goes straight to level 3: the
+   physics is being extrapolated as much as to another GPU.
 3. **Interval.** On x = log(real / sim) = -log(1 + e) of the n similar stages: centre = median,
    spread = 1.4826 x median |x - centre| (at least ``MIN_SCALE``), and the Student-t prediction
    interval centre +- t(1 - alpha/2, n - 1) x spread x sqrt(1 + 1/n) for alpha = 1 - LEVEL. Robust
@@ -103,6 +105,7 @@ class Band:
     runs: int
     stages: int
     reasons: list = field(default_factory=list)
+    widened: bool = False
 
     def ratio(self, column: str) -> tuple | None:
         """(lo, hi) multipliers of a simulated value that bound the real one."""
@@ -115,7 +118,8 @@ class Band:
             if r is not None:
                 parts.append(f"{_SHORT[col]} {_pct(r[0])}/{_pct(r[1])}")
         where = (f"within the validated range: {self.basis}" if self.validated else
-                 "outside the validated range (" + "; ".join(self.reasons) + f"); band from {self.basis}, widened")
+                 "outside the validated range (" + "; ".join(self.reasons) + f"); band from {self.basis}"
+                 + (", widened" if self.widened else ""))
         return (f"{self.level:.0%} band on the real value: " + (", ".join(parts) or "no metric validated") +
                 f" of dsim's ({where}; {self.runs} runs, {self.stages} stages)")
 
@@ -184,11 +188,12 @@ def _validated_gpus(pool) -> set:
     return out
 
 
-def _select(dep: Deployment, pool) -> tuple:
-    """(level, stages, words) of the rule's similar runs (module docstring, step 2)."""
+def _select(dep: Deployment, pool, extrapolating: bool) -> tuple:
+    """(level, stages, words) of the rule's similar runs (module docstring, step 2); ``extrapolating``:
+    the deployment's model kind or engine generation is in no validated run, so levels 1-2 cannot hold."""
     def enough(sel):
         return len(sel) >= MIN_STAGES and len({r["run"] for r in sel}) >= MIN_RUNS
-    same_gen = [r for r in pool if r["gpu"] == dep.gpu and r["generation"] == dep.generation]
+    same_gen = [] if extrapolating else [r for r in pool if r["gpu"] == dep.gpu and r["generation"] == dep.generation]
     sel = [r for r in same_gen if r.get("kind") == dep.kind and load_regime(_f(r.get("load"))) == dep.regime]
     if enough(sel):
         return 1, sel, f"{dep.gpu}, {dep.kind} models, engine {dep.generation}, {dep.regime} load"
@@ -211,21 +216,26 @@ def band_for(dep: Deployment, rows, exclude_run: str | None = None, method: str 
         widen = WIDEN if reasons or n < 3 else 1.0
         rel = {c: _ratio_band(dep.held_out.get(c, ()), widen, method) for c in BAND_COLUMNS}
         rel = {c: v for c, v in rel.items() if v is not None}
-        return Band(LEVEL, rel, not reasons, "this calibration's held-out errors", 1, n, reasons)
+        return Band(LEVEL, rel, not reasons, "this calibration's held-out errors", 1, n, reasons, widen != 1.0)
     study = ("calibrated-same-deployment", "calibrated-other-models") if dep.calibrated else ("zero-shot",)
     pool = [r for r in rows if r["latency_model"] == dep.latency_model and r.get("study", "zero-shot") in study
             and r["run"] != exclude_run and (r["overloaded"] == "1") == dep.overloaded]
     if not pool:
         return None
-    level, sel, basis = _select(dep, pool)
-    reasons = _reasons(dep)
-    if level > 2:
-        seen = any(r["gpu"] == dep.gpu for r in pool)
-        reasons.insert(0, f"too few validated runs on {dep.gpu} with engine {dep.generation}" if seen else
+    unseen = [f"{dep.kind} models" for _ in (1,) if not any(r.get("kind") == dep.kind for r in pool)] + \
+        [f"engine generation {dep.generation}" for _ in (1,) if not any(r["generation"] == dep.generation for r in pool)]
+    level, sel, basis = _select(dep, pool, bool(unseen))
+    reasons = _reasons(dep) + [f"{u} were not in any validated run" if u.endswith("models") else
+                               f"{u} was not in any validated run" for u in unseen]
+    seen = any(r["gpu"] == dep.gpu and r["generation"] == dep.generation for r in pool)
+    if level > 2 and not (unseen and seen):
+        seen_gpu = any(r["gpu"] == dep.gpu for r in pool)
+        reasons.insert(0, f"too few validated runs on {dep.gpu} with engine {dep.generation}" if seen_gpu else
                        f"no validated run on {dep.gpu}" + ("" if dep.gpu_profiled else
                                                            " (its GEMM curves are borrowed from another GPU)"))
     # widened where the errors at hand understate what can go wrong: features or loads no run had,
     # the last-resort pool, or too few stages to estimate a spread
+    # (the one reason that sent the band to level 3 is paid for by that level's wider pool)
     widen = WIDEN if (level == 4 or len(reasons) > (1 if level > 2 else 0) or len(sel) < 3) else 1.0
     rel = {}
     for c in BAND_COLUMNS:
@@ -238,7 +248,7 @@ def band_for(dep: Deployment, rows, exclude_run: str | None = None, method: str 
         rel[c] = _widened(*b, widen)
     study_name = "calibrated" if dep.calibrated else "zero-shot"
     return Band(LEVEL, rel, not reasons, f"{study_name} {dep.latency_model} on {basis}",
-                len({r["run"] for r in sel}), len(sel), reasons)
+                len({r["run"] for r in sel}), len(sel), reasons, widen != 1.0)
 
 
 def _reasons(dep: Deployment) -> list:
@@ -310,7 +320,8 @@ def run_band(deps: dict, rows) -> tuple:
             rel[c] = (min(g[0] for g in got), max(g[1] for g in got))
     reasons = sorted({r for b in distinct for r in b.reasons})
     return Band(LEVEL, rel, all(b.validated for b in distinct), "; ".join(sorted({b.basis for b in distinct})),
-                min(b.runs for b in distinct), min(b.stages for b in distinct), reasons), bands
+                min(b.runs for b in distinct), min(b.stages for b in distinct), reasons,
+                any(b.widened for b in distinct)), bands
 
 
 def annotate(summary: dict, band: Band | None, per_pool: dict, deps: dict) -> None:
@@ -347,7 +358,7 @@ def annotate(summary: dict, band: Band | None, per_pool: dict, deps: dict) -> No
     d0 = next(iter(deps.values()))
     summary["error_band"] = {
         "level": LEVEL, "validated": band.validated, "statement": band.statement(), "basis": band.basis,
-        "runs": band.runs, "stages": band.stages, "reasons": band.reasons,
+        "runs": band.runs, "stages": band.stages, "reasons": band.reasons, "widened": band.widened,
         "relative": {c: [r(lo), r(hi)] for c, (lo, hi) in band.relative.items()},
         "deployment": {"latency_model": d0.latency_model, "gpu": d0.gpu, "gpu_curves_measured": d0.gpu_profiled,
                        "model_kind": d0.kind, "engine_generation": d0.generation, "load_regime": d0.regime,
