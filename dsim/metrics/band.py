@@ -224,11 +224,14 @@ def band_for(dep: Deployment, rows, exclude_run: str | None = None, method: str 
         return None
     unseen = [f"{dep.kind} models" for _ in (1,) if not any(r.get("kind") == dep.kind for r in pool)] + \
         [f"engine generation {dep.generation}" for _ in (1,) if not any(r["generation"] == dep.generation for r in pool)]
-    level, sel, basis = _select(dep, pool, bool(unseen))
+    if dep.overloaded:      # past the knee nothing is similar but other overloads, on any GPU
+        level, sel, basis = 4, pool, "the overloaded stages of the validation runs (any GPU)"
+    else:
+        level, sel, basis = _select(dep, pool, bool(unseen))
     reasons = _reasons(dep) + [f"{u} were not in any validated run" if u.endswith("models") else
                                f"{u} was not in any validated run" for u in unseen]
     seen = any(r["gpu"] == dep.gpu and r["generation"] == dep.generation for r in pool)
-    if level > 2 and not (unseen and seen):
+    if level > 2 and not (unseen and seen) and not dep.overloaded:
         seen_gpu = any(r["gpu"] == dep.gpu for r in pool)
         reasons.insert(0, f"too few validated runs on {dep.gpu} with engine {dep.generation}" if seen_gpu else
                        f"no validated run on {dep.gpu}" + ("" if dep.gpu_profiled else
