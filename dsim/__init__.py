@@ -1,5 +1,5 @@
 """dsim: a discrete-event simulator of LLM inference serving, faithful to vLLM's scheduler."""
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def load_scenario(source, overrides=None, seed=None):

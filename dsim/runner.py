@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
+from ._version import __version__
 from .config.errors import ConfigError
 from .config.scenario import Scenario, load_scenario
 from .cluster.control import build_controllers, run_controller
@@ -20,7 +20,8 @@ from .latency.credibility import validation_rows
 from .metrics import band
 from .metrics import plots as plots_mod
 from .metrics.ledger import RequestLedger
-from .metrics.summary import request_latencies, summarize
+from .metrics.measures import request_latencies
+from .metrics.summary import summarize
 from .metrics.writers import COLUMNS, AtomicOutput, request_rows, to_json, write_requests_csv
 from .serving.instance import Instance
 from .workload.generator import build_workload

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dsim.calibrate.cosim import cosim_report, simulate_run  # noqa: E402
 from dsim.calibrate.realrun import load_real  # noqa: E402
-from dsim.metrics.summary import request_latencies, stats  # noqa: E402
+from dsim.metrics.measures import request_latencies, stats  # noqa: E402
 
 REAL = ROOT.parent / "shared" / "data" / "real"
 

@@ -22,7 +22,7 @@ from ..config.errors import ConfigError
 from ..config.scenario import apply_overrides, load_scenario
 from ..core.rng import PartitionedRNG
 from ..metrics.exact import weighted_stats
-from ..metrics.summary import ledger_latencies, request_latencies
+from ..metrics.measures import ledger_latencies, request_latencies
 from ..metrics.writers import AtomicOutput, to_json
 from .realrun import METRICS, QUANTS, RealRun, quantiles
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config.fields import Section
 from ..config.limits import MIN_TIMER_S
-from ..metrics.summary import ledger_latencies
+from ..metrics.measures import ledger_latencies
 from ..core.invariant import check
 
 

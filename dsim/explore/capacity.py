@@ -26,7 +26,7 @@ import numpy as np
 from ..config.errors import ConfigError
 from .backends import run_calls
 from .evaluate import resolve, summary_row
-from ..metrics.summary import GROWTH_LIMIT, delay_trend, ledger_latencies
+from ..metrics.measures import GROWTH_LIMIT, delay_trend, ledger_latencies
 from .points import as_overrides
 from .store import ensure_out_dir, write_atomic
 

@@ -60,7 +60,7 @@ def _condition(raw: dict, rtt_mult: float, load_mult: float) -> dict:
 def _run_world(doc: dict, action) -> dict:
     """One common-action world: rid -> (ttft_ms, tpot_ms, meets SLO) of every completed request."""
     from ..config.scenario import load_scenario
-    from ..metrics.summary import meets_slo
+    from ..metrics.measures import meets_slo
     from ..runner import simulate
     doc = copy.deepcopy(doc)
     sp = doc["speculation"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING
-from .summary import busy_and_kv, ledger_latencies, meets_slo_mask, stats
+from .measures import busy_and_kv, ledger_latencies, meets_slo_mask, stats
 
 
 def jain(values) -> float | None:

@@ -48,6 +48,6 @@ def software_versions() -> dict:
     import numpy
     import simpy
 
-    from .. import __version__
+    from .._version import __version__
     return {"dsim": __version__, "git_commit": git_commit(), "python": platform.python_version(),
             "numpy": numpy.__version__, "simpy": simpy.__version__}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..core.request import COMPLETED
 from ..metrics.fleet import jain
-from ..metrics.summary import meets_slo, stats
+from ..metrics.measures import meets_slo, stats
 
 
 def _meets(r, st, slo) -> bool:
