@@ -57,11 +57,12 @@ def covered(e: float, band: tuple) -> bool:
     return band[0] - 1e-12 <= x <= band[1] + 1e-12
 
 
-def score(rows, held_rows, exclude, method="robust") -> list:
-    """(row, column, covered, half-width, |real/sim - 1|) for every held-out stage and metric."""
+def score(held_rows, pool_for, method="robust") -> list:
+    """(row, column, covered, half-width, |real/sim - 1|) for every held-out stage and metric;
+    ``pool_for(row)``: the validation rows its band may be built from."""
     out = []
     for r in held_rows:
-        b = band_for(deployment_of(r), rows, method=method, **exclude(r))
+        b = band_for(deployment_of(r), pool_for(r), method=method)
         if b is None:
             continue
         for c in ALL_COLUMNS:
@@ -89,18 +90,18 @@ def table(results, key) -> list:
 
 def study(rows, method="robust") -> dict:
     held = [r for r in rows if r["overloaded"] == "0"]
-    loro = score(rows, held, lambda r: {"exclude_run": r["run"]}, method)
-    # leave one GPU out: the rows of the held-out GPU are removed from the pool
-    logo = []
-    for gpu in sorted({r["gpu"] for r in held}):
-        rest = [r for r in rows if r["gpu"] != gpu]
-        logo += score(rest, [r for r in held if r["gpu"] == gpu], lambda r: {}, method)
+    loro = score(held, lambda h: [r for r in rows if r["run"] != h["run"]], method)
+    # leave one model out: every run of the held-out stage's model on its GPU (sister runs) removed
+    lomo = score(held, lambda h: [r for r in rows if (r["gpu"], r["model"]) != (h["gpu"], h["model"])], method)
+    # leave one GPU out: every run on the held-out stage's GPU removed
+    logo = score(held, lambda h: [r for r in rows if r["gpu"] != h["gpu"]], method)
     runs_per_gpu = {g: len({r["run"] for r in held if r["gpu"] == g}) for g in {r["gpu"] for r in held}}
     res = {
         "level": LEVEL, "method": method,
         "runs_per_gpu": runs_per_gpu,
         "loro": table(loro, lambda r, c: (r["latency_model"], r["study"], r["gpu"], c)),
         "loro_by_model": table(loro, lambda r, c: (r["latency_model"], r["study"], c)),
+        "lomo": table(lomo, lambda r, c: (r["latency_model"], r["study"], r["gpu"], c)),
         "logo": table(logo, lambda r, c: (r["latency_model"], r["study"], r["gpu"], c)),
     }
     res["targets"] = [{"check": k, "value": v, "met": m} for k, v, m in targets(res)]
@@ -117,6 +118,7 @@ def targets(res: dict) -> list:
         out.append((f"{gpu} {col} coverage", t["coverage"], 0.70 <= t["coverage"] <= 0.90))
         ratio = t["median_half_width"] / t["median_abs_error"] if t["median_abs_error"] else math.inf
         out.append((f"{gpu} {col} half-width / median abs error", ratio, ratio <= 2.0))
+        out.append((f"{gpu} {col} full width / median abs error (not a target)", 2 * ratio, 2 * ratio <= 2.0))
     return out
 
 
@@ -128,8 +130,10 @@ def markdown(res: dict, other: dict | None = None) -> list:
     L = [f"Nominal level {res['level']:.0%}. Leave one run out: the band of every non-overloaded stage is built from the "
          "other runs by the rule `dsim run` uses (dsim/metrics/band.py); *covered* = the real value lies inside. "
          "Half-width = half the band's width relative to dsim's value; |error| = |real / sim - 1|. "
-         "Targets (issue 35, zero-shot roofline, GPUs with >= 5 runs): coverage 70-90 % and median half-width "
-         "<= 2x median |error|.", "",
+         "Targets (issue 35, zero-shot roofline, GPUs with >= 5 runs): coverage 70-90 % and median band width "
+         "<= 2x median |error|. The width is read as the half-width (the +- a reader sees): the full width of an "
+         "80 % band centred on its errors is about 3.8x their median absolute value even for perfectly normal "
+         "errors, so the literal target cannot be met by an honest band; full-width ratios are given below.", "",
          "| latency model | study | GPU | metric | stages | coverage | median half-width | median abs error |",
          "|---|---|---|---|---|---|---|---|"]
     for t in res["loro"]:
@@ -144,8 +148,16 @@ def markdown(res: dict, other: dict | None = None) -> list:
               "| check | value | met |", "|---|---|---|"]
         L += [f"| {t['check'].replace('|', '')} | {t['value']:.2f} | {'yes' if t['met'] else 'no'} |"
               for t in other["targets"]]
-    L += ["", "Leave one GPU out (every run of the GPU held out at once: the band a GPU never validated gets, "
-          "outside the validated range and widened):", "",
+    L += ["", "Leave one model out (every run of the stage's model on its GPU held out at once, so no sister run "
+          "of the same deployment is in the band; zero-shot roofline):", "",
+          "| GPU | metric | stages | coverage | median half-width | median abs error |", "|---|---|---|---|---|---|"]
+    for t in res["lomo"]:
+        model, st, gpu, col = t["key"]
+        if col in TARGET_COLUMNS and st == "zero-shot" and model == "roofline":
+            L.append(f"| {gpu} | {col[:-4]} | {t['n']} | {pct(t['coverage'])} | {t['median_half_width']:.1%} | "
+                     f"{t['median_abs_error']:.1%} |")
+    L += ["", "Leave one GPU out (every run of the GPU held out at once: the band a GPU that was never validated "
+          "gets, built outside the validated range):", "",
           "| latency model | GPU | metric | stages | coverage | median half-width |", "|---|---|---|---|---|---|"]
     for t in res["logo"]:
         model, st, gpu, col = t["key"]
@@ -173,7 +185,8 @@ def recompute(dirs, rows) -> list:
                 continue
             live = dict(ref, **{col: "" if st[k] is None else str(st[k]) for k, col in keys.items()})
             for c, ok, w, a in ((c, ok, w, a) for r, c, ok, w, a, _v in
-                                score(rows, [live], lambda r: {"exclude_run": r["run"]}) if c in keys.values()):
+                                score([live], lambda h: [r for r in rows if r["run"] != h["run"]])
+                                if c in keys.values()):
                 out.append({"run": run.name, "stage": st["stage"], "column": c, "packaged": _f(ref[c]),
                             "recomputed": _f(live[c]), "covered": ok, "half_width": w, "abs_error": a})
     return out

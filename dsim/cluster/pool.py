@@ -170,7 +170,8 @@ class Pool:
                                   "roofline with data_parallel_size > 1 (it splits into dense, expert and "
                                   "all-to-all parts)")
             if not dp_group:
-                dp_group.append(DPGroup(sim.env, DPRoofline(rf, self.engine.data_parallel_size)))
+                dp_group.append(DPGroup(sim.env, DPRoofline(rf, self.engine.data_parallel_size,
+                                                            getattr(step, "scale", 1.0))))
             step = DPRankStep(step, dp_group[0].parts)
         self.latency_desc = desc
         holder: list = []

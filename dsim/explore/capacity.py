@@ -159,17 +159,18 @@ def band_scales(row: dict) -> dict | None:
     return {"optimistic": 1 + lo, "pessimistic": 1 + hi}
 
 
-def scale_overrides(raw: dict, factor: float) -> list:
-    """--set lines that multiply every step of every pool by ``factor`` (on top of a scale already set):
-    the top-level latency section, and each pool that declares its own."""
-    def one(path, lat):
-        cur = lat.get("scale", 1.0) if isinstance(lat, dict) else 1.0
-        return f"{path}.scale={float(cur) * factor:.6g}"
-    out = [one("latency", raw.get("latency") or {})]
-    for i, pool in enumerate((raw.get("cluster") or {}).get("pools") or []):
-        if isinstance(pool, dict) and isinstance(pool.get("latency"), dict):
-            out.append(one(f"cluster.pools[{i}].latency", pool["latency"]))
-    return out
+def _own_latency_pools(scn) -> list:
+    """Paths of the pools that declare their own latency section (top-level latency does not reach them)."""
+    return [p.path for p in scn.fleet.pools if p.path and isinstance(_get(scn.raw, p.path + ".latency"), dict)]
+
+
+def scale_overrides(scn, factor: float) -> list:
+    """--set lines that multiply every step of every pool of ``scn`` (a Scenario) by ``factor``, on top
+    of a scale already set: the top-level latency section, and each pool that declares its own."""
+    def one(path):
+        cur = _get(scn.raw, path + ".scale")
+        return f"{path}.scale={float(cur if cur is not None else 1.0) * factor:.6g}"
+    return [one("latency")] + [one(p + ".latency") for p in _own_latency_pools(scn)]
 
 
 def _search(s: _Search, v0, minimize: bool, tol: float, max_probes: int):
@@ -177,7 +178,7 @@ def _search(s: _Search, v0, minimize: bool, tol: float, max_probes: int):
 
 
 def _band_ends(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer,
-               at: dict, raw: dict, tol: float, max_probes: int) -> dict:
+               at: dict, scn, tol: float, max_probes: int) -> dict:
     """The same search with every step scaled to the optimistic and the pessimistic end of the band."""
     scales = band_scales(at)
     if scales is None:
@@ -186,25 +187,26 @@ def _band_ends(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address
            "step_scale": {k: round(v, 6) for k, v in scales.items()},
            "basis": "TPOT p50 error band of the run at the central answer; every step scaled (latency.scale)"}
     for end, sc in scales.items():
-        s = _Search(src, ovs + scale_overrides(raw, sc), vary, slos, warmup, min_goodput, jobs, backend, address,
+        s = _Search(src, ovs + scale_overrides(scn, sc), vary, slos, warmup, min_goodput, jobs, backend, address,
                     integer)
         v0 = answer if minimize else answer / sc        # a slower step carries less load
         got = _search(s, v0, minimize, tol, max_probes)
         out[end] = {"value": got, "probes": len(s.probes)}
-    # ends are searched to a tolerance: keep them on the right side of the central answer
+    # reported as searched; a band that does not straddle dsim's own value (every error one way) or a
+    # search noisier than its tolerance shows up here instead of being hidden by a clamp
     o, p = out["optimistic"]["value"], out["pessimistic"]["value"]
-    if minimize:
-        out["optimistic"]["value"] = None if o is None else min(o, answer)
-        out["pessimistic"]["value"] = None if p is None else max(p, answer)
-    else:
-        out["optimistic"]["value"] = None if o is None else max(o, answer)
-        out["pessimistic"]["value"] = None if p is None else min(p, answer)
+    if None not in (o, p):
+        out["ordered"] = (o <= answer <= p) if minimize else (o >= answer >= p)
+        if not out["ordered"]:
+            out["note"] = ("dsim's own answer lies outside its band: the validated errors all point one way"
+                           if (scales["optimistic"] - 1) * (scales["pessimistic"] - 1) > 0 else
+                           "the ends cross the central answer within the search tolerance")
     return out
 
 
-def credible_models(scn) -> list:
-    """Latency models whose band is within the validated range for ``scn``'s (first) deployment:
-    the ones whose answers deserve to be set beside the scenario's own."""
+def validated_models(scn) -> list:
+    """Latency models with a band within the validated range for ``scn``'s (first) deployment (enough
+    validation runs on its GPU; their own bands can still be wide: docs/validation.md)."""
     from ..latency.credibility import DEFAULT_MODEL, EXPERIMENTAL, validation_rows
     from ..latency.efficiency import curve_for
     from ..metrics.band import Deployment, band_for, model_kind
@@ -223,14 +225,12 @@ def _model_spread(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, addr
                   base, tol: float, max_probes: int) -> dict:
     """The central search again under every other credible latency model, with its shipped defaults."""
     own = (base.raw.get("latency") or {}).get("model", "roofline")
-    models = credible_models(base)
-    out = {"scenario_model": own, "credible": models, "answers": {own: answer}}
+    models = validated_models(base)
+    out = {"scenario_model": own, "validated_models": models, "answers": {own: answer}}
     for m in models:
         if m == own:
             continue
-        swap = [f"latency={{model: {m}}}"] + [f"cluster.pools[{i}].latency={{model: {m}}}"
-                                              for i, p in enumerate((base.raw.get("cluster") or {}).get("pools") or [])
-                                              if isinstance(p, dict) and "latency" in p]
+        swap = [f"latency={{model: {m}}}"] + [f"{p}.latency={{model: {m}}}" for p in _own_latency_pools(base)]
         s = _Search(src, ovs + swap, vary, slos, warmup, min_goodput, jobs, backend, address, integer)
         out["answers"][m] = _search(s, answer, minimize, tol, max_probes)
         errs = [p["error"] for p in s.probes.values() if p.get("status") == "error"]
@@ -300,7 +300,7 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
     rec = _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
     common = (src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer)
     if band and answer is not None:
-        rec["band"] = _band_ends(*common, s.probes[answer], base.raw, tolerance, max_probes)
+        rec["band"] = _band_ends(*common, s.probes[answer], base, tolerance, max_probes)
     if compare_models and answer is not None:
         rec["model_spread"] = _model_spread(*common, base, tolerance, max_probes)
     if seeds > 1 and answer is not None:
@@ -444,7 +444,8 @@ def range_words(rec: dict, fmt: str) -> str:
             return "none" if v is None else fmt.format(v)
         out += (f"; at the ends of dsim's 80 % error band: {f('optimistic')} if the real engine is as fast as the "
                 f"band allows, {f('pessimistic')} if as slow" + ("" if b["validated"] else
-                                                                   " (outside the validated range)"))
+                                                                   " (outside the validated range)")
+                + (f" ({b['note']})" if b.get("note") else ""))
     elif b:
         out += f"; no error band ({b['why']})"
     ms = rec.get("model_spread")
@@ -452,7 +453,8 @@ def range_words(rec: dict, fmt: str) -> str:
         errs = ms.get("errors", {})
         others = [f"{m} {'n/a (cannot model this deployment)' if m in errs and v is None else 'none' if v is None else fmt.format(v)}"
                   for m, v in ms["answers"].items() if m != ms["scenario_model"]]
-        out += ("; other latency models validated here: " + ", ".join(others) if others else
+        out += ("; other latency models validated on this GPU (wider bands of their own): " + ", ".join(others)
+                if others else
                 "; no other latency model is validated on this deployment")
     sp = rec.get("seed_spread")
     if sp and sp["min"] is not None:

@@ -194,7 +194,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
             rows = [{"replicas": r, "screen": "pruned", "reason": str(bad)} for r in reps]
         for row in rows:
             cands.append({**fam, **row, "gpus": per * row["replicas"], "_ovs": ovs})
-    judge = (src, slos, warmup, min_goodput, jobs, backend, address, base.raw)
+    judge = (src, slos, warmup, min_goodput, jobs, backend, address, base)
     _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, judge if conservative else None)
     sims = [c for c in cands if "pass" in c]
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
@@ -257,14 +257,14 @@ def absolute_paths(raw: dict, base_dir) -> dict:
     return doc
 
 
-def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, raw) -> None:
+def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, scn) -> None:
     """Simulate passing ``cands`` again at the pessimistic end of their error band; mark them
     (``pessimistic_pass``: True, False, or None when the run had no band)."""
     todo = [(c, band_scales(c)) for c in cands]
     todo = [(c, sc["pessimistic"]) for c, sc in todo if sc is not None]
     for c in cands:
         c["pessimistic_pass"] = None
-    calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"] + scale_overrides(raw, f), slos, warmup,
+    calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"] + scale_overrides(scn, f), slos, warmup,
               min_goodput) for c, f in todo]
     for (c, f), row in zip(todo, run_calls(probe, calls, jobs, backend, address)):
         c["pessimistic_pass"] = bool(row["pass"])
@@ -300,6 +300,9 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
                     c["pass"] = False
                     c["reasons"] = ("meets the SLOs only if dsim is right or optimistic; at the pessimistic end "
                                     f"(every step x{c['pessimistic_step_scale']:.3g}): {c['pessimistic_reasons']}")
+                elif c["pessimistic_pass"] is None:      # no band: the pessimistic end cannot be checked
+                    c["pass"] = False
+                    c["reasons"] = "no error band for this configuration: --conservative cannot check it"
         for k, c in batch:
             pending[k] = [] if c["pass"] else pending[k][1:]
 

@@ -46,7 +46,7 @@ from ..latency.credibility import BAND_COLUMNS
 LEVEL = 0.8
 MIN_STAGES = 9          # 2 / (1 - LEVEL) - 1: the fewest errors with both conformal ranks
 MIN_RUNS = 3            # stages of one run move together; a band from one or two runs is not a band
-WIDEN = 2.0             # outside the validated range: log-ratios doubled (docs/validation.md measures it)
+WIDEN = 2.0             # a judgement, not a fit: too few runs to fit it (leave-one-GPU-out in docs/validation.md)
 MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation of a normal
 MIN_SCALE = 0.005       # the smallest spread of log(real/sim) a band claims (half a per cent)
 LOAD_REGIMES = ((0.25, "light"), (0.6, "moderate"), (float("inf"), "heavy"))
@@ -91,6 +91,8 @@ class Deployment:
     overloaded: bool = False
     unvalidated: tuple = ()            # features no validated run had
     held_out: dict | None = None       # column -> calibration's own held-out errors
+    fitted_on: str | None = None       # the GPU a calibrated latency section was fitted on
+    scale: float = 1.0                 # latency.scale: every step scaled by hand (a what-if)
 
     def describe(self) -> str:
         return f"{self.gpu}, {self.kind} model, engine {self.generation}, {self.latency_model}"
@@ -102,7 +104,7 @@ class Band:
     relative: dict                     # column -> (lo, hi) bounds of real / sim - 1
     validated: bool
     basis: str                         # which runs the band was built from, in words
-    runs: int
+    runs: int | None                   # None: a calibration's own held-out errors (runs not recorded)
     stages: int
     reasons: list = field(default_factory=list)
     widened: bool = False
@@ -120,8 +122,9 @@ class Band:
         where = (f"within the validated range: {self.basis}" if self.validated else
                  "outside the validated range (" + "; ".join(self.reasons) + f"); band from {self.basis}"
                  + (", widened" if self.widened else ""))
+        n = f"{self.stages} errors" if self.runs is None else f"{self.runs} runs, {self.stages} stages"
         return (f"{self.level:.0%} band on the real value: " + (", ".join(parts) or "no metric validated") +
-                f" of dsim's ({where}; {self.runs} runs, {self.stages} stages)")
+                f" of dsim's ({where}; {n})")
 
 
 def _pct(x: float) -> str:
@@ -210,13 +213,14 @@ def _select(dep: Deployment, pool, extrapolating: bool) -> tuple:
 def band_for(dep: Deployment, rows, exclude_run: str | None = None, method: str = "robust") -> Band | None:
     """The band of ``dep`` from validation ``rows`` (dicts as in the CSV); ``exclude_run`` leaves a
     run out (the coverage study). None when the latency model was never validated."""
-    if dep.held_out:
+    n_held = min((len(v) for v in dep.held_out.values()), default=0) if dep.held_out else 0
+    if n_held >= MIN_STAGES:     # the calibration's own check is enough: use it, by the same interval rule
         reasons = _reasons(dep)
-        n = max((len(v) for v in dep.held_out.values()), default=0)
-        widen = WIDEN if reasons or n < 3 else 1.0
+        widen = WIDEN if reasons else 1.0
         rel = {c: _ratio_band(dep.held_out.get(c, ()), widen, method) for c in BAND_COLUMNS}
         rel = {c: v for c, v in rel.items() if v is not None}
-        return Band(LEVEL, rel, not reasons, "this calibration's held-out errors", 1, n, reasons, widen != 1.0)
+        return Band(LEVEL, rel, not reasons, "this calibration's held-out errors", None, n_held, reasons,
+                    widen != 1.0)
     study = ("calibrated-same-deployment", "calibrated-other-models") if dep.calibrated else ("zero-shot",)
     pool = [r for r in rows if r["latency_model"] == dep.latency_model and r.get("study", "zero-shot") in study
             and r["run"] != exclude_run and (r["overloaded"] == "1") == dep.overloaded]
@@ -230,34 +234,43 @@ def band_for(dep: Deployment, rows, exclude_run: str | None = None, method: str 
         level, sel, basis = _select(dep, pool, bool(unseen))
     reasons = _reasons(dep) + [f"{u} were not in any validated run" if u.endswith("models") else
                                f"{u} was not in any validated run" for u in unseen]
-    seen = any(r["gpu"] == dep.gpu and r["generation"] == dep.generation for r in pool)
-    if level > 2 and not (unseen and seen) and not dep.overloaded:
-        seen_gpu = any(r["gpu"] == dep.gpu for r in pool)
-        reasons.insert(0, f"too few validated runs on {dep.gpu} with engine {dep.generation}" if seen_gpu else
-                       f"no validated run on {dep.gpu}" + ("" if dep.gpu_profiled else
-                                                           " (its GEMM curves are borrowed from another GPU)"))
+    seen_gpu = any(r["gpu"] == dep.gpu for r in pool)
+    if level > 2 and not dep.overloaded and not seen_gpu:
+        reasons.insert(0, f"no validated run on {dep.gpu}" + ("" if dep.gpu_profiled else
+                                                             " (its GEMM curves are borrowed from another GPU)"))
+    elif level > 2 and not dep.overloaded and not unseen:
+        reasons.insert(0, f"too few validated runs on {dep.gpu} with engine {dep.generation}")
     # widened where the errors at hand understate what can go wrong: features or loads no run had,
     # the last-resort pool, or too few stages to estimate a spread
     # (the one reason that sent the band to level 3 is paid for by that level's wider pool)
-    widen = WIDEN if (level == 4 or len(reasons) > (1 if level > 2 else 0) or len(sel) < 3) else 1.0
-    rel = {}
+    widen = WIDEN if (level == 4 or len(reasons) > (1 if level > 2 else 0)) else 1.0
+    rel, widened = {}, widen != 1.0
     for c in BAND_COLUMNS:
-        b = _ratio_band([_f(r.get(c)) for r in sel], 1.0, method)
+        vals = [_f(r.get(c)) for r in sel]
+        b = _ratio_band(vals, 1.0, method)
         if b is None:
             continue
         if level > 2:       # other GPUs' bias does not carry over, their spread does: symmetric about 0
             m = max(abs(math.log1p(b[0])), abs(math.log1p(b[1])))
             b = (math.expm1(-m), math.expm1(m))
-        rel[c] = _widened(*b, widen)
+        w = WIDEN if sum(v is not None for v in vals) < 3 else widen     # too few to estimate a spread
+        widened |= w != 1.0
+        rel[c] = _widened(*b, w)
     study_name = "calibrated" if dep.calibrated else "zero-shot"
-    return Band(LEVEL, rel, not reasons, f"{study_name} {dep.latency_model} on {basis}",
-                len({r["run"] for r in sel}), len(sel), reasons, widen != 1.0)
+    note = (f" (this calibration's own held-out check has {n_held} errors, {MIN_STAGES} needed)"
+            if dep.held_out else "")
+    return Band(LEVEL, rel, not reasons, f"{study_name} {dep.latency_model} on {basis}{note}",
+                len({r["run"] for r in sel}), len(sel), reasons, widened)
 
 
 def _reasons(dep: Deployment) -> list:
     out = []
     if dep.overloaded:
         out.append("past the knee: the simulated queue grows, latencies depend on the horizon")
+    if dep.calibrated and dep.fitted_on is not None and dep.fitted_on != dep.gpu:
+        out.append(f"calibrated on {dep.fitted_on}, run on {dep.gpu}")
+    if dep.scale != 1.0:
+        out.append(f"latency.scale = {dep.scale:g} (every step scaled by hand)")
     out += [f"{f} was not in any validated run" for f in dep.unvalidated]
     return out
 
@@ -294,41 +307,53 @@ def deployments(scn, fleet, summary: dict) -> dict:
     for name, p in fleet.pools.items():
         desc = p.latency_desc if isinstance(p.latency_desc, dict) else {}
         eng = p.spec.engine
-        extra = ["pipeline parallelism"] if getattr(eng, "pipeline_parallel_size", 1) > 1 else []
+        extra = (["pipeline parallelism"] if getattr(eng, "pipeline_parallel_size", 1) > 1 else []) + \
+            (["data parallelism"] if getattr(eng, "data_parallel_size", 1) > 1 else [])
         out[name] = Deployment(
             latency_model=desc.get("model", "roofline"), gpu=p.spec.device.name,
             gpu_profiled=not curve_for(p.spec.device).borrowed, kind=model_kind(p.spec.model),
             generation=eng.generation.name, regime=regime, calibrated=bool(desc.get("calibrated")),
             overloaded=bool(stab.get("overloaded")), unvalidated=tuple(common + extra),
-            held_out=desc.get("held_out_errors"))
+            held_out=desc.get("held_out_errors"), fitted_on=desc.get("fitted_on") if desc.get("calibrated") else None,
+            scale=float(desc.get("scale", 1.0)))
     return out
 
 
 def run_band(deps: dict, rows) -> tuple:
-    """(Band of the whole run, per-pool Bands): pools that differ are enveloped, the widest side wins."""
-    bands = {}
+    """(Band of the whole run, per-pool Bands): pools that differ are enveloped (the widest side wins,
+    every pool's reasons kept); a pool whose latency model was never validated makes the run's band
+    unvalidated."""
+    bands, missing = {}, []
     for name, d in deps.items():
         b = band_for(d, rows)
-        if b is not None:
+        if b is None:
+            missing.append(f"pool {name}: latency model {d.latency_model} was never validated")
+        else:
             bands[name] = b
     if not bands:
         return None, {}
-    distinct = list({id(b): b for b in bands.values()}.values())
-    if len({(b.basis, tuple(sorted(b.relative.items()))) for b in distinct}) == 1:
+    distinct = list({(b.basis, tuple(sorted(b.relative.items())), tuple(b.reasons)): b
+                     for b in bands.values()}.values())
+    if len(distinct) == 1 and not missing:
         return distinct[0], bands
     rel = {}
     for c in BAND_COLUMNS:
         got = [b.relative[c] for b in distinct if c in b.relative]
         if got:
             rel[c] = (min(g[0] for g in got), max(g[1] for g in got))
-    reasons = sorted({r for b in distinct for r in b.reasons})
-    return Band(LEVEL, rel, all(b.validated for b in distinct), "; ".join(sorted({b.basis for b in distinct})),
-                min(b.runs for b in distinct), min(b.stages for b in distinct), reasons,
-                any(b.widened for b in distinct)), bands
+    reasons = sorted({r for b in distinct for r in b.reasons}) + missing
+    runs = [b.runs for b in distinct if b.runs is not None]
+    return Band(LEVEL, rel, all(b.validated for b in distinct) and not missing,
+                "; ".join(sorted({b.basis for b in distinct})), min(runs) if runs else None,
+                min(b.stages for b in distinct), reasons, any(b.widened for b in distinct)), bands
 
 
 def annotate(summary: dict, band: Band | None, per_pool: dict, deps: dict) -> None:
     """Put the band beside every latency statistic of ``summary`` (in place)."""
+    if not summary.get("requests", {}).get("completed"):
+        summary["error_band"] = {"level": LEVEL, "validated": False,
+                                 "statement": "no error band: no request completed, there is no latency to bound"}
+        return
     if band is None:
         models = sorted({d.latency_model for d in deps.values()})
         summary["error_band"] = {"level": LEVEL, "validated": False, "statement":
@@ -367,9 +392,12 @@ def annotate(summary: dict, band: Band | None, per_pool: dict, deps: dict) -> No
                        "model_kind": d0.kind, "engine_generation": d0.generation, "load_regime": d0.regime,
                        "calibrated": d0.calibrated},
         "rule": "docs/latency-models.md#reading-an-error-band"}
-    if len(per_pool) > 1:
-        summary["error_band"]["pools"] = {n: {"validated": b.validated, "basis": b.basis, "reasons": b.reasons}
-                                          for n, b in per_pool.items()}
+    if len(deps) > 1:
+        summary["error_band"]["pools"] = {
+            n: ({"validated": per_pool[n].validated, "basis": per_pool[n].basis, "reasons": per_pool[n].reasons}
+                if n in per_pool else {"validated": False, "reasons": [f"latency model {d.latency_model} was never "
+                                                                       "validated"]})
+            for n, d in deps.items()}
 
 
 def band_lines(summary: dict) -> list:

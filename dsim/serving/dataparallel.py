@@ -32,8 +32,9 @@ from ..latency.roofline import RooflineModel
 class DPRoofline:
     """The parts of a DP+EP step on one GPU, from the roofline's constants."""
 
-    def __init__(self, rf: RooflineModel, dp: int):
+    def __init__(self, rf: RooflineModel, dp: int, scale: float = 1.0):
         self.rf = rf
+        self.scale = scale                          # latency.scale: every part of the step x scale
         model, device, tp = rf.model, rf.device, rf.tp
         m = model
         self.ep = ep = tp * dp
@@ -52,7 +53,7 @@ class DPRoofline:
     def _roof(self, flops: float, byts: float) -> float:
         rf = self.rf
         tc, tm = flops * rf._inv_flops, byts * rf._inv_bw
-        return tc + rf._serial * tm if tc > tm else tm + rf._serial * tc
+        return (tc + rf._serial * tm if tc > tm else tm + rf._serial * tc) * self.scale
 
     def dense_time(self, b) -> float:
         """This rank's batch through everything but the routed experts."""
@@ -65,7 +66,7 @@ class DPRoofline:
         byts = rf._fixed_bytes + rf._kv_tok * (b.decode_ctx_sum + b.prefill_ctx_tokens + tokens)
         t = self._roof(flops, byts)
         if rf._ar_fixed:
-            t += rf._ar_fixed + rf._ar_per_token * tokens
+            t += (rf._ar_fixed + rf._ar_per_token * tokens) * self.scale
         return t
 
     def expert_time(self, total_tokens: int) -> float:
@@ -76,7 +77,7 @@ class DPRoofline:
         return self._roof(self._flops_expert * total_tokens, self._expert_bytes_one * self.local_experts * touched)
 
     def a2a_time(self, max_rank_tokens: int) -> float:
-        return self._a2a_fixed + self._a2a_per_token * max_rank_tokens if max_rank_tokens else 0.0
+        return (self._a2a_fixed + self._a2a_per_token * max_rank_tokens) * self.scale if max_rank_tokens else 0.0
 
 
 class DPRankStep:
@@ -102,7 +103,7 @@ class DPRankStep:
     def step_time(self, b) -> float:
         t = self.parts.dense_time(b)
         if self._host is not None and (b.prefill_tokens or b.decode_tokens):
-            t += self._host(b)
+            t += self._host(b) * self.parts.scale
         return t
 
 
