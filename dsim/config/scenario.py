@@ -14,6 +14,7 @@ from .cluster import FleetSpec, check_tp, load_fleet, single_pool
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
 from .files import load_value, load_yaml, parse_json, read_text
+from .limits import MAX_SCENARIO_BYTES
 from .fields import Section, check_number, unknown_key_hint
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
@@ -56,7 +57,8 @@ def read_scenario_file(path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(path), None, "an existing scenario file (YAML or JSON)", show_value=False)
-    text = read_text(p, str(path))
+    text = read_text(p, str(path), MAX_SCENARIO_BYTES, "a scenario file (data such as traces goes in files "
+                     "the scenario names)")
     try:
         data = parse_json(text, str(path), unique_keys=True) if p.suffix == ".json" else load_yaml(text, str(path))
     except ConfigError:                     # parse_json's and load_yaml's own, already path-qualified
