@@ -79,3 +79,102 @@ def test_a_grid_of_millions_of_points_is_refused_before_allocating(tmp_path):
     assert not (tmp_path / "sw").exists()
     with pytest.raises(ConfigError, match=r"^--grid: at most 100,000 runs .* 200,000"):
         dsim.sweep(str(SCN / "quickstart.yaml"), [("workload.rate", [1, 2])], seeds=100_000)
+
+
+# ---- the Python API checks its arguments at the boundary ----------------------------------------------
+QUICK = str(SCN / "quickstart.yaml")
+
+
+@pytest.mark.parametrize("slos,match", [
+    ({"ttft_p99_ms": -1}, r"^--slo ttft_p99_ms=-1: METRIC=MS .* finite bound > 0"),   # was KeyError
+    ({"foo": 1}, r"^--slo foo=1: METRIC=MS"),                                        # was ValueError unpacking
+    ({}, r"^--slo: at least one SLO"),                                               # ran with no SLO
+    ({"ttft_p99_ms": float("nan")}, r"^--slo ttft_p99_ms=nan"),
+    (5, r"^slos: got 5"),
+])
+def test_capacity_checks_its_slos_like_the_cli(slos, match):
+    with pytest.raises(ConfigError, match=match):
+        dsim.capacity(QUICK, slos)
+
+
+def test_capacity_slos_as_a_mapping_still_work():
+    from dsim.explore.capacity import parse_slos
+    assert parse_slos({"ttft_p99_ms": np.float64(500.5), "p50_tpot_ms": 40}) == {"p99_ttft_ms": 500.5,
+                                                                              "p50_tpot_ms": 40.0}
+
+
+class _Bad:
+    interval_s = 1.0
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(controllers=[5]), r"^controllers\[0\]: got 5, expected a dsim\.Controller"),
+    (dict(controllers=[_Bad()]), r"^controllers\[0\]: .*act\(observation\)"),
+    (dict(controllers=5), r"^controllers: got 5"),
+    (dict(vllm_traces="yes"), r"^vllm_traces: got 'yes', expected True, False or"),
+    (dict(vllm_traces={"step_rate": 2}), r"^vllm_traces\.step_rate: got 2, expected a share in \(0, 1\]"),
+    (dict(check_invariants="no"), r"^check_invariants: got 'no', expected True or False"),
+])
+def test_run_checks_its_arguments_before_the_run(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        dsim.run(QUICK, overrides=["workload.num_requests=5"], **kw)
+
+
+def test_a_controller_with_a_bad_interval_is_refused_before_the_run():
+    c = dsim.ReactiveAutoscaler("default", interval_s=float("nan"))
+    with pytest.raises(ConfigError, match=r"^controllers\[0\]\.interval_s: got nan, expected a finite number"):
+        dsim.run(QUICK, overrides=["workload.num_requests=5"], controllers=[c])
+
+
+@pytest.mark.parametrize("source", [None, 5, ["scenarios/quickstart.yaml"]])
+def test_run_and_load_refuse_a_source_that_is_not_a_path_or_mapping(source):
+    with pytest.raises(ConfigError, match=r"^scenario: got .*, expected a YAML/JSON path or a mapping"):
+        dsim.run(source)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ([5], r"^overrides: got 5, expected a 'KEY=VALUE' string"),
+    ("workload.rate=5", r"^overrides: got 'workload.rate=5', expected a list"),
+    (5, r"^overrides: got 5, expected a list"),
+])
+def test_load_scenario_checks_overrides(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        dsim.load_scenario(QUICK, overrides=overrides)
+
+
+def test_numpy_scalars_are_numbers():
+    """np.int64(5) was refused as 'expected an integer' (it is not a Python int)."""
+    scn = dsim.load_scenario(QUICK, overrides=["workload.num_requests=5"], seed=np.int64(5))
+    assert scn.seed == 5 and type(scn.seed) is int
+    raw = dict(scn.raw, workload=dict(scn.raw["workload"], rate=np.float64(2.5), num_requests=np.int64(7)))
+    res = dsim.run(raw, plots=False)
+    assert res.summary["requests"]["submitted"] == 7
+    with pytest.raises(ConfigError, match=r"^seed: .* expected an integer"):
+        dsim.load_scenario(QUICK, seed=np.float64(2.5))
+    with pytest.raises(ConfigError, match=r"^workload\.rate: .*expected a finite number"):
+        dsim.run(dict(raw, workload=dict(raw["workload"], rate=np.float64("nan"))))
+
+
+def test_cluster_env_before_reset_and_bad_intervals():
+    env = dsim.ClusterEnv(QUICK, overrides=["workload.num_requests=5"])
+    for what in ("done", "now"):
+        with pytest.raises(RuntimeError, match=rf"ClusterEnv\.{what}: call reset\(\) first"):
+            getattr(env, what)
+    with pytest.raises(RuntimeError, match=r"ClusterEnv\.result: call reset\(\) first"):
+        env.result()
+    for bad in (float("nan"), 0, -1, "1", float("inf")):
+        with pytest.raises(ConfigError, match=r"^interval_s: got"):
+            dsim.ClusterEnv(QUICK, interval_s=bad)
+    env.reset()
+    assert not env.done
+
+
+@pytest.mark.parametrize("action", [[3], [-1], [float("nan")], "a", None, [0, 1], [1.5]])
+def test_gym_env_refuses_actions_outside_its_space(action):
+    pytest.importorskip("gymnasium", reason="dsim.gym_env needs gymnasium (pip install 'dsim[gym]')")
+    from dsim.gym_env import DsimAutoscaleEnv
+    env = DsimAutoscaleEnv(str(SCN / "autoscale_ramp.yaml"), overrides=["workload.num_requests=20"])
+    env.reset()
+    with pytest.raises(ConfigError, match=r"^action: got .*, expected 1 integer in 0\.\.2"):
+        env.step(action)
+    env.step([1])                                   # in the space: fine

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,11 @@ _SEG = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
 def apply_overrides(data: dict, overrides) -> dict:
     """Apply ``a.b[1].c=value`` strings; the value is parsed as YAML (``1`` int, ``true`` bool)."""
     data = copy.deepcopy(data)
+    if overrides is not None and (isinstance(overrides, (str, bytes, dict)) or not hasattr(overrides, "__iter__")):
+        raise ConfigError("overrides", overrides, "a list of 'KEY=VALUE' strings")
     for ov in overrides or ():
+        if not isinstance(ov, str):
+            raise ConfigError("overrides", ov, "a 'KEY=VALUE' string, e.g. 'engine.max_num_seqs=128'")
         if "=" not in ov:
             raise ConfigError(f"--set {ov}", ov, "KEY=VALUE, e.g. engine.max_num_seqs=128")
         key, _, sval = ov.partition("=")
@@ -116,6 +121,8 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     """Load and validate a scenario from a path or a mapping (raises ConfigError)."""
     if isinstance(source, dict):
         data, base_dir, shown = copy.deepcopy(source), None, "<dict>"
+    elif not isinstance(source, (str, os.PathLike)):
+        raise ConfigError("scenario", source, "a YAML/JSON path or a mapping of scenario keys")
     else:
         data, base_dir, shown = read_scenario_file(source), Path(source).resolve().parent, str(source)
     data = apply_overrides(data, overrides)

@@ -35,7 +35,14 @@ _SLO = re.compile(r"^(?:(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e)_ms
 
 
 def parse_slos(specs) -> dict:
-    """``["ttft_p99_ms=500", "p99_tpot_ms=50"]`` (either order) -> {"p99_ttft_ms": 500.0, ...}."""
+    """``["ttft_p99_ms=500", "p99_tpot_ms=50"]`` (either order) or ``{"ttft_p99_ms": 500}`` (the Python
+    API, checked the same way) -> {"p99_ttft_ms": 500.0, ...}."""
+    if isinstance(specs, dict):
+        specs = [f"{k}={float(v)!r}" if isinstance(v, float) else f"{k}={v}" for k, v in specs.items()]
+    elif isinstance(specs, str):
+        specs = [specs]
+    elif not isinstance(specs, (list, tuple)) and specs is not None:
+        raise ConfigError("slos", specs, "a mapping {METRIC: MS} or a list of 'METRIC=MS' strings")
     out = {}
     for spec in specs or ():
         key, eq, val = str(spec).partition("=")
@@ -156,7 +163,7 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
     """Find the largest ``vary`` (a load: default workload.rate) that passes, or with
     ``target_rate`` the smallest integer ``vary`` (e.g. ``cluster.pools[0].replicas``) that carries
     that workload.rate.  Returns the capacity record written to ``out/capacity.json``."""
-    slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
+    slos = parse_slos(slos)
     if not 0 <= warmup < 1:
         raise ConfigError("--warmup", warmup, "a share in [0, 1)")
     if not 0 < tolerance < 1:

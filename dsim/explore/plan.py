@@ -156,7 +156,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
          out=None) -> dict:
     """Screen every candidate of ``space`` within ``gpus`` GPUs, simulate the survivors, and return
     {"best", "top", "candidates", "pareto", ...} (also written to ``out``)."""
-    slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
+    slos = parse_slos(slos)
     if not isinstance(gpus, int) or gpus < 1:
         raise ConfigError("--gpus", gpus, "an integer >= 1")
     sp = space if isinstance(space, Space) else load_space(space)
