@@ -178,3 +178,31 @@ def test_gym_env_refuses_actions_outside_its_space(action):
     with pytest.raises(ConfigError, match=r"^action: got .*, expected 1 integer in 0\.\.2"):
         env.step(action)
     env.step([1])                                   # in the space: fine
+
+
+# ---- one sweep per folder at a time --------------------------------------------------------------------
+def test_a_second_sweep_into_a_locked_folder_is_refused(tmp_path):
+    """Two sweeps into one --out both computed every point; the second now stops at once."""
+    import os
+    import subprocess
+    import sys
+    from dsim.explore.store import PointStore
+    out = tmp_path / "sw"
+    held = PointStore(out)
+    held.lock()                                      # as a running sweep would
+    try:
+        with pytest.raises(ConfigError, match=rf"^--out: another dsim sweep is writing .*sw \(pid {os.getpid()}\)"):
+            dsim.sweep(QUICK, ["workload.rate=1,2"], overrides=["workload.num_requests=5"], out=out)
+        p = subprocess.run([sys.executable, "-m", "dsim.cli", "sweep", QUICK, "--grid", "workload.rate=1,2",
+                            "--set", "workload.num_requests=5", "--out", str(out), "--quiet"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+        assert f"another dsim sweep is writing {out} (pid {os.getpid()})" in p.stderr
+        assert not list((out / "points").iterdir()) and not (out / "sweep.yaml").exists()
+    finally:
+        held.unlock()
+    rows = dsim.sweep(QUICK, ["workload.rate=1,2"], overrides=["workload.num_requests=5"], out=out)
+    assert rows.stats["computed"] == 2
+    again = PointStore(out)
+    again.lock()                                     # released when the sweep ended
+    again.unlock()

@@ -97,6 +97,16 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
         spec.scenario = dict(spec.scenario)
     tasks = _tasks(spec)
     store = PointStore(out) if out is not None else None
+    if store is None:
+        return _sweep(spec, tasks, None, grid, random, jobs, backend, address, progress, plot, x, hue, extra)
+    store.lock()
+    try:
+        return _sweep(spec, tasks, store, grid, random, jobs, backend, address, progress, plot, x, hue, extra)
+    finally:
+        store.unlock()
+
+
+def _sweep(spec, tasks, store, grid, random, jobs, backend, address, progress, plot, x, hue, extra):
     if store is not None:
         write_atomic(store.dir / "sweep.yaml", yaml.safe_dump(spec.record(), sort_keys=False))
     rows: dict = {}
