@@ -206,3 +206,53 @@ def test_a_second_sweep_into_a_locked_folder_is_refused(tmp_path):
     again = PointStore(out)
     again.lock()                                     # released when the sweep ended
     again.unlock()
+
+
+# ---- plan and capacity reports appear whole; unreachable clusters are named ------------------------------
+def test_an_interrupted_plan_leaves_no_partial_report(tmp_path, monkeypatch):
+    """Interrupted while drawing, plan left best.yaml, top.csv, pareto.csv and candidates.csv of an
+    unfinished search (no plan.md); now the folder appears whole at the end or not at all."""
+    from dsim.explore import plan as plan_mod
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(plan_mod, "_pareto_plot", interrupted)
+    kw = dict(gpus=1, slos=["ttft_p99_ms=5000"], overrides=["workload.num_requests=30"], out=tmp_path / "p")
+    with pytest.raises(KeyboardInterrupt):
+        dsim.plan(QUICK, {"tensor_parallel_size": [1]}, **kw)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    dsim.plan(QUICK, {"tensor_parallel_size": [1]}, **kw)
+    assert {"plan.md", "candidates.csv", "top.csv", "pareto.csv"} <= {p.name for p in (tmp_path / "p").iterdir()}
+
+
+def test_an_interrupted_capacity_search_leaves_no_partial_card(tmp_path, monkeypatch):
+    from dsim.explore import plots
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(plots, "capacity_plot", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dsim.capacity(QUICK, ["ttft_p99_ms=5000"], overrides=["workload.num_requests=30"], tolerance=0.5,
+                      out=tmp_path / "c")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("backend", ["dask", "ray"])
+def test_an_unreachable_cluster_is_a_one_line_error(backend):
+    """Was 'internal error: OSError: Timed out trying to connect ... (this is a bug)' after 30 s
+    (Dask) or minutes of retries (Ray)."""
+    import socket
+    import time
+    pytest.importorskip("dask.distributed" if backend == "dask" else "ray", reason=f"{backend} not installed")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()                                       # nothing listens there now
+    addr = f"tcp://127.0.0.1:{port}" if backend == "dask" else f"127.0.0.1:{port}"
+    what = "Dask scheduler" if backend == "dask" else "Ray cluster"
+    t0 = time.time()
+    with pytest.raises(ConfigError, match=rf"^--address: cannot reach the {what} at {addr} \("):
+        dsim.sweep(QUICK, ["workload.rate=1,2"], overrides=["workload.num_requests=5"], jobs=2, backend=backend,
+                   address=addr)
+    assert time.time() - t0 < 20

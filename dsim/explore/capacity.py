@@ -28,7 +28,8 @@ from .backends import run_calls
 from .evaluate import resolve, summary_row
 from ..metrics.summary import GROWTH_LIMIT, delay_trend, ledger_latencies
 from .points import as_overrides
-from .store import ensure_out_dir, write_atomic
+from ..metrics.writers import AtomicOutput
+from .store import write_atomic
 
 _SLO = re.compile(r"^(?:(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e)_ms|(ttft|tpot|itl|e2el|e2e)_"
                   r"(mean|median|p\d+(?:\.\d+)?)_ms)$")
@@ -174,8 +175,19 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
         raise ConfigError("--target-rate", target_rate, "a finite rate > 0 (requests per second)")
     ovs = list(overrides) + ([f"workload.rate={target_rate}"] if target_rate is not None else [])
     base = resolve(scenario, ovs)
-    if out is not None:
-        ensure_out_dir(out)                 # an unwritable --out fails now, not after the probes
+    # the card appears whole at the end; an unwritable --out fails now, not after the probes
+    ao = AtomicOutput(Path(out)) if out is not None else None
+    try:
+        return _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, min_goodput, jobs,
+                         backend, address, ao, max_probes)
+    except BaseException:
+        if ao is not None:
+            ao.abort()
+        raise
+
+
+def _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, min_goodput, jobs, backend,
+              address, ao, max_probes) -> dict:
     v0 = _get(base.raw, vary)
     minimize = target_rate is not None
     if not isinstance(v0, (int, float)) or isinstance(v0, bool) or v0 <= 0:
@@ -189,13 +201,15 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
         floor = s.run_floor()
         if floor["status"] == "ok" and not floor["pass"]:
             rec = _record(base, s, None, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
-            if out is not None:
-                _write(rec, Path(out), base, plot=False)
+            if ao is not None:
+                _write(rec, ao.tmp, base, plot=False)
+                ao.commit()
             raise ConfigError(f"--slo {','.join(slos)}", None, infeasible_line(floor, slos), show_value=False)
     answer = _search_min(s, int(v0), max_probes) if minimize else _search_max(s, float(v0), tolerance, max_probes)
     rec = _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
-    if out is not None:
-        _write(rec, Path(out), base)
+    if ao is not None:
+        _write(rec, ao.tmp, base)
+        ao.commit()
     return rec
 
 

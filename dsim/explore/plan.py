@@ -34,7 +34,8 @@ from .backends import run_calls
 from .capacity import parse_slos, probe
 from .pareto import pareto_front
 from .points import as_overrides
-from .store import ensure_out_dir, table_csv, write_atomic
+from ..metrics.writers import AtomicOutput
+from .store import table_csv, write_atomic
 
 TP_KEY = "cluster.pools[0].engine.tensor_parallel_size"
 REPLICAS_KEY = "cluster.pools[0].replicas"
@@ -163,8 +164,22 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     src = scenario if isinstance(scenario, dict) else str(scenario)
     overrides = _pool_overrides(src, str(scenario) if not isinstance(scenario, dict) else "<scenario>") \
         + list(overrides)
-    if out is not None:
-        ensure_out_dir(out)                 # an unwritable --out fails now, not after the simulations
+    # the report appears whole at the end (an interrupted search left best.yaml, top.csv, ... of an
+    # unfinished run); an unwritable --out fails now, not after the simulations
+    ao = AtomicOutput(Path(out)) if out is not None else None
+    try:
+        res, base = _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address)
+        if ao is not None:
+            _write(res, ao.tmp, base)
+            ao.commit()
+        return res
+    except BaseException:
+        if ao is not None:
+            ao.abort()
+        raise
+
+
+def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address) -> tuple:
     base = load_scenario(src, overrides)
     w = _workload_stats(base)
     cands = []
@@ -205,9 +220,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     if res["best"] is not None:
         best = load_scenario(src, res["best"]["_ovs"] + [f"{REPLICAS_KEY}={res['best']['replicas']}"])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
-    if out is not None:
-        _write(res, Path(out), base)
-    return res
+    return res, base
 
 
 # keys whose values are files, relative to the scenario's folder
