@@ -14,6 +14,9 @@ Controllers declared in the scenario keep running alongside.
 from __future__ import annotations
 
 from .cluster.control import Window, apply_action
+from .config.errors import ConfigError
+from .config.fields import check_number
+from .config.limits import MAX_TIME_S, MIN_TIMER_S
 from .config.scenario import Scenario, load_scenario
 
 
@@ -30,8 +33,9 @@ class ClusterEnv:
 
     def __init__(self, scenario, overrides=None, seed: int | None = None, interval_s: float = 1.0,
                  check_invariants: bool = False):
-        if interval_s <= 0:
-            raise ValueError("interval_s must be > 0")
+        interval_s = check_number(interval_s, "interval_s", lo=MIN_TIMER_S, hi=MAX_TIME_S)
+        if not isinstance(check_invariants, bool):
+            raise ConfigError("check_invariants", check_invariants, "True or False")
         self.scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
         self.interval_s = interval_s
         self.check = check_invariants
@@ -54,22 +58,26 @@ class ClusterEnv:
             p.pop("busy_fraction")       # an interval quantity: reported in the step metrics
         return obs
 
+    def _session(self, what: str):
+        if self.session is None:
+            raise RuntimeError(f"ClusterEnv.{what}: call reset() first (it builds the simulation)")
+        return self.session
+
     @property
     def now(self) -> float:
-        return self.session.sim.now
+        return self._session("now").sim.now
 
     @property
     def done(self) -> bool:
         """Every request has arrived and finished (or the scenario's horizon is reached)."""
-        s = self.session
+        s = self._session("done")
         h = self.scn.horizon_s
         if h is not None and not self.scn.drain and s.sim.now >= h:
             return True
         return s.fleet.done
 
     def step(self, actions=()) -> tuple[dict, dict]:
-        if self.session is None:
-            raise RuntimeError("call reset() first")
+        self._session("step")
         if self.done:
             raise RuntimeError("the simulation is over; call reset() to start again")
         fleet = self.session.fleet
@@ -89,7 +97,7 @@ class ClusterEnv:
     def result(self, out_dir=None):
         """Run to the end (if not done) and return the usual Result (and report with out_dir)."""
         from .runner import finish
-        s = self.session
+        s = self._session("result")
         s.end = s.run_to_end()
         s.action_log = s.action_log + self.actions
         return finish(s, out_dir)

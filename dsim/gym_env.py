@@ -25,6 +25,9 @@ except ImportError as e:          # pragma: no cover - exercised only without th
 
 from .cluster.control import ScaleIn, ScaleOut
 from .cluster_env import ClusterEnv
+from .config.errors import ConfigError
+from .config.fields import check_number
+from .config.limits import MAX_TIME_S, MIN_TIMER_S
 from .config.scenario import load_scenario
 
 POOL_FIELDS = ("ready", "starting", "waiting", "running", "kv_usage")
@@ -37,6 +40,7 @@ class DsimAutoscaleEnv(gym.Env):
                  slo_penalty: float = 10.0):
         self.source, self.overrides = scenario, list(overrides or ())
         self.scn = load_scenario(scenario, self.overrides)
+        interval_s = check_number(interval_s, "interval_s", lo=MIN_TIMER_S, hi=MAX_TIME_S)
         self.interval_s, self.gpu_cost, self.slo_penalty = interval_s, gpu_cost, slo_penalty
         self.pools = [p.name for p in self.scn.fleet.pools]
         self._tp = {p.name: p.engine.tensor_parallel_size for p in self.scn.fleet.pools}
@@ -61,11 +65,24 @@ class DsimAutoscaleEnv(gym.Env):
         obs = self.env.reset()
         return self._vector(obs, None), {"time_s": obs["time_s"]}
 
+    def _check(self, action) -> list:
+        """The action as one int per pool; anything outside the action space is an error (it was
+        a silent no-op: an agent emitting [3] or nan learned nothing about its bug)."""
+        n = len(self.pools)
+        want = f"{n} integer{'s' if n > 1 else ''} in 0..2 (0 hold, 1 add, 2 remove a replica)"
+        try:
+            arr = np.asarray(action, dtype=float).reshape(-1)
+        except (TypeError, ValueError):
+            raise ConfigError("action", action, want) from None
+        if arr.size != n or not all(v in (0.0, 1.0, 2.0) for v in arr.tolist()):
+            raise ConfigError("action", action, want)
+        return [int(v) for v in arr.tolist()]
+
     def step(self, action):
         if self.env is None:
             raise RuntimeError("call reset() first")
         acts = []
-        for name, a in zip(self.pools, np.asarray(action).reshape(-1).tolist()):
+        for name, a in zip(self.pools, self._check(action)):
             if a == 1:
                 acts.append(ScaleOut(name))
             elif a == 2:

@@ -326,7 +326,8 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
     only what summary.json needs (``dsim.serving.steplog``); on with ``output.timeline``.
     """
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
-    traces = {} if vllm_traces is True else (vllm_traces or None)
+    controllers, traces = check_run_args(controllers, vllm_traces, check_invariants=check_invariants,
+                                         progress=progress, plots=plots, keep_steps=keep_steps)
     # open the output first: an unwritable --out fails before the simulation, not after it
     ao = AtomicOutput(Path(out_dir)) if out_dir is not None else None
     try:
@@ -336,6 +337,30 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
         if ao is not None:
             ao.abort()
         raise
+
+
+def check_run_args(controllers, vllm_traces, **flags) -> tuple:
+    """The Python API's arguments checked before the run starts, with the CLI's kind of message
+    (a controller without ``act`` failed inside SimPy once the run was under way); returns the
+    controllers as a list and the trace options."""
+    from .cluster.control import check_controllers
+    for name, v in flags.items():
+        if not isinstance(v, bool) and not (v is None and name == "plots"):
+            raise ConfigError(name, v, "True or False" + (" or None" if name == "plots" else ""))
+    controllers = check_controllers(controllers)
+    if vllm_traces is None or vllm_traces is False:
+        return controllers, None
+    if vllm_traces is True:
+        return controllers, {}
+    if not isinstance(vllm_traces, dict):
+        raise ConfigError("vllm_traces", vllm_traces, "True, False or {step_rate, rich_rate}")
+    for k, v in vllm_traces.items():
+        if k not in ("step_rate", "rich_rate"):
+            raise ConfigError(f"vllm_traces.{k}", None, "unknown key (known keys here: rich_rate, step_rate)",
+                              show_value=False)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ConfigError(f"vllm_traces.{k}", v, "a share in (0, 1]")
+    return controllers, dict(vllm_traces)
 
 
 def default_out_dir(scn: Scenario) -> str:

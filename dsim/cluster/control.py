@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config.errors import ConfigError
 from ..config.fields import Section
 from ..config.limits import MIN_TIMER_S
 from ..metrics.measures import ledger_latencies
@@ -204,6 +205,24 @@ def build_controllers(raw_list, fleet, path: str = "cluster.controllers") -> lis
         check(kind == "autoscaler")
         out.append(c)
     return out
+
+
+def check_controllers(controllers) -> list:
+    """Extra controllers given to ``dsim.run`` / ``ClusterEnv``: objects with ``act(observation)``
+    and a positive finite ``interval_s`` (checked before the run, not when SimPy first wakes them)."""
+    from ..config.fields import check_number
+    from ..config.limits import MAX_TIME_S, MIN_TIMER_S
+    if controllers is None:
+        return []
+    if isinstance(controllers, (str, bytes, dict)) or not hasattr(controllers, "__iter__"):
+        raise ConfigError("controllers", controllers, "a list of dsim.Controller objects")
+    controllers = list(controllers)
+    for i, c in enumerate(controllers):
+        if not callable(getattr(c, "act", None)):
+            raise ConfigError(f"controllers[{i}]", c, "a dsim.Controller (an object with act(observation) and "
+                              "interval_s)")
+        check_number(getattr(c, "interval_s", None), f"controllers[{i}].interval_s", lo=MIN_TIMER_S, hi=MAX_TIME_S)
+    return controllers
 
 
 def run_controller(fleet, ctrl: Controller, log: list):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 from typing import Any, Iterable
 
 from .errors import ConfigError
@@ -83,6 +84,8 @@ def unknown_key_hint(key: str, known) -> str:
 
 
 def check_number(v: Any, path: str, *, lo=None, hi=None, lo_open=False, integer=False):
+    if not isinstance(v, (int, float)) and isinstance(v, numbers.Real) and not hasattr(v, "__len__"):
+        v = int(v) if isinstance(v, numbers.Integral) else float(v)    # numpy scalars (np.int64(5))
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ConfigError(path, v, "an integer" if integer else "a number")
     if integer:

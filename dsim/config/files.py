@@ -14,21 +14,27 @@ from .errors import ConfigError
 from .limits import MAX_FILE_BYTES
 
 
-def read_text(path, shown: str | None = None) -> str:
+def _size(n: int) -> str:
+    return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
+
+
+def read_text(path, shown: str | None = None, limit: int = MAX_FILE_BYTES, what: str = "a file") -> str:
+    """The file's UTF-8 text; more than ``limit`` bytes is refused before anything is read or parsed."""
     p = Path(path)
     shown = shown or str(p)
+    too_big = f"{what} under {_size(limit)}"
     try:
         st = p.stat()
         if not stat.S_ISREG(st.st_mode):      # /dev/zero, a FIFO, a folder: no size to trust, maybe no end
             raise ConfigError(shown, None, "a regular file (this is a "
                               + ("folder" if stat.S_ISDIR(st.st_mode) else "device, pipe or socket") + ")",
                               show_value=False)
-        if st.st_size > MAX_FILE_BYTES:
-            raise ConfigError(shown, None, f"a file under {MAX_FILE_BYTES >> 30} GiB", show_value=False)
+        if st.st_size > limit:
+            raise ConfigError(shown, None, f"{too_big} (it has {st.st_size:,} bytes)", show_value=False)
         with p.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise ConfigError(shown, None, f"a file under {MAX_FILE_BYTES >> 30} GiB", show_value=False)
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise ConfigError(shown, None, too_big, show_value=False)
     except OSError as e:
         raise ConfigError(shown, None, f"a readable file ({e.strerror})", show_value=False) from None
     try:

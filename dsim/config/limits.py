@@ -17,9 +17,13 @@ MIN_BW_MBPS = 1e-3            # 1 kbit/s
 MIN_CV = 1e-3                 # gamma arrivals: shape = 1 / cv^2
 MAX_CV = 1e3
 MAX_FILE_BYTES = 2 * 1024**3  # data files read whole (LUTs, bundles)
+MAX_SCENARIO_BYTES = 4 * 1024**2  # scenario/space files: a few KB; PyYAML parses ~1 MB/s
+MAX_POINTS = 100_000          # runs of one sweep (points x seeds): each is a simulation
 MAX_SEEDS = 10_000            # seeds per sweep point
 MAX_JOBS = 1_024              # parallel simulations of one command
 MAX_GPUS = 4_096              # a plan's GPU budget (candidates grow with it)
+MAX_FLOW_WORK = 1_000_000     # flows the network re-solves in one run (~15 s) before it must be
+FLOW_WORK_PER_MSG = 200       # explained by its messages: shipped scenarios re-solve 1.5-7 per message
 MAX_TOP = 100_000             # rows of a plan's top table, rounds of its search
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from .cluster import FleetSpec, check_tp, load_fleet, single_pool
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
 from .files import load_value, load_yaml, parse_json, read_text
+from .limits import MAX_SCENARIO_BYTES
 from .fields import Section, check_number, unknown_key_hint
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
@@ -56,7 +58,8 @@ def read_scenario_file(path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(path), None, "an existing scenario file (YAML or JSON)", show_value=False)
-    text = read_text(p, str(path))
+    text = read_text(p, str(path), MAX_SCENARIO_BYTES, "a scenario file (data such as traces goes in files "
+                     "the scenario names)")
     try:
         data = parse_json(text, str(path), unique_keys=True) if p.suffix == ".json" else load_yaml(text, str(path))
     except ConfigError:                     # parse_json's and load_yaml's own, already path-qualified
@@ -79,7 +82,11 @@ _SEG = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
 def apply_overrides(data: dict, overrides) -> dict:
     """Apply ``a.b[1].c=value`` strings; the value is parsed as YAML (``1`` int, ``true`` bool)."""
     data = copy.deepcopy(data)
+    if overrides is not None and (isinstance(overrides, (str, bytes, dict)) or not hasattr(overrides, "__iter__")):
+        raise ConfigError("overrides", overrides, "a list of 'KEY=VALUE' strings")
     for ov in overrides or ():
+        if not isinstance(ov, str):
+            raise ConfigError("overrides", ov, "a 'KEY=VALUE' string, e.g. 'engine.max_num_seqs=128'")
         if "=" not in ov:
             raise ConfigError(f"--set {ov}", ov, "KEY=VALUE, e.g. engine.max_num_seqs=128")
         key, _, sval = ov.partition("=")
@@ -114,6 +121,8 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     """Load and validate a scenario from a path or a mapping (raises ConfigError)."""
     if isinstance(source, dict):
         data, base_dir, shown = copy.deepcopy(source), None, "<dict>"
+    elif not isinstance(source, (str, os.PathLike)):
+        raise ConfigError("scenario", source, "a YAML/JSON path or a mapping of scenario keys")
     else:
         data, base_dir, shown = read_scenario_file(source), Path(source).resolve().parent, str(source)
     data = apply_overrides(data, overrides)

@@ -28,7 +28,15 @@ def backend_context(backend: str, jobs: int, address: str | None):
                 from None
         cluster = None
         if address:
-            client = Client(address)
+            _reachable(address, "Dask scheduler")
+            try:
+                client = Client(address)
+            except (OSError, TimeoutError, ValueError) as e:   # refused, timed out, malformed address
+                raise ConfigError("--address", address, f"cannot reach the Dask scheduler at {address} "
+                                  f"({_first_line(e)})", show_value=False) from None
+            except MemoryError:           # something else answered (an HTTP proxy): a garbage frame length
+                raise ConfigError("--address", address, f"cannot reach the Dask scheduler at {address} (the "
+                                  "port answered, but not as a Dask scheduler)", show_value=False) from None
         else:
             cluster = LocalCluster(n_workers=max(1, jobs), threads_per_worker=1, processes=True,
                                    dashboard_address=None)
@@ -50,7 +58,12 @@ def backend_context(backend: str, jobs: int, address: str | None):
         started = False
         if not ray.is_initialized():
             if address:
-                ray.init(address=address, log_to_driver=False)
+                _reachable(address, "Ray cluster")
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                except (ConnectionError, OSError, RuntimeError, ValueError) as e:
+                    raise ConfigError("--address", address, f"cannot reach the Ray cluster at {address} "
+                                      f"({_first_line(e)})", show_value=False) from None
             else:
                 ray.init(num_cpus=max(1, jobs), include_dashboard=False, log_to_driver=False)
             started = True
@@ -63,6 +76,30 @@ def backend_context(backend: str, jobs: int, address: str | None):
                 ray.shutdown()
         return
     raise ConfigError("--backend", backend, "one of " + ", ".join(BACKENDS))
+
+
+def _reachable(address: str, what: str, timeout_s: float = 5.0) -> None:
+    """A TCP connect to HOST:PORT first: Ray retries an unreachable head for minutes and Dask for
+    30 s before failing; a refused or silent port is reported in seconds."""
+    import socket
+    from urllib.parse import urlsplit
+    try:
+        u = urlsplit(address if "://" in address else f"tcp://{address}")
+        host, port = u.hostname, u.port
+    except ValueError:
+        host = port = None
+    if not host or port is None:                  # "auto", a scheduler file, ...: the engine decides
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConfigError("--address", address, f"cannot reach the {what} at {address} ({e.strerror or e})",
+                          show_value=False) from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def run_calls(fn, calls, jobs: int = 1, backend: str = "joblib", address: str | None = None):

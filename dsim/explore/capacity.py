@@ -28,14 +28,22 @@ from .backends import run_calls
 from .evaluate import resolve, summary_row
 from ..metrics.measures import GROWTH_LIMIT, delay_trend, ledger_latencies
 from .points import as_overrides
-from .store import ensure_out_dir, write_atomic
+from ..metrics.writers import AtomicOutput
+from .store import write_atomic
 
 _SLO = re.compile(r"^(?:(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e)_ms|(ttft|tpot|itl|e2el|e2e)_"
                   r"(mean|median|p\d+(?:\.\d+)?)_ms)$")
 
 
 def parse_slos(specs) -> dict:
-    """``["ttft_p99_ms=500", "p99_tpot_ms=50"]`` (either order) -> {"p99_ttft_ms": 500.0, ...}."""
+    """``["ttft_p99_ms=500", "p99_tpot_ms=50"]`` (either order) or ``{"ttft_p99_ms": 500}`` (the Python
+    API, checked the same way) -> {"p99_ttft_ms": 500.0, ...}."""
+    if isinstance(specs, dict):
+        specs = [f"{k}={float(v)!r}" if isinstance(v, float) else f"{k}={v}" for k, v in specs.items()]
+    elif isinstance(specs, str):
+        specs = [specs]
+    elif not isinstance(specs, (list, tuple)) and specs is not None:
+        raise ConfigError("slos", specs, "a mapping {METRIC: MS} or a list of 'METRIC=MS' strings")
     out = {}
     for spec in specs or ():
         key, eq, val = str(spec).partition("=")
@@ -265,7 +273,7 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
     the answer's error band; with ``seeds`` > 1, the spread of the central answer across seeds; with
     ``compare_models``, the answer of every other latency model validated on this deployment.
     Returns the capacity record written to ``out/capacity.json``."""
-    slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
+    slos = parse_slos(slos)
     if not 0 <= warmup < 1:
         raise ConfigError("--warmup", warmup, "a share in [0, 1)")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= 100:
@@ -278,8 +286,19 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
         raise ConfigError("--target-rate", target_rate, "a finite rate > 0 (requests per second)")
     ovs = list(overrides) + ([f"workload.rate={target_rate}"] if target_rate is not None else [])
     base = resolve(scenario, ovs)
-    if out is not None:
-        ensure_out_dir(out)                 # an unwritable --out fails now, not after the probes
+    # the card appears whole at the end; an unwritable --out fails now, not after the probes
+    ao = AtomicOutput(Path(out)) if out is not None else None
+    try:
+        return _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, min_goodput, jobs,
+                         backend, address, ao, max_probes, band, seeds, compare_models)
+    except BaseException:
+        if ao is not None:
+            ao.abort()
+        raise
+
+
+def _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, min_goodput, jobs, backend,
+              address, ao, max_probes, band=True, seeds=1, compare_models=False) -> dict:
     v0 = _get(base.raw, vary)
     minimize = target_rate is not None
     if not isinstance(v0, (int, float)) or isinstance(v0, bool) or v0 <= 0:
@@ -293,8 +312,9 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
         floor = s.run_floor()
         if floor["status"] == "ok" and not floor["pass"]:
             rec = _record(base, s, None, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
-            if out is not None:
-                _write(rec, Path(out), base, plot=False)
+            if ao is not None:
+                _write(rec, ao.tmp, base, plot=False)
+                ao.commit()
             raise ConfigError(f"--slo {','.join(slos)}", None, infeasible_line(floor, slos), show_value=False)
     answer = _search(s, v0, minimize, tolerance, max_probes)
     rec = _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
@@ -305,8 +325,9 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
         rec["model_spread"] = _model_spread(*common, base, tolerance, max_probes)
     if seeds > 1 and answer is not None:
         rec["seed_spread"] = _seed_spread(*common, seeds, base.seed, tolerance, max_probes)
-    if out is not None:
-        _write(rec, Path(out), base)
+    if ao is not None:
+        _write(rec, ao.tmp, base)
+        ao.commit()
     return rec
 
 

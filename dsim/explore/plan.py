@@ -34,7 +34,8 @@ from .backends import run_calls
 from .capacity import band_scales, scale_overrides, parse_slos, probe
 from .pareto import pareto_front
 from .points import as_overrides
-from .store import ensure_out_dir, table_csv, write_atomic
+from ..metrics.writers import AtomicOutput
+from .store import table_csv, write_atomic
 
 TP_KEY = "cluster.pools[0].engine.tensor_parallel_size"
 REPLICAS_KEY = "cluster.pools[0].replicas"
@@ -160,15 +161,31 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     Each configuration in the top list is simulated again at the pessimistic end of its error band
     (every step scaled, dsim.metrics.band) and marked when it meets the SLOs only if dsim is right or
     optimistic; ``conservative`` makes that the pass rule for every candidate."""
-    slos = parse_slos(slos) if not isinstance(slos, dict) else dict(slos)
+    slos = parse_slos(slos)
     if not isinstance(gpus, int) or gpus < 1:
         raise ConfigError("--gpus", gpus, "an integer >= 1")
     sp = space if isinstance(space, Space) else load_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
     overrides = _pool_overrides(src, str(scenario) if not isinstance(scenario, dict) else "<scenario>") \
         + list(overrides)
-    if out is not None:
-        ensure_out_dir(out)                 # an unwritable --out fails now, not after the simulations
+    # the report appears whole at the end (an interrupted search left best.yaml, top.csv, ... of an
+    # unfinished run); an unwritable --out fails now, not after the simulations
+    ao = AtomicOutput(Path(out)) if out is not None else None
+    try:
+        res, base = _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,
+                          band, conservative)
+        if ao is not None:
+            _write(res, ao.tmp, base)
+            ao.commit()
+        return res
+    except BaseException:
+        if ao is not None:
+            ao.abort()
+        raise
+
+
+def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,
+          band=True, conservative=False) -> tuple:
     base = load_scenario(src, overrides)
     w = _workload_stats(base)
     cands = []
@@ -206,15 +223,14 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     for i in pareto_front(sims, [("request_goodput", "max"), ("efficiency_usd_per_hour", "min")]):
         sims[i]["front_cost"] = True
     keys = ["tensor_parallel_size"] + [k for k, _ in sp.knobs] + ["replicas", "gpus"]
-    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "conservative": conservative, "workload": w, "candidates": len(cands),
+    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "conservative": conservative, "workload": w,
+           "candidates": len(cands),
            "pruned": sum(1 for c in cands if c["screen"] == "pruned"), "simulated": len(sims),
            "passed": len(ok), "keys": keys, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
         best = load_scenario(src, res["best"]["_ovs"] + [f"{REPLICAS_KEY}={res['best']['replicas']}"])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
-    if out is not None:
-        _write(res, Path(out), base)
-    return res
+    return res, base
 
 
 # keys whose values are files, relative to the scenario's folder

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..config.errors import ConfigError
 from ..config.files import load_value
+from ..config.limits import MAX_POINTS
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
@@ -46,7 +47,11 @@ def parse_grid(specs, flag: str = "--grid") -> list[tuple[str, list]]:
         if key in seen:
             raise ConfigError(f"{flag} {spec}", None, f"each key once ({key} is repeated)", show_value=False)
         seen.add(key)
-        values = [_value(v.strip()) for v in split_top(vals)]
+        parts = split_top(vals)
+        if len(parts) > MAX_POINTS:
+            raise ConfigError(f"{flag} {key}", None, f"at most {MAX_POINTS:,} values (it has {len(parts):,})",
+                              show_value=False)
+        values = [_value(v.strip()) for v in parts]
         if any(v == "" for v in values):
             raise ConfigError(f"{flag} {spec}", None, "no empty values", show_value=False)
         out.append((key, values))

@@ -27,10 +27,44 @@ def ensure_out_dir(out, sub: str | None = None) -> Path:
     return d
 
 
+LOCK = ".dsim-sweep.lock"
+
+
 class PointStore:
     def __init__(self, out):
         self.dir = ensure_out_dir(out, "points")
         self.points = self.dir / "points"
+        self._lock = None
+
+    def lock(self) -> None:
+        """Hold the folder for this sweep: a second sweep into it at once would compute every point
+        again and race on results.csv.  flock is released by the kernel when the process ends, so
+        a crash or kill -9 leaves no stale lock."""
+        try:
+            import fcntl
+        except ImportError:                          # not POSIX: no lock
+            return
+        path = self.dir / LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ConfigError(str(self.dir), None, f"an output folder that can be written ({e.strerror})",
+                              show_value=False) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ConfigError("--out", None, f"another dsim sweep is writing {self.dir} (pid {pid}); wait for "
+                              "it to finish or use another folder", show_value=False) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock = fd
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)                     # closing the descriptor releases the flock
+            self._lock = None
 
     def _file(self, key: str) -> Path:
         return self.points / f"{key}.json"

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from ..config.errors import ConfigError
+from ..config.limits import MAX_POINTS
 from .backends import run_calls
 from .evaluate import evaluate, resolve
 from .points import as_overrides, grid_points, parse_grid, parse_ranges, random_points
@@ -57,6 +58,18 @@ def _tasks(spec: SweepSpec):
     return out
 
 
+def _check_size(grid, random: int, seeds: int) -> None:
+    """Refuse a sweep of more than MAX_POINTS runs before its points are built (a 3,000 x 3,000
+    grid allocated nine million points before anything ran)."""
+    n = max(1, random) * seeds
+    for _, vals in grid:
+        n *= max(1, len(vals))
+    if n > MAX_POINTS:
+        flag = "--random" if random else "--grid"
+        raise ConfigError(flag, None, f"at most {MAX_POINTS:,} runs (points x seeds) in one sweep: this one has "
+                          f"{n:,}; split it or use --random N", show_value=False)
+
+
 def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds: int = 1, jobs: int = 1,
           backend: str = "joblib", address: str | None = None, out=None, progress: bool = False,
           plot: str | None = None, x: str | None = None, hue: str | None = None, extra=None) -> "SweepTable":
@@ -77,16 +90,28 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
         raise ConfigError("--range", None, "--random N (how many points to draw)", show_value=False)
     if seeds < 1:
         raise ConfigError("--seeds", seeds, "an integer >= 1")
+    _check_size(grid, random, seeds)
     spec = SweepSpec(scenario if isinstance(scenario, dict) else str(scenario), grid, ranges, random, seeds,
                      list(overrides))
     if isinstance(spec.scenario, dict) and out is not None:
         spec.scenario = dict(spec.scenario)
     tasks = _tasks(spec)
     store = PointStore(out) if out is not None else None
+    if store is None:
+        return _sweep(spec, tasks, None, grid, random, jobs, backend, address, progress, plot, x, hue, extra)
+    store.lock()
+    try:
+        return _sweep(spec, tasks, store, grid, random, jobs, backend, address, progress, plot, x, hue, extra)
+    finally:
+        store.unlock()
+
+
+def _sweep(spec, tasks, store, grid, random, jobs, backend, address, progress, plot, x, hue, extra):
     if store is not None:
         write_atomic(store.dir / "sweep.yaml", yaml.safe_dump(spec.record(), sort_keys=False))
     rows: dict = {}
     todo = []
+    queued: set = set()
     reused = 0
     for pt, seed, key, ovs, err in tasks:
         have = store.get(key) if store is not None else None
@@ -95,7 +120,8 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
             reused += 1
         elif err is not None:
             rows[key] = {"status": "error", "error": err}
-        elif key not in {t[0] for t in todo}:
+        elif key not in queued:
+            queued.add(key)
             todo.append((key, ovs, seed))
     bar = _bar(len(todo), progress)
     results = run_calls(evaluate, [(spec.scenario, ovs, seed, False, extra) for _, ovs, seed in todo], jobs, backend,

@@ -151,11 +151,9 @@ def network_timeline(net, path, max_links: int = 12, title: str = "") -> None:
     plt = _plt()
     links = sorted((lk for lk in net.links.values() if lk.bins), key=lambda lk: -lk.bytes)[:max_links]
     fig, ax = plt.subplots(figsize=(11, 3.8))
-    b = net.bin_s
     for lk in links:
-        idx = sorted(lk.bins)
-        ax.step([i * b for i in idx], [lk.bins[i] * 100 / (lk.bw * b) for i in idx], where="post",
-                label=f"{lk.u}->{lk.v}", lw=0.8)
+        xs, ys, b = net.timeline(lk)
+        ax.step(xs, [y * 100 / (lk.bw * b) for y in ys], where="post", label=f"{lk.u}->{lk.v}", lw=0.8)
     ax.set_ylabel("link utilisation (%)")
     ax.set_xlabel("simulated time (s)")
     ax.grid(alpha=0.3)

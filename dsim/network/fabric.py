@@ -20,16 +20,23 @@ from simpy.events import NORMAL
 
 from ..config.errors import ConfigError
 from ..config.fields import Section
-from ..config.limits import MAX_TIME_S
+from ..config.limits import FLOW_WORK_PER_MSG, MAX_FLOW_WORK, MAX_TIME_S
 from ..cluster.transfer import TransferRecord
 from .topology import Topology, build_topology
 
 
-class Link:
-    __slots__ = ("u", "v", "bw", "latency_s", "flows", "up", "bytes", "busy_s", "bins", "edge", "since")
+LONG_RUN_BINS = 1_000           # a settled stretch longer than this many timeline bins is kept as a run
 
-    def __init__(self, u, v, bw, latency_s):
+
+class Link:
+    __slots__ = ("u", "v", "bw", "latency_s", "flows", "up", "bytes", "busy_s", "bins", "edge", "since", "key",
+                 "runs")
+
+    def __init__(self, u, v, bw, latency_s, key=None):
         self.u, self.v, self.bw, self.latency_s = u, v, bw, latency_s
+        self.key = key                  # the scenario key that set its bandwidth
+        self.runs: dict = {}            # long constant stretches of whole bins, as a difference array:
+        #                                 bytes per bin change by runs[i] from bin i on
         self.flows: dict = {}
         self.up = True
         self.bytes = 0.0
@@ -105,13 +112,16 @@ class Network:
         self.total_s = 0.0              # sum of transfer durations (send to arrival)
         self.delivered = 0
         self.outages: list = []
+        self.work = 0                   # flows re-solved so far (the cost of the run's fabric)
+        self.work_cap = MAX_FLOW_WORK
+        self.path = "network"
 
     # ---- paths ----------------------------------------------------------------------------------
     def link(self, u, v) -> Link:
         lk = self.links.get((u, v))
         if lk is None:
             e = self.topo.g.edges[u, v]
-            lk = self.links[(u, v)] = Link(u, v, e["bw"], e["latency_s"])
+            lk = self.links[(u, v)] = Link(u, v, e["bw"], e["latency_s"], e.get("key"))
         return lk
 
     def _path(self, src, dst, avoid_down: bool):
@@ -239,6 +249,15 @@ class Network:
     def _bin(self, lk, t0, t1, rate) -> None:
         b = self.bin_s
         i = int(t0 // b)
+        j = int(t1 // b)
+        if j - i > LONG_RUN_BINS:      # days at 1 kbit/s: whole bins in closed form, not one by one
+            lk.bins[i] = lk.bins.get(i, 0.0) + rate * ((i + 1) * b - t0)
+            runs = lk.runs
+            runs[i + 1] = runs.get(i + 1, 0.0) + rate * b
+            runs[j] = runs.get(j, 0.0) - rate * b
+            if t1 > j * b:
+                lk.bins[j] = lk.bins.get(j, 0.0) + rate * (t1 - j * b)
+            return
         while t0 < t1:
             edge = min(t1, (i + 1) * b)
             lk.bins[i] = lk.bins.get(i, 0.0) + rate * (edge - t0)
@@ -268,6 +287,9 @@ class Network:
 
     def _resolve(self, links) -> None:
         flows = self._component(links)
+        self.work += len(flows)
+        if self.work > self.work_cap:
+            self._check_work()
         if not flows:                              # the links emptied: no rate to change
             self._schedule_next()
             return
@@ -281,6 +303,30 @@ class Network:
             if f.rate > 0:
                 heapq.heappush(heap, (f.t + f.remaining / f.rate, f.seq, f.ver, f))
         self._schedule_next()
+
+    def _check_work(self) -> None:
+        """Stop a run whose fabric work explodes (thousands of flows sharing links that barely move
+        them, or a lossy network resending every message) with an error naming the key, instead of
+        running for hours or out of memory."""
+        self.work_cap = MAX_FLOW_WORK + FLOW_WORK_PER_MSG * self.count
+        if self.work <= self.work_cap:
+            return
+        n = len(self.active)
+        tail = (f"the run would need more than {MAX_FLOW_WORK:.0e} flow updates ({n:,} transfers in flight "
+                "share the links)")
+        if self.loss >= 0.5 or (self.loss > 0 and self.retries >= self.count):   # resends: most of the work
+            raise ConfigError(f"{self.path}.loss_pct", self.loss * 100, f"at {self.loss * 100:g}% loss every message "
+                              f"is sent {1 / (1 - self.loss):.3g} times on average and {tail}; lower it, set "
+                              "max_retries, or send fewer requests", show_value=False)
+        votes: dict = {}
+        for f in self.active.values():
+            lk = min(f.links, key=lambda lk: lk.bw)
+            votes[lk] = votes.get(lk, 0) + 1
+        lk = max(votes, key=votes.get) if votes else None
+        key = (lk.key if lk is not None else None) or self.path
+        rate = f"{lk.bw * 8 / 1e6:g} Mbit/s is too slow for this workload: " if lk is not None else ""
+        raise ConfigError(key, None, f"{rate}{tail}; raise the bandwidth or send fewer requests "
+                          "(workload.num_requests, horizon_s)", show_value=False)
 
     @staticmethod
     def _fill(flows) -> None:
@@ -471,6 +517,29 @@ class Network:
         self._set_link(edge, True)
 
     # ---- report ---------------------------------------------------------------------------------
+    def timeline(self, lk, max_bins: int = 20_000):
+        """(bin start times, bytes per bin, bin width) of one link.  With long constant stretches
+        (``runs``) the bins are summed into at most ``max_bins`` wider ones, in closed form."""
+        b = self.bin_s
+        if not lk.runs:
+            idx = sorted(lk.bins)
+            return [i * b for i in idx], [lk.bins[i] for i in idx], b
+        import numpy as np
+        lo = min(min(lk.bins), min(lk.runs))
+        hi = max(max(lk.bins), max(lk.runs)) + 1
+        k = max(1, -(-(hi - lo) // max_bins))      # fine bins per coarse bin
+        m = -(-(hi - lo) // k)
+        out = np.zeros(m)
+        for i, v in lk.bins.items():
+            out[(i - lo) // k] += v
+        steps = np.zeros(m + 1)                     # a run from fine bin p on: part of p's coarse bin,
+        for p, v in lk.runs.items():                # then k bins' worth in every later one
+            c = (p - lo) // k
+            out[c] += ((c + 1) * k + lo - p) * v
+            steps[c + 1] += k * v
+        out += np.cumsum(steps)[:m]
+        return [(lo + c * k) * b for c in range(m)], out.tolist(), k * b
+
     def summary(self, span: float) -> dict:
         self._settle_all()
         links = {}
@@ -501,6 +570,7 @@ def build_network(raw, env, rng, path: str = "network") -> Network:
     fails = s.raw("failures", [])
     s.done()
     net = Network(env, topo, rng, overhead, loss, rto, max_retries, rtt, bw, policy, bin_s)
+    net.path = path
     if not isinstance(fails, list):
         raise ConfigError(f"{path}.failures", fails, "a list of {link: [a, b], start_s, end_s}")
     for i, row in enumerate(fails):

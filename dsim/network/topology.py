@@ -35,9 +35,11 @@ class Topology:
         """clos and complete attach unknown devices when first used; explicit links do not."""
         return self._auto is not None
 
-    def add_link(self, u: str, v: str, latency_s: float, bw_bytes_s: float) -> None:
-        """Attach a link at run time (draft devices' access links); cached paths are dropped."""
-        self.g.add_edge(u, v, latency_s=latency_s, bw=bw_bytes_s)
+    def add_link(self, u: str, v: str, latency_s: float, bw_bytes_s: float, key: str | None = None) -> None:
+        """Attach a link at run time (draft devices' access links); cached paths are dropped.
+        ``key``: the scenario key that set its bandwidth (named when the network's work explodes)."""
+        old = self.g.edges[u, v].get("key") if self.g.has_edge(u, v) else None
+        self.g.add_edge(u, v, latency_s=latency_s, bw=bw_bytes_s, key=key or old)
         self._paths.clear()
         self._latency.clear()
 
@@ -85,7 +87,7 @@ class Topology:
 def _edge(g, u, v, latency_s, bw_mbps, where):
     if not bw_mbps >= MIN_BW_MBPS:
         raise ConfigError(where, bw_mbps, BW_RULE)
-    g.add_edge(u, v, latency_s=latency_s, bw=bw_mbps * MBPS)
+    g.add_edge(u, v, latency_s=latency_s, bw=bw_mbps * MBPS, key=where)
 
 
 def build_topology(s: Section, path: str) -> Topology:
@@ -123,7 +125,7 @@ def build_topology(s: Section, path: str) -> Topology:
 
         def attach(dev):
             for other in list(g.nodes):
-                g.add_edge(dev, other, latency_s=lat, bw=bw)
+                g.add_edge(dev, other, latency_s=lat, bw=bw, key=c.sub("bw_mbps"))
             g.add_node(dev)
         for d in devices:
             attach(str(d))
@@ -147,14 +149,14 @@ def build_topology(s: Section, path: str) -> Topology:
     for i in range(spines):
         g.add_node(f"spine{i}", device=False)
         for j in range(leaves):
-            g.add_edge(f"leaf{j}", f"spine{i}", latency_s=hop, bw=fabric_bw)
+            g.add_edge(f"leaf{j}", f"spine{i}", latency_s=hop, bw=fabric_bw, key=c.sub("spine_bw_mbps"))
     counter = [0]
 
     def attach(dev, leaf=None):
         if leaf is None:
             leaf = counter[0] % leaves
             counter[0] += 1
-        g.add_edge(dev, f"leaf{leaf}", latency_s=edge_lat, bw=edge_bw)
+        g.add_edge(dev, f"leaf{leaf}", latency_s=edge_lat, bw=edge_bw, key=c.sub("edge_bw_mbps"))
     for dev, leaf in attach_map.items():
         if isinstance(leaf, bool) or not isinstance(leaf, int) or not 0 <= leaf < leaves:
             raise ConfigError(f"{c.sub('attach')}.{dev}", leaf, f"a leaf index in 0..{leaves - 1}")

@@ -126,14 +126,14 @@ class SpecRuntime:
         self.devices: list = []
         topo = self.net.topo
         drafter0 = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.drafter
-        for grp in cfg.groups:
+        for gi, grp in enumerate(cfg.groups):
             think_rng = sim.rng.stream(f"specdec.think.{grp.name}")
             tok_cache: dict = {}
             for i in range(grp.count):
                 name = f"{grp.name}-{i}"
                 if topo.has(name):
                     raise ConfigError("speculation.drafts", name, "device names not already in the network")
-                topo.add_link(name, self.gw, grp.rtt_ms / 2e3, grp.bw_mbps * MBPS)
+                topo.add_link(name, self.gw, grp.rtt_ms / 2e3, grp.bw_mbps * MBPS, f"speculation.drafts[{gi}].bw_mbps")
                 self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng, tok_cache))
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
