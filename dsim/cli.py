@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | bench | sweep | capacity | plan | lut | cosim | fit | calibrate | acceptance``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | lut | cosim | fit | calibrate | acceptance``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", choices=LEVELS, default=None, help="diagnostics level (overrides -v/-q)")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     r = sub.add_parser("run", help="run one scenario and write its report")
-    r.add_argument("scenario", help="scenario file (YAML or JSON)")
+    r.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name (quickstart, ...)")
     r.add_argument("--out", default=None, help="output folder (default: results/<scenario name>-<8 hex digits "
                    "of the resolved scenario's hash>, so runs with different --set never overwrite each other)")
     r.add_argument("--seed", type=int, default=None, help="master seed (replaces the scenario's seed:)")
@@ -46,9 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--trace-rich-rate", type=float, default=1.0,
                    help="share of traced steps with per-request snapshots (default 1)")
     v = sub.add_parser("validate", help="check a scenario without running it")
-    v.add_argument("scenario", help="scenario file (YAML or JSON)")
+    v.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key before checking it (repeatable)")
+    e = sub.add_parser("examples", help="copy the shipped scenarios (and the data they read) into a new folder")
+    e.add_argument("dir", nargs="?", default=None, metavar="DIR", help="a new or empty folder (default: "
+                   "./dsim-examples)")
     b = sub.add_parser("bench", help="simulated requests per wall-second on the fixed benchmark")
     b.add_argument("--requests", type=int, default=None, help="requests to simulate (default 20,000)")
     b.add_argument("--replicas", type=int, default=1, help="replicas behind a router (load 20 req/s each)")
@@ -244,6 +247,15 @@ def _cosim(args) -> int:
     return 0
 
 
+def _examples(args) -> int:
+    from .shipped import DEFAULT_DIR, copy_examples
+    dest = args.dir or DEFAULT_DIR
+    got = copy_examples(dest)
+    print(f"{len(got)} scenarios (and the data they read) -> {dest}/scenarios/; try: cd {dest} && "
+          "dsim run scenarios/quickstart.yaml")
+    return 0
+
+
 def _int_list(text, flag):
     from .config.errors import ConfigError
     try:
@@ -383,6 +395,11 @@ def _main(argv=None) -> int:
         if args.cmd is None:                  # like a missing required argument: usage on stderr, exit 2
             sys.stderr.write(parser.format_help())
             return 2
+        if args.cmd == "examples":
+            return _examples(args)
+        if args.cmd in ("run", "validate", "sweep", "capacity", "plan"):
+            from .shipped import resolve
+            args.scenario = resolve(args.scenario)
         if args.cmd == "bench":
             from .bench import bench
             from .config.errors import ConfigError as _CE
