@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="print the scenario after --set/--seed as YAML and the output folder; do not run")
     r.add_argument("--emit-vllm-traces", action="store_true",
                    help="also write vllm_traces.otlp.jsonl: vLLM's journey, step and request-snapshot streams")
+    r.add_argument("--export", nargs=2, default=None, metavar=("FORMAT", "FILE"),
+                   help="also write the run as FORMAT to FILE; vllm-bench: the JSON of `vllm bench serve "
+                   "--save-result --save-detailed` (dsim cosim reads it back)")
     r.add_argument("--trace-step-rate", type=float, default=1.0, help="share of steps traced (default 1)")
     r.add_argument("--trace-rich-rate", type=float, default=1.0,
                    help="share of traced steps with per-request snapshots (default 1)")
@@ -461,8 +464,17 @@ def _main(argv=None) -> int:
                     raise ConfigError(flag, v, "a share in (0, 1]")
             traces = {"step_rate": args.trace_step_rate, "rich_rate": args.trace_rich_rate}
         from .log import quiet
+        if args.export is not None and args.export[0] != "vllm-bench":
+            raise ConfigError("--export", args.export[0], "vllm-bench (the only export format)")
         res = run(scn, out, check_invariants=args.check_invariants, progress=not (args.quiet or quiet()),
-                  plots=False if args.no_plots else None, vllm_traces=traces)
+                  plots=False if args.no_plots else None, vllm_traces=traces,
+                  keep_steps=args.export is not None)
+        if args.export is not None:
+            from .metrics.vllm_bench import write_detailed
+            try:
+                write_detailed(res, args.export[1])
+            except OSError as e:
+                raise ConfigError("--export", args.export[1], f"a writable file path ({e.strerror})") from None
         if not args.quiet:
             from .metrics.console import summary_lines
             print("\n".join(summary_lines(scn.name, res.summary)))
