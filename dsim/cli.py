@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | bench | sweep | capacity | plan | lut | cosim | fit | calibrate | acceptance``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | lut | cosim | fit | calibrate | acceptance``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -17,10 +17,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dsim", description="Discrete-event simulator of LLM inference serving")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    from ._version import __version__
+    from .log import LEVELS
+    p = _Parser(prog="dsim", description="Discrete-event simulator of LLM inference serving",
+                epilog="Results go to stdout and the output folder; progress, warnings and errors to stderr.")
+    p.add_argument("--version", action="version", version=f"dsim {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more diagnostics on stderr (-v: debug)")
+    p.add_argument("-q", "--quiet", dest="log_quiet", action="count", default=0,
+                   help="fewer diagnostics: -q warnings and errors only (no progress bars, Ray/Dask quiet), "
+                   "-qq errors only")
+    p.add_argument("--log-level", choices=LEVELS, default=None, help="diagnostics level (overrides -v/-q)")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     r = sub.add_parser("run", help="run one scenario and write its report")
-    r.add_argument("scenario", help="scenario file (YAML or JSON)")
+    r.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name (quickstart, ...)")
     r.add_argument("--out", default=None, help="output folder (default: results/<scenario name>-<8 hex digits "
                    "of the resolved scenario's hash>, so runs with different --set never overwrite each other)")
     r.add_argument("--seed", type=int, default=None, help="master seed (replaces the scenario's seed:)")
@@ -33,13 +42,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="print the scenario after --set/--seed as YAML and the output folder; do not run")
     r.add_argument("--emit-vllm-traces", action="store_true",
                    help="also write vllm_traces.otlp.jsonl: vLLM's journey, step and request-snapshot streams")
+    r.add_argument("--export", nargs=2, default=None, metavar=("FORMAT", "FILE"),
+                   help="also write the run as FORMAT to FILE; vllm-bench: the JSON of `vllm bench serve "
+                   "--save-result --save-detailed` (dsim cosim reads it back)")
     r.add_argument("--trace-step-rate", type=float, default=1.0, help="share of steps traced (default 1)")
     r.add_argument("--trace-rich-rate", type=float, default=1.0,
                    help="share of traced steps with per-request snapshots (default 1)")
     v = sub.add_parser("validate", help="check a scenario without running it")
-    v.add_argument("scenario", help="scenario file (YAML or JSON)")
+    v.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key before checking it (repeatable)")
+    e = sub.add_parser("examples", help="copy the shipped scenarios (and the data they read) into a new folder")
+    e.add_argument("dir", nargs="?", default=None, metavar="DIR", help="a new or empty folder (default: "
+                   "./dsim-examples)")
     b = sub.add_parser("bench", help="simulated requests per wall-second on the fixed benchmark")
     b.add_argument("--requests", type=int, default=None, help="requests to simulate (default 20,000)")
     b.add_argument("--replicas", type=int, default=1, help="replicas behind a router (load 20 req/s each)")
@@ -71,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("real", help="inference-perf folder, meta.json+requests.jsonl folder, vllm bench JSON, or CSV/JSONL")
     c.add_argument("--scenario", default=None, help="base scenario (latency model, hardware, ...); the run's "
                    "model, engine and workload take precedence")
-    c.add_argument("--out", default=None, help="output folder (default: results/cosim-<run name>)")
+    c.add_argument("--out", default=None, help="output folder (default: results/cosim-<run name>-<8 hex digits of a "
+                   "hash of the run's files, --scenario, --set and the options>, so replays never overwrite each other)")
     c.add_argument("--seed", type=int, default=None, help="seed of the replay (default 42)")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a replay scenario key, e.g. --set latency.model=vidur (repeatable)")
@@ -94,7 +110,9 @@ def _calibrate_parser(sub) -> None:
                        "calibrated scenario + report")
     k.add_argument("real", nargs="+", help="real runs: inference-perf folders, meta.json+requests.jsonl folders, "
                    "vllm bench JSON, or CSV/JSONL with --columns")
-    k.add_argument("--out", required=True, help="folder for calibrated.yaml, report.md, report.json")
+    k.add_argument("--out", default=None, help="folder for calibrated.yaml, report.md, report.json (default: "
+                   "results/calibrate-<first run's name>-<8 hex digits of a hash of the runs, --scenario, --set "
+                   "and the options>)")
     k.add_argument("--scenario", default=None, help="base scenario: what the runs do not record (GPU, engine "
                    "settings, vllm_version); the runs' own settings take precedence")
     k.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -217,13 +235,27 @@ def _cosim(args) -> int:
     if args.hardware:
         run.scenario["hardware"] = args.hardware
     base = read_scenario_file(args.scenario) if args.scenario else None
-    rep = cosimulate(run, base, args.overrides, args.seed, args.out or f"results/cosim-{run.name}",
-                     plots=not args.no_plots)
+    out = args.out
+    if out is None:
+        from .runner import inputs_out_dir
+        out = inputs_out_dir("cosim", run.name, [args.real], {
+            "scenario": base, "overrides": args.overrides, "seed": args.seed, "hardware": args.hardware,
+            "model": args.model, "columns": args.columns, "time_unit": args.time_unit})
+    rep = cosimulate(run, base, args.overrides, args.seed, out, plots=not args.no_plots)
     for st in rep["stages"]:
         cells = "  ".join(f"{m.upper()} {c['mape']:.1%}" for m, c in st["metrics"].items() if c["mape"] is not None)
         print(f"{run.name} {st['stage']}: MAPE {cells}" + ("  (overloaded)" if st["overloaded"] else ""))
     mm = rep["mean_mape"]
     print(f"mean MAPE (TTFT/TPOT/E2E): {'n/a' if mm is None else f'{mm:.1%}'}; report: {rep['out_dir']}")
+    return 0
+
+
+def _examples(args) -> int:
+    from .shipped import DEFAULT_DIR, copy_examples
+    dest = args.dir or DEFAULT_DIR
+    got = copy_examples(dest)
+    print(f"{len(got)} scenarios (and the data they read) -> {dest}/scenarios/; try: cd {dest} && "
+          "dsim run scenarios/quickstart.yaml")
     return 0
 
 
@@ -319,6 +351,13 @@ class _ArgError(Exception):
     pass
 
 
+def _logging(args) -> None:
+    """-v/-q/--log-level, and a command's own --quiet (run, sweep, capacity, plan) as one -q."""
+    from .log import configure, level_of
+    quiet = args.log_quiet + (1 if getattr(args, "quiet", False) else 0)
+    configure(level_of(args.verbose, quiet, args.log_level))
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM (kill, timeout, Docker, Slurm), raised where the run is so every writer aborts as on ^C."""
 
@@ -350,6 +389,20 @@ def _main(argv=None) -> int:
     parser.error = _err  # one-line usage errors, exit 2
     try:
         args = parser.parse_args(argv)
+        _logging(args)
+        import logging
+        import platform
+        from ._version import __version__
+        logging.getLogger("dsim").debug("dsim %s, Python %s, command %s", __version__, platform.python_version(),
+                                        args.cmd)
+        if args.cmd is None:                  # like a missing required argument: usage on stderr, exit 2
+            sys.stderr.write(parser.format_help())
+            return 2
+        if args.cmd == "examples":
+            return _examples(args)
+        if args.cmd in ("run", "validate", "sweep", "capacity", "plan"):
+            from .shipped import resolve
+            args.scenario = resolve(args.scenario)
         if args.cmd == "bench":
             from .bench import bench
             from .config.errors import ConfigError as _CE
@@ -410,8 +463,18 @@ def _main(argv=None) -> int:
                 if not 0 < v <= 1:
                     raise ConfigError(flag, v, "a share in (0, 1]")
             traces = {"step_rate": args.trace_step_rate, "rich_rate": args.trace_rich_rate}
-        res = run(scn, out, check_invariants=args.check_invariants, progress=not args.quiet,
-                  plots=False if args.no_plots else None, vllm_traces=traces)
+        from .log import quiet
+        if args.export is not None and args.export[0] != "vllm-bench":
+            raise ConfigError("--export", args.export[0], "vllm-bench (the only export format)")
+        res = run(scn, out, check_invariants=args.check_invariants, progress=not (args.quiet or quiet()),
+                  plots=False if args.no_plots else None, vllm_traces=traces,
+                  keep_steps=args.export is not None)
+        if args.export is not None:
+            from .metrics.vllm_bench import write_detailed
+            try:
+                write_detailed(res, args.export[1])
+            except OSError as e:
+                raise ConfigError("--export", args.export[1], f"a writable file path ({e.strerror})") from None
         if not args.quiet:
             from .metrics.console import summary_lines
             print("\n".join(summary_lines(scn.name, res.summary)))

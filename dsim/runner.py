@@ -370,6 +370,24 @@ def default_out_dir(scn: Scenario) -> str:
     return f"results/{safe}-{scn.digest[:8]}"
 
 
+def inputs_out_dir(kind: str, name: str, inputs, settings: dict) -> str:
+    """results/<kind>-<name>-<hash> for commands that read files (cosim, calibrate): the hash covers
+    the inputs' bytes (a file, or every file of a folder), the base scenario, the overrides and
+    every option that changes the answer, so a calibrated replay never replaces the zero-shot one."""
+    import hashlib
+    import json
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    for p in map(Path, inputs):
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode() + b"\0")
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".") or "run"
+    return f"results/{kind}-{safe}-{h.hexdigest()[:8]}"
+
+
 def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutput | None = None) -> Result:
     """Summarise a finished session into a Result (and write the report when out_dir is set)."""
     scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet

@@ -18,13 +18,14 @@ def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "tests",
                                                              "experiments", "docs", "__pycache__", ".*"))
     whl = tmp_path / "whl"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}     # a checkout on PYTHONPATH would win
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "-w", str(whl), str(src)], check=True, cwd=tmp_path)
+                    "-w", str(whl), str(src)], check=True, cwd=tmp_path, env=env)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
     wheel = next(whl.glob("dsim-*.whl"))
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, cwd=tmp_path)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, cwd=tmp_path, env=env)
     # dsim's dependencies come from the environment pytest runs in (no network needed), appended after
     # the new venv's own site-packages (and only once the wheel is in: pip would take a dsim out there
     # for this one), so the wheel's dsim wins
@@ -49,7 +50,7 @@ def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
             "from dsim.latency.physics import DEFAULT_COEFFS; assert DEFAULT_COEFFS.is_file()\n"
             "from dsim.latency.efficiency import curve_for; assert not curve_for(load_device('H100-SXM')).borrowed\n"
             "from dsim.latency.credibility import zero_shot_mape; assert zero_shot_mape('physics')['stages'] > 0\n")
-    out = subprocess.run([str(py), "-c", code], cwd=elsewhere, capture_output=True, text=True)
+    out = subprocess.run([str(py), "-c", code], cwd=elsewhere, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
 
 

@@ -76,4 +76,10 @@ def bench_requests(d, p) -> dict:
     if dur is not None and (isinstance(dur, bool) or not isinstance(dur, (int, float)) or not math.isfinite(dur)
                             or dur < 0):
         raise ConfigError(f"{p}.duration", dur, "the benchmark's duration: a finite number of seconds >= 0")
-    return {"n": n, "ok": ok, "rows": rows, "burstiness": float(burst), "duration": float(dur or 0.0)}
+    starts = _per_request(d, "start_times", p, n, optional=True)     # dsim's export adds send times
+    if starts is not None:
+        starts = [_secs(v, f"{p}.start_times[{i}]") for i, v in enumerate(starts)]
+        t0 = min(starts)
+        starts = [v - t0 for v in starts]
+    return {"n": n, "ok": ok, "rows": rows, "burstiness": float(burst), "duration": float(dur or 0.0),
+            "starts": starts}

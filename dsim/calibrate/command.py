@@ -8,8 +8,8 @@ their uncertainty, leave-one-run-out errors), atomically: nothing is written whe
 from __future__ import annotations
 
 import copy
+import logging
 import math
-import sys
 from pathlib import Path
 
 import yaml
@@ -20,6 +20,8 @@ from .calibrate import (SPACES, evaluate, get_value, loss_of, physical_issues, r
                         stage2, start_latency)
 from ..metrics.writers import AtomicOutput, to_json
 from .cosim import _merge, assumed_settings, replay_rows, trace_text
+
+_log = logging.getLogger(__name__)
 
 
 def replica_context(run, base=None, overrides=()):
@@ -35,9 +37,11 @@ def replica_context(run, base=None, overrides=()):
 
 
 def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals=40, jobs=1, seed=42,
-              allow_nonphysical=False, loro=True, log=print, warn=None) -> dict:
-    """Fit ``kind`` on ``runs`` (RealRun list) and write the calibrated scenario and report."""
-    warn = warn or (lambda m: print(f"dsim: warning: {m}", file=sys.stderr))
+              allow_nonphysical=False, loro=True, log=None, warn=None) -> dict:
+    """Fit ``kind`` on ``runs`` (RealRun list) and write the calibrated scenario and report; progress
+    goes to ``log`` and assumptions to ``warn`` (default: the ``dsim`` logger's INFO and WARNING)."""
+    log = log or _log.info
+    warn = warn or _log.warning
     if kind not in SPACES:
         raise ConfigError("--latency-model", kind, "one of " + ", ".join(SPACES))
     overrides = list(overrides)
@@ -220,8 +224,16 @@ def calibrate_cli(args, columns) -> int:
         if args.hardware:
             run.scenario["hardware"] = args.hardware
         runs.append(run)
-    rep = calibrate(runs, Path(args.out), base, args.overrides, args.latency_model, args.max_evals, args.jobs, args.seed,
-                    args.allow_nonphysical, not args.no_loro, log=lambda m: print(m, flush=True))
+    out = args.out
+    if out is None:
+        from ..runner import inputs_out_dir
+        out = inputs_out_dir("calibrate", runs[0].name, args.real, {
+            "scenario": base, "overrides": args.overrides, "latency_model": args.latency_model,
+            "max_evals": args.max_evals, "seed": args.seed, "hardware": args.hardware, "model": args.model,
+            "columns": columns, "time_unit": args.time_unit, "allow_nonphysical": args.allow_nonphysical,
+            "loro": not args.no_loro})
+    rep = calibrate(runs, Path(out), base, args.overrides, args.latency_model, args.max_evals, args.jobs, args.seed,
+                    args.allow_nonphysical, not args.no_loro)
     print(f"loss {rep['loss']['before']:.4f} -> {rep['loss']['after']:.4f}; "
           f"{'converged' if rep['stage2']['converged'] else 'NOT converged: ' + rep['stage2']['reason']}")
     print(f"wrote {rep['out_dir']}/calibrated.yaml, report.md, report.json")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import sys
 import tempfile
@@ -25,6 +26,8 @@ from ..metrics.exact import weighted_stats
 from ..metrics.measures import ledger_latencies, request_latencies
 from ..metrics.writers import AtomicOutput, to_json
 from .realrun import METRICS, QUANTS, RealRun, quantiles
+
+log = logging.getLogger(__name__)
 
 
 def _merge(base: dict, top: dict) -> dict:
@@ -319,7 +322,7 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
     rep["assumed"] = assumed_settings(run, base, overrides)
     rep["notes"] = list(rep.get("notes", [])) + [f"assumed: {a}" for a in rep["assumed"]]
     for line in rep["assumed"]:
-        print(f"dsim: warning: {run.name}: {line}", file=sys.stderr)
+        log.warning("%s: %s", run.name, line)
     if out_dir is not None:
         ao = AtomicOutput(Path(out_dir))
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import logging
 import math
 from pathlib import Path
 
@@ -353,7 +354,7 @@ def fit_cli(args) -> int:
         from .calibrate import UNIFIED5, stage2
         runs = [load_real(p) for p in real]
         lat = {"model": "unified5", "beta": list(res["beta"]), "alpha": list(res["alpha"])}
-        s2 = stage2(runs, base, (), 42, lat, UNIFIED5, args.max_evals, args.jobs, log=lambda m: print(m, flush=True))
+        s2 = stage2(runs, base, (), 42, lat, UNIFIED5, args.max_evals, args.jobs, log=logging.getLogger(__name__).info)
         res["beta"], res["alpha"] = s2["latency"]["beta"], s2["latency"]["alpha"]
         res["fit"]["stage2"] = {"runs": [r.name for r in runs], "loss_start": s2["loss_start"], "loss": s2["loss"],
                                 "evaluations": s2["evaluations"], "converged": s2["converged"],

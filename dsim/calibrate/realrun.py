@@ -409,13 +409,17 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
         e2e.append(r["ttft"] * 1e3 + sum(g))
         if r["output"] > 1:
             tpot.append(sum(g) / (r["output"] - 1))
-    lens = [{"arrival_s": 0.0, "prompt_tokens": r["input"], "output_tokens": r["output"], "request_id": str(i)}
-            for i, r in zip(req["ok"], req["rows"])]
+    starts = req.get("starts")
+    lens = [{"arrival_s": 0.0 if starts is None else starts[i], "prompt_tokens": r["input"],
+             "output_tokens": r["output"], "request_id": str(i)} for i, r in zip(req["ok"], req["rows"])]
     cap = d.get("max_concurrency")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise ConfigError(f"{p}.max_concurrency", cap, "null or an integer >= 1")
-    notes = ["arrivals regenerated from request_rate" + (f" (gamma, burstiness {burst})" if burst != 1 else " (Poisson)")
-             + " with the scenario's seed: vllm bench saves lengths, not send times"]
+    if starts is not None:                   # dsim's export (dsim run --export vllm-bench) saves them
+        notes = ["arrivals replayed exactly from the file's start_times"]
+    else:
+        notes = ["arrivals regenerated from request_rate" + (f" (gamma, burstiness {burst})" if burst != 1
+                 else " (Poisson)") + " with the scenario's seed: vllm bench saves lengths, not send times"]
     if cap:
         notes.append(f"closed loop: at most {cap} requests in flight (--max-concurrency), each timed from when "
                      "it is sent")
@@ -431,7 +435,8 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
         st.throughput = {"requests_per_s": len(lens) / req["duration"],
                          "output_tokens_per_s": sum(r["output_tokens"] for r in lens) / req["duration"]}
     return RealRun(name, "vllm-bench", str(p), scn, [st], lens, notes,
-                   {"backend": d.get("backend"), "regenerate": {"rate": rate, "burstiness": burst}})
+                   {"backend": d.get("backend"),
+                    **({"regenerate": {"rate": rate, "burstiness": burst}} if starts is None else {})})
 
 
 # ---- generic per-request CSV / JSONL -----------------------------------------------------------------

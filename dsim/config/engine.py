@@ -144,6 +144,11 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
     chunked = s.bool("enable_chunked_prefill", not v0)
     max_len = s.int("max_model_len", 8192, lo=1)
     tp = s.int("tensor_parallel_size", 1, lo=1)
+    blocks = s.int("num_gpu_blocks", None, lo=1)
+    override = s.int("num_gpu_blocks_override", None, lo=1)       # vLLM's --num-gpu-blocks-override
+    if blocks is not None and override is not None:
+        raise ConfigError(f"{path}.num_gpu_blocks_override", override, "only one of num_gpu_blocks and "
+                          "num_gpu_blocks_override (vLLM's name for the same setting)")
     e = EngineConfig(
         tensor_parallel_size=tp,
         pipeline_parallel_size=s.int("pipeline_parallel_size", 1, lo=1, hi=1024),
@@ -155,7 +160,7 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         block_size=s.int("block_size", 16, lo=1),
         gpu_memory_utilization=s.num("gpu_memory_utilization", 0.9, lo=0, hi=1, lo_open=True),
         max_model_len=max_len,
-        num_gpu_blocks=s.int("num_gpu_blocks", None, lo=1),
+        num_gpu_blocks=blocks if override is None else override,
         long_prefill_token_threshold=s.int("long_prefill_token_threshold", 0, lo=0),
         non_torch_memory_gb=s.num("non_torch_memory_gb", 0.9, lo=0),
         enable_expert_parallel=s.bool("enable_expert_parallel", False),

@@ -5,8 +5,11 @@ is the same whatever the backend."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import sys
 
 from ..config.errors import ConfigError
+from ..log import third_party_level
 
 BACKENDS = ("joblib", "dask", "ray")
 
@@ -39,7 +42,7 @@ def backend_context(backend: str, jobs: int, address: str | None):
                                   "port answered, but not as a Dask scheduler)", show_value=False) from None
         else:
             cluster = LocalCluster(n_workers=max(1, jobs), threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+                                   dashboard_address=None, silence_logs=third_party_level())
             client = Client(cluster)
         try:
             with joblib.parallel_backend("dask"):
@@ -60,12 +63,13 @@ def backend_context(backend: str, jobs: int, address: str | None):
             if address:
                 _reachable(address, "Ray cluster")
                 try:
-                    ray.init(address=address, log_to_driver=False)
+                    ray.init(address=address, log_to_driver=False, logging_level=third_party_level())
                 except (ConnectionError, OSError, RuntimeError, ValueError) as e:
                     raise ConfigError("--address", address, f"cannot reach the Ray cluster at {address} "
                                       f"({_first_line(e)})", show_value=False) from None
             else:
-                ray.init(num_cpus=max(1, jobs), include_dashboard=False, log_to_driver=False)
+                ray.init(num_cpus=max(1, jobs), include_dashboard=False, log_to_driver=False,
+                         logging_level=third_party_level())
             started = True
         register_ray()
         try:
@@ -102,11 +106,40 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
+_BAR = contextvars.ContextVar("dsim_progress_bar", default=None)
+
+
+@contextlib.contextmanager
+def progress(unit: str, enabled: bool):
+    """A tqdm counter on stderr of the simulations ``run_calls`` finishes inside (capacity probes,
+    plan candidates: their number is not known in advance); off when not a terminal or disabled."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+    bar = tqdm(unit=unit, file=sys.stderr, dynamic_ncols=True)
+    token = _BAR.set(bar)
+    try:
+        yield bar
+    finally:
+        _BAR.reset(token)
+        bar.close()
+
+
 def run_calls(fn, calls, jobs: int = 1, backend: str = "joblib", address: str | None = None):
-    """Yield ``fn(*args)`` for each args tuple of ``calls``, in order, as they finish in order."""
+    """Yield ``fn(*args)`` for each args tuple of ``calls``, in order, as they finish in order
+    (ticking the ``progress`` bar around it, if any)."""
     calls = list(calls)
     if not calls:
         return
+    bar = _BAR.get()
+    for out in _run_calls(fn, calls, jobs, backend, address):
+        if bar is not None:
+            bar.update(1)
+        yield out
+
+
+def _run_calls(fn, calls, jobs, backend, address):
     if jobs < 1:
         raise ConfigError("--jobs", jobs, "an integer >= 1")
     if backend == "joblib" and (jobs == 1 or len(calls) == 1):

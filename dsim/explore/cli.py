@@ -46,6 +46,7 @@ def add_parsers(sub) -> None:
                    help="also answer with every other latency model validated on this deployment (their spread)")
     _exec_args(c)
     c.add_argument("--out", required=True, help="folder: capacity.json, capacity.md, capacity.png")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _exec_args(p) -> None:
@@ -70,9 +71,10 @@ def run_sweep(args) -> int:
     from ..config.limits import MAX_SEEDS
     from .sweep import sweep
     _check_flags(args, seeds=(1, MAX_SEEDS))
+    from ..log import quiet
     rows = sweep(args.scenario, args.grid, overrides=args.overrides, random=args.random, ranges=args.ranges,
                  seeds=args.seeds, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out,
-                 progress=not args.quiet, plot=args.plot, x=args.x, hue=args.hue)
+                 progress=not (args.quiet or quiet()), plot=args.plot, x=args.x, hue=args.hue)
     st = rows.stats
     bad = sum(1 for r in rows if r.get("status") != "ok")
     print(f"{st['points']} rows ({st['computed']} computed, {st['reused']} already in {args.out})"
@@ -87,10 +89,13 @@ def run_capacity(args) -> int:
         from ..config.errors import ConfigError
         raise ConfigError("--target-rate", args.target_rate, "--vary KEY, the resource to minimise "
                           "(e.g. cluster.pools[0].replicas)", show_value=False)
-    rec = capacity(args.scenario, args.slo, vary=args.vary or "workload.rate", target_rate=args.target_rate,
-                   overrides=args.overrides, tolerance=args.tolerance, warmup=args.warmup,
-                   min_goodput=args.min_goodput, jobs=args.jobs, backend=args.backend, address=args.address,
-                   out=args.out, band=args.band, seeds=args.seeds, compare_models=args.compare_models)
+    from ..log import quiet
+    from .backends import progress
+    with progress("probe", not (args.quiet or quiet())):
+        rec = capacity(args.scenario, args.slo, vary=args.vary or "workload.rate", target_rate=args.target_rate,
+                       overrides=args.overrides, tolerance=args.tolerance, warmup=args.warmup,
+                       min_goodput=args.min_goodput, jobs=args.jobs, backend=args.backend, address=args.address,
+                       out=args.out, band=args.band, seeds=args.seeds, compare_models=args.compare_models)
     print(answer_line(rec))
     print(f"{len(rec['probes'])} probes; card: {args.out}/capacity.md")
     return 0
@@ -119,16 +124,20 @@ def add_plan_parser(sub) -> None:
                    help="do not re-simulate the top configurations at the pessimistic end of their band")
     _exec_args(p)
     p.add_argument("--out", required=True, help="folder: plan.md, best.yaml, top.csv, pareto.csv, candidates.csv")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def run_plan(args) -> int:
     from ..config.limits import MAX_GPUS, MAX_TOP
     from .plan import plan, plan_line
     _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP))
-    res = plan(args.scenario, args.space, gpus=args.gpus, slos=args.slo, overrides=args.overrides,
-               min_goodput=args.min_goodput, rounds=args.rounds, top=args.top, jobs=args.jobs,
-               backend=args.backend, address=args.address, out=args.out, band=args.band,
-               conservative=args.conservative)
+    from ..log import quiet
+    from .backends import progress
+    with progress("simulation", not (args.quiet or quiet())):
+        res = plan(args.scenario, args.space, gpus=args.gpus, slos=args.slo, overrides=args.overrides,
+                   min_goodput=args.min_goodput, rounds=args.rounds, top=args.top, jobs=args.jobs,
+                   backend=args.backend, address=args.address, out=args.out, band=args.band,
+                   conservative=args.conservative)
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
     return 0

@@ -165,6 +165,8 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
         summary["fairness"] = fair
     summary["stability"] = stability(led, last if t_end is None else max(t_end, last))
     summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
+    from .vllm_bench import header, peaks             # the rest of vllm bench serve's result keys
+    summary["metrics"].update(failed=fleet.arrived - n_done, **peaks(led), **header(scn))
     warn = health_warnings(summary, lat)
     if warn:
         summary["warnings"] = warn

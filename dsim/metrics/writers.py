@@ -12,9 +12,12 @@ from pathlib import Path
 from ..config.errors import ConfigError
 from ..core.request import STATE_NAMES
 
+# e2el_ms is vLLM's name (`vllm bench serve`'s e2el); e2e_ms, the same value, stays for one release
+# as an alias for readers of older reports (docs/outputs: deprecated)
+ALIASES = {"e2e_ms": "e2el_ms"}
 COLUMNS = ("request_id", "label", "state", "arrival_s", "queued_s", "scheduled_s", "first_token_s",
            "completion_s", "prompt_tokens", "output_tokens", "generated_tokens", "ttft_ms", "tpot_ms",
-           "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group",
+           "e2el_ms", "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group",
            "tenant", "session", "replica", "prefill_replica", "kv_ready_s", "reject_reason",
            "priority", "slo_class", "route_ms", "spec_device", "spec_rounds", "spec_fused_rounds",
            "spec_drafted_tokens", "spec_accepted_tokens", "spec_tvt_ms", "spec_drafter")
@@ -38,10 +41,11 @@ def request_rows(reqs, raw: bool = False):
     for r in (reqs if hasattr(reqs, "col") else sorted(reqs, key=lambda r: r.rid)):   # a ledger is in id order
         done = r.t_completion is not None
         tpot = (r.t_last_token - r.t_first_token) / (r.n_out - 1) if done and r.n_out > 1 else None
+        e2el = f(r.t_completion - r.arrival if done else None, 1e3)
         yield (r.rid, r.label, STATE_NAMES[r.state], f(r.arrival), f(r.t_queued), f(r.t_scheduled),
                f(r.t_first_token), f(r.t_completion), r.prompt_len, r.max_tokens, r.n_out,
                f(None if r.t_first_token is None else r.t_first_token - r.arrival, 1e3),
-               f(tpot, 1e3), f(r.t_completion - r.arrival if done else None, 1e3),
+               f(tpot, 1e3), e2el, e2el,
                f(None if r.t_scheduled is None else r.t_scheduled - r.arrival, 1e3),
                len(r.preempt_times), ";".join(f"{t:.6f}" for t in r.preempt_times) or empty,
                r.cached_tokens, opt(r.prefix_group), r.tenant or empty, opt(r.session), r.replica or empty,

@@ -1,0 +1,181 @@
+"""A run in `vllm bench serve`'s terms: the keys its result JSON has that summary.json lacked
+(``failed``, ``max_output_tokens_per_s``, ``max_concurrent_requests`` and the run header), and the
+whole run as a ``--save-result --save-detailed`` file, so notebooks written for vLLM's benchmark
+read dsim runs unchanged and ``dsim cosim`` replays them.
+
+vLLM's definitions (vllm/benchmarks/serve.py): one-second buckets from the first request's send
+time; a bucket's output tokens are the tokens whose emission time falls in it; a request counts as
+concurrent in every bucket from its send's to its completion's.  ``failed`` counts requests that
+did not complete: dsim's rejected ones and those still unfinished when a run stopped.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from ..core.request import PENDING
+
+
+def header(scn) -> dict:
+    """``model_id``, ``request_rate`` ("inf" when all requests arrive at once, None for a trace or
+    a class mix), ``burstiness`` (vLLM's gamma shape: 1 / cv^2) and ``max_concurrency``."""
+    w = scn.raw.get("workload") or {}
+    kind = w.get("type")
+    rate = w.get("rate") if kind in ("poisson", "gamma", "constant") else None
+    if isinstance(rate, (int, float)) and math.isinf(rate):
+        rate = "inf"
+    burst = None
+    if kind == "poisson":
+        burst = 1.0
+    elif kind == "gamma" and isinstance(w.get("cv"), (int, float)) and w["cv"] > 0:
+        burst = 1.0 / float(w["cv"]) ** 2
+    return {"model_id": scn.model.name, "request_rate": rate, "burstiness": burst,
+            "max_concurrency": w.get("max_concurrency")}
+
+
+def peaks(led) -> dict:
+    """``max_output_tokens_per_s`` and ``max_concurrent_requests`` from the ledger's columns.
+    dsim keeps no per-token times (memory), so a request's tokens after the first are spread evenly
+    between its first and last token (the fluid count; the export below has the exact ones)."""
+    done = led.present("t_completion")
+    if not done.any():
+        return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
+    arr = led.col("arrival")[done]
+    comp = led.col("t_completion")[done]
+    t0 = float(arr.min())
+    nb = int(math.ceil(float(comp.max()) - t0)) + 1
+    conc = np.zeros(nb + 1)
+    np.add.at(conc, (arr - t0).astype(np.int64), 1)
+    np.add.at(conc, np.minimum((comp - t0).astype(np.int64) + 1, nb), -1)
+    first = led.col("t_first_token")[done] - t0
+    last = led.col("t_last_token")[done] - t0
+    n = led.col("n_out")[done].astype(float)
+    tok = np.zeros(nb + 1)
+    np.add.at(tok, np.clip(first.astype(np.int64), 0, nb), 1.0)      # first tokens
+    _spread(tok, first, last, n - 1, nb)
+    return {"max_output_tokens_per_s": float(np.round(tok[:nb].max(), 6)),
+            "max_concurrent_requests": int(np.cumsum(conc)[:nb].max())}
+
+
+def _spread(tok, a, b, count, nb) -> None:
+    """Add ``count`` tokens spread uniformly over [a, b] to one-second buckets (vectorised)."""
+    sel = (count > 0) & (b > a)
+    a, b, count = a[sel], b[sel], count[sel]
+    rate = count / (b - a)
+    ia, ib = np.clip(a.astype(np.int64), 0, nb - 1), np.clip(b.astype(np.int64), 0, nb - 1)
+    same = ia == ib
+    np.add.at(tok, ia[same], count[same])
+    ia, ib, a, b, rate = ia[~same], ib[~same], a[~same], b[~same], rate[~same]
+    np.add.at(tok, ia, rate * (ia + 1 - a))                            # partial first bucket
+    np.add.at(tok, ib, rate * (b - ib))                                # partial last bucket
+    full = np.zeros(nb + 1)                                            # whole buckets between them
+    np.add.at(full, ia + 1, rate)
+    np.add.at(full, ib, -rate)
+    tok += np.cumsum(full)
+
+
+def _token_times(res):
+    """Per request id: its token emission times after the first, from its replica's step end times
+    when they account for every token (else None: preempted, speculative or stepped elsewhere)."""
+    emit = {}
+    for rep in res.fleet.replicas():
+        log = rep.inst.log
+        if log.keep_all:
+            emit[rep.inst.name] = np.asarray(log.t_end) + rep.inst.token_overhead
+    out = {}
+    for r in res.requests:
+        if r.t_completion is None or r.n_out < 2 or r.replica not in emit:
+            continue
+        e = emit[r.replica]
+        lo, hi = np.searchsorted(e, r.t_first_token, "right"), np.searchsorted(e, r.t_last_token, "right")
+        if hi - lo == r.n_out - 1 and e[hi - 1] == r.t_last_token:
+            out[r.rid] = e[lo:hi]
+    return out
+
+
+def detailed(res) -> dict:
+    """The run as `vllm bench serve --save-result --save-detailed` writes it: the header, the
+    aggregates, and per sent request input_lens, output_lens, ttfts and itls (seconds) and errors.
+    ``start_times`` (seconds from the first send) is dsim's addition: vLLM's file has no send
+    times, and with them ``dsim cosim`` replays the exact arrivals."""
+    scn, m = res.scenario, res.summary["metrics"]
+    exact = _token_times(res)
+    inputs, outputs, ttfts, itls, errors, starts = [], [], [], [], [], []
+    spread = 0
+    t0 = None
+    times = []
+    for r in res.requests:
+        if r.state == PENDING:
+            continue                                   # never sent
+        t0 = r.arrival if t0 is None else min(t0, r.arrival)
+        inputs.append(int(r.prompt_len))
+        starts.append(r.arrival)
+        if r.t_completion is None:
+            outputs.append(0)
+            ttfts.append(0.0)
+            itls.append([])
+            errors.append(f"rejected: {r.reject_reason}" if r.reject_reason else "unfinished when the run stopped")
+            continue
+        outputs.append(int(r.n_out))
+        ttfts.append(r.t_first_token - r.arrival)
+        if r.n_out < 2:
+            gaps = []
+        elif r.rid in exact:
+            gaps = np.diff(np.concatenate(([r.t_first_token], exact[r.rid]))).tolist()
+        else:
+            spread += 1
+            gaps = [(r.t_last_token - r.t_first_token) / (r.n_out - 1)] * (r.n_out - 1)
+        itls.append(gaps)
+        errors.append("")
+        times.append((r.arrival, r.t_first_token, gaps, r.t_completion))
+    doc = {"date": None, "endpoint_type": "dsim", "backend": "dsim", "label": scn.name,
+           **header(scn), "tokenizer_id": scn.model.name, "num_prompts": len(inputs)}
+    doc.update({
+        "duration": m["duration"], "completed": m["completed"], "failed": len(inputs) - m["completed"],
+        "total_input_tokens": m["total_input_tokens"], "total_output_tokens": m["total_output_tokens"],
+        "request_throughput": m["request_throughput"], "request_goodput": m.get("request_goodput"),
+        "output_throughput": m["output_throughput"], "total_token_throughput": m["total_token_throughput"],
+        "input_lens": inputs, "output_lens": outputs, "ttfts": ttfts, "itls": itls,
+        "generated_texts": [""] * len(inputs), "errors": errors,
+        "start_times": [s - t0 for s in starts] if starts else [],
+    })
+    doc.update(_exact_peaks(times))
+    for k, v in m.items():                             # mean_/median_/std_/pNN_ of ttft, tpot, itl, e2el
+        if k.endswith("_ms") and not k.endswith("_band_ms") and k not in doc:
+            doc[k] = v
+    doc["dsim"] = {"scenario": scn.name, "seed": scn.seed, "scenario_sha256": scn.digest,
+                   "itls": f"{len(exact)} requests from their replica's step times; {spread} (preempted, "
+                           "speculative) spread evenly between first and last token"}
+    return doc
+
+
+def _exact_peaks(times) -> dict:
+    """vLLM's two peak metrics over the exported token times (its own definition, exactly)."""
+    if not times:
+        return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
+    t0 = min(a for a, _, _, _ in times)
+    nb = int(math.ceil(max(c for _, _, _, c in times) - t0)) + 1
+    tok = np.zeros(nb)
+    conc = np.zeros(nb + 1)
+    for a, first, gaps, comp in times:
+        t = first + np.concatenate(([0.0], np.cumsum(gaps))) - t0
+        np.add.at(tok, np.clip(t.astype(np.int64), 0, nb - 1), 1)
+        conc[int(a - t0)] += 1
+        conc[min(int(comp - t0) + 1, nb)] -= 1
+    return {"max_output_tokens_per_s": float(tok.max()), "max_concurrent_requests": int(np.cumsum(conc)[:nb].max())}
+
+
+def write_detailed(res, path) -> None:
+    """``detailed(res)`` as JSON (written whole, then renamed: no half file on an interrupt)."""
+    from pathlib import Path
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(detailed(res), allow_nan=False))
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
