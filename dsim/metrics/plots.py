@@ -19,6 +19,12 @@ def _plt():
     return plt
 
 
+def run_title(name: str, overrides=()) -> str:
+    """'quickstart (workload.rate=40, engine.max_num_seqs=64)': the scenario as actually run."""
+    ovs = [str(o).strip() for o in overrides or () if str(o).strip()]
+    return f"{name} ({', '.join(ovs)})" if ovs else name
+
+
 def title_of(scn) -> str:
     """'name: model on hardware' (pools listed for fleets)."""
     pools = getattr(scn.fleet, "pools", None) or []

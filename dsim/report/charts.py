@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-W = 440          # width of a panel: two panels fit a row of the page
+W = 400          # width of a panel: two panels fit a row of the page
 H = 230
 
 
@@ -190,13 +190,13 @@ def points_panel(rows: list[dict], x: str, y: str, *, tooltip: list[str], title:
     if not pts:
         return None
     ys = [r[y] for r in pts] + ([slo] if slo else [])
-    ylog = spans_decades(ys) and all(v > 0 for v in ys)
+    ylog = spans_decades(ys) and all(v > 0 for v in ys) and not y.endswith("fraction")
     xlog = not xnominal and spans_decades([r.get(x) for r in pts]) and all(
         isinstance(r.get(x), (int, float)) and r.get(x) > 0 for r in pts)
     data = alt.Data(values=rows_clean(pts))
     xenc = (alt.X(field=field(x), type="nominal", title=xlabel or x, sort=None) if xnominal else
             alt.X(field=field(x), type="quantitative", title=(xlabel or x) + (" (log)" if xlog else ""),
-                  scale=alt.Scale(type="log") if xlog else alt.Scale(zero=False)))
+                  scale=alt.Scale(type="log", nice=False) if xlog else alt.Scale(zero=False)))
     yenc = alt.Y(field=field(y), type="quantitative", title=(ylabel or y) + (" (log)" if ylog else ""),
                  scale=alt.Scale(type="log") if ylog else alt.Scale(zero=False))
     tt = tips(pts, tooltip)

@@ -69,7 +69,7 @@ p.warn{background:#fff4e5;border-left:4px solid #e69500;padding:.5em .8em}
 p.note{color:#555;font-size:.9em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f3f3f3}
-td.l,th.l{text-align:left}
+td.l,th.l{text-align:left}.tw{overflow-x:auto}td{max-width:36em}
 .chart{margin:.6em 0}
 .headline{display:flex;flex-wrap:wrap;gap:.6em}.headline div{background:#f6f8fa;padding:.4em .7em;border-radius:4px}
 .headline b{display:block;font-size:1.2em}
@@ -99,10 +99,11 @@ class Page:
     def table(self, header, rows, left: int = 1) -> None:
         """A plain table; the first ``left`` columns are left-aligned (names)."""
         def cell(tag, i, v):
-            return f"<{tag}{' class=l' if i < left else ''}>{esc(fmt(v))}</{tag}>"
+            lft = i < left or (isinstance(v, str) and len(v) > 12)
+            return f"<{tag}{' class=l' if lft else ''}>{esc(fmt(v))}</{tag}>"
         head = "".join(cell("th", i, h) for i, h in enumerate(header))
         body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
-        self.parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        self.parts.append(f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
 
     def chart(self, spec: dict) -> None:
         cid = f"chart-{len(self.specs) + 1}"
@@ -138,7 +139,7 @@ def fmt(v) -> str:
     if isinstance(v, float):
         if v != v:
             return "n/a"
-        if v and (abs(v) >= 1e5 or abs(v) < 1e-3):
+        if v and (abs(v) >= 1e7 or abs(v) < 1e-3):
             return f"{v:.3g}"
-        return f"{v:.4g}"
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
     return str(v)

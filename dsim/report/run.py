@@ -8,14 +8,9 @@ import csv
 import json
 from pathlib import Path
 
+from ..metrics.plots import run_title
 from . import charts
 from .html import Page
-
-
-def run_title(name: str, overrides) -> str:
-    """'quickstart (workload.rate=40, engine.max_num_seqs=64)': what was actually run."""
-    ovs = [str(o).strip() for o in overrides or () if str(o).strip()]
-    return f"{name} ({', '.join(ovs)})" if ovs else name
 
 
 def _latencies(path: Path) -> dict:
