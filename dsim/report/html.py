@@ -105,6 +105,10 @@ class Page:
         body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
         self.parts.append(f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
 
+    def data(self, name: str, rows: list) -> None:
+        """Rows as JSON in the page (id ``data-NAME``): every point, for scripts and for search."""
+        self.parts.append(f'<script type="application/json" id="data-{name}">{_json(rows)}</script>')
+
     def chart(self, spec: dict) -> None:
         cid = f"chart-{len(self.specs) + 1}"
         self.specs.append((cid, spec))
@@ -128,7 +132,17 @@ class Page:
 
 def _json(obj) -> str:
     """Compact, sorted JSON safe inside <script> (no '</' sequence)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return json.dumps(_finite(obj), sort_keys=True, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+
+
+def _finite(obj):
+    if isinstance(obj, float) and obj != obj or obj in (float("inf"), float("-inf")):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def fmt(v) -> str:

@@ -61,6 +61,7 @@ def build(d: Path) -> str:
         page.chart(charts.finish(g))
     else:
         page.para("No configuration was simulated.", "note")
+    page.data("candidates", [{k: r.get(k) for k in keys + ["screen", "pass", "reason"]} for r in rows])
     page.h2(f"Every candidate ({len(rows)})")
     cols = keys + ["screen", "pass", "efficiency_goodput_per_gpu_s", "p99_ttft_ms", "p99_tpot_ms", "reason"]
     page.table(cols, [[r.get(c) for c in cols] for r in rows], left=0)

@@ -95,6 +95,8 @@ def build(d: Path) -> str:
         g = charts.grid(panels)
         if g is not None:
             page.chart(charts.finish(g))
+    page.data("points", [{k: r.get(k) for k in keys + ["seed", "status", "mark", "error"] + [m for m, *_ in PANELS]}
+                         for r in rows])
     page.h2("Every point")
     cols = keys + ["seed", "status"] + [m for m, *_ in PANELS if any(m in r for r in rows)]
     page.table(cols + ["point"], [[r.get(c) for c in cols] + [r.get("mark") or r.get("error")] for r in rows],
