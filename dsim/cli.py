@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="generic CSV/JSONL mapping, e.g. arrival_s=t,prompt_tokens=in,output_tokens=out,ttft_s=ttft,e2e_s=lat")
     c.add_argument("--time-unit", type=float, default=1.0, help="seconds per time unit of a generic file (1e-3 for ms)")
     c.add_argument("--no-plots", action="store_true", help="do not write plots/cdf.png")
+    rp = sub.add_parser("report", help="rebuild report.html of an output folder (run, sweep, capacity, plan, cosim, "
+                        "calibrate)")
+    rp.add_argument("folder", help="an output folder of dsim run/sweep/capacity/plan/cosim/calibrate")
     _fit_parser(sub)
     _calibrate_parser(sub)
     from .explore.cli import add_parsers, add_plan_parser
@@ -416,6 +419,10 @@ def _main(argv=None) -> int:
                 raise _CE("--set", None, "--scenario FILE to override", show_value=False)
             print(json.dumps(bench(args.requests, _T0, args.replicas, args.router, args.rate, args.scenario,
                                    args.overrides)))
+            return 0
+        if args.cmd == "report":
+            from .report import rebuild
+            print(f"report: {rebuild(args.folder)}")
             return 0
         if args.cmd == "lut":
             return _lut(args)

@@ -452,6 +452,8 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
             from .metrics.timeline import chrome_trace
             ao.write_text("timeline.json", chrome_trace([r.inst for r in reps]))
         if plots:
+            from .metrics.timeline import series_csv
+            ao.write_text("timeline.csv", series_csv([r.inst for r in reps]))
             scn = res.scenario
             title = plots_mod.title_of(scn)
             slos = {"ttft_ms": scn.slo_ttft_ms, "tpot_ms": scn.slo_tpot_ms}
@@ -467,6 +469,8 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
             else:
                 plots_mod.fleet_timeline([r.inst for r in reps], ao.path("plots/timeline.png"), title=title,
                                          arrivals=arrivals, scale_events=res.summary.get("scale_events", ()))
+            from .report import write as write_html      # reads the files above, as `dsim report` does
+            write_html(ao.tmp, "run")
     except BaseException:
         ao.abort()
         raise

@@ -63,6 +63,8 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
                       + yaml.safe_dump(scn, sort_keys=False))
         ao.write_text("report.json", to_json(report))
         ao.write_text("report.md", markdown(report))
+        from ..report import write as write_html          # reads report.json, as `dsim report` does
+        write_html(ao.tmp, "calibrate")
     except BaseException:
         ao.abort()
         raise

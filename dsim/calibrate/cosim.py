@@ -335,6 +335,8 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
             ao.write_text("scenario.yaml", yaml.safe_dump(saved, sort_keys=False))
             if plots:
                 cdf_plot(run, res, ao.path("plots/cdf.png"))
+                from ..report import write as write_html      # reads cosim.json, as `dsim report` does
+                write_html(ao.tmp, "cosim")
         except BaseException:
             ao.abort()
             raise

@@ -409,7 +409,7 @@ def _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_good
             "efficiency_goodput_per_gpu_s", "mean_queue_ms", "p99_queue_ms")
     rows = [{k: p[k] for k in keep if k in p} | {k: p[k] for k in p if k.startswith("window_") or k in slos}
             for p in probes]
-    rec = {"scenario": base.name, "vary": vary, "slos": slos, "warmup": warmup, "min_goodput": min_goodput,
+    rec = {"scenario": base.name, "overrides": list(base.overrides), "vary": vary, "slos": slos, "warmup": warmup, "min_goodput": min_goodput,
            "tolerance": tol, "criteria": {"queue_delay_trend_limit": f"{GROWTH_LIMIT * 1e3:.0f} ms per s of arrivals",
                                           "window": f"arrivals after the first {warmup:.0%} of the arrival span"},
            "probes": rows}
@@ -489,11 +489,14 @@ def _write(rec: dict, out: Path, base, plot: bool = True) -> None:
     from .plots import capacity_plot
     write_atomic(out / "capacity.json", json.dumps(rec, indent=2, sort_keys=True, default=str) + "\n")
     answer = rec.get("max_value", rec.get("min_value"))
-    title = f"{base.name}: {base.model.name} on {base.device.name}"
+    from ..metrics.plots import run_title
+    title = f"{run_title(base.name, base.overrides)}: {base.model.name} on {base.device.name}"
     if plot:
         capacity_plot(rec["probes"], answer, rec["slos"], out / "capacity.png", title=title,
                       xlabel=rec["vary"])
     write_atomic(out / "capacity.md", card(rec, title))
+    from ..report import write as write_html       # reads capacity.json, as `dsim report` does
+    write_html(out, "capacity")
 
 
 def card(rec: dict, title: str) -> str:

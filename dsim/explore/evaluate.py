@@ -9,7 +9,8 @@ from ..config.scenario import load_scenario
 
 # summary sections copied into a row besides the vLLM-named metrics (prefix_name)
 _SECTIONS = {
-    "goodput": ("fraction", "requests_per_s"),
+    "goodput": ("fraction", "requests_per_s", "slo_ttft_ms", "slo_tpot_ms"),
+    "stability": ("overloaded", "queue_delay_trend_ms_per_s"),
     "requests": ("submitted", "completed", "rejected", "unfinished"),
     "scheduler": ("preemptions", "busy_fraction", "mean_batch_tokens", "peak_running", "peak_waiting"),
     "kv_cache": ("peak_usage", "mean_usage", "prefix_hit_rate"),

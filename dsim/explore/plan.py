@@ -166,6 +166,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
         raise ConfigError("--gpus", gpus, "an integer >= 1")
     sp = space if isinstance(space, Space) else load_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
+    user = list(overrides)
     overrides = _pool_overrides(src, str(scenario) if not isinstance(scenario, dict) else "<scenario>") \
         + list(overrides)
     # the report appears whole at the end (an interrupted search left best.yaml, top.csv, ... of an
@@ -174,6 +175,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     try:
         res, base = _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,
                           band, conservative)
+        res["overrides"] = user                      # --set as given (titles say what was run)
         if ao is not None:
             _write(res, ao.tmp, base)
             ao.commit()
@@ -217,11 +219,12 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
     if band and not conservative:
         _pessimistic(ok[:top], *judge)
-    for i in pareto_front(sims, [("efficiency_output_tokens_per_s_per_gpu", "max"),
-                                 ("efficiency_output_tokens_per_s_per_user", "max")]):
-        sims[i]["front_tokens"] = True
-    for i in pareto_front(sims, [("request_goodput", "max"), ("efficiency_usd_per_hour", "min")]):
-        sims[i]["front_cost"] = True
+    # Pareto fronts over the configurations that meet the SLOs only (a faster one that misses them is no option)
+    for i in pareto_front(ok, [("efficiency_output_tokens_per_s_per_gpu", "max"),
+                               ("efficiency_output_tokens_per_s_per_user", "max")]):
+        ok[i]["front_tokens"] = True
+    for i in pareto_front(ok, [("request_goodput", "max"), ("efficiency_usd_per_hour", "min")]):
+        ok[i]["front_cost"] = True
     keys = ["tensor_parallel_size"] + [k for k, _ in sp.knobs] + ["replicas", "gpus"]
     res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "conservative": conservative, "workload": w,
            "candidates": len(cands),
@@ -340,8 +343,12 @@ def _write(res: dict, out: Path, base) -> None:
     if res.get("best_scenario") is not None:
         write_atomic(out / "best.yaml", "# written by dsim plan: the best configuration found\n"
                      + yaml.safe_dump(res["best_scenario"], sort_keys=False))
-    _pareto_plot(res, out / "pareto.png", f"{base.name}: {base.model.name} on {base.device.name}")
-    write_atomic(out / "plan.md", plan_md(res, f"{base.name}: {base.model.name} on {base.device.name}"))
+    from ..metrics.plots import run_title
+    title = f"{run_title(base.name, res.get('overrides'))}: {base.model.name} on {base.device.name}"
+    _pareto_plot(res, out / "pareto.png", title)
+    write_atomic(out / "plan.md", plan_md(res, title))
+    from ..report import write as write_html       # reads plan.md and candidates.csv, as `dsim report` does
+    write_html(out, "plan")
 
 
 def plan_line(res: dict) -> str:

@@ -20,8 +20,18 @@ def _num(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+SLO_COLS = {"p99_ttft_ms": "goodput_slo_ttft_ms", "p99_tpot_ms": "goodput_slo_tpot_ms"}
+
+
+def _spans(vals) -> bool:
+    v = [x for x in vals if _num(x) and x > 0]
+    return len(v) >= 2 and max(v) / min(v) > 10
+
+
 def sweep_plot(rows, path: Path, metric=None, x=None, hue=None, title="") -> None:
-    """One panel per metric: mean over seeds vs ``x``, one line per ``hue`` value; failed points skipped."""
+    """One panel per metric, two panels a row: mean over seeds vs ``x``, one line per ``hue`` value;
+    the scenario's SLO dashed, overloaded points crossed, log axes where values span a decade;
+    failed points skipped."""
     if x is None:
         return
     plt = _mpl()
@@ -39,30 +49,51 @@ def sweep_plot(rows, path: Path, metric=None, x=None, hue=None, title="") -> Non
         h = r.get(hue) if hue else None
         if h not in hues:
             hues.append(h)
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
-    for ax, m in zip(axes[0], metrics):
-        for h in hues:
+    ncol = min(2, len(metrics))
+    nrow = (len(metrics) + 1) // 2
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.5 * nrow), squeeze=False)
+    for ax in axes.flat[len(metrics):]:
+        ax.set_visible(False)
+    for ax, m in zip(axes.flat, metrics):
+        for i, h in enumerate(hues):
             pts = []
             for xv in xs:
-                vals = [r[m] for r in ok if r[x] == xv and (hue is None or r.get(hue) == h) and _num(r.get(m))]
-                if vals:
-                    pts.append((xv, sum(vals) / len(vals)))
+                sel = [r for r in ok if r[x] == xv and (hue is None or r.get(hue) == h) and _num(r.get(m))]
+                if sel:
+                    pts.append((xv, sum(r[m] for r in sel) / len(sel), any(r.get("stability_overloaded") for r in sel)))
             if not pts:
                 continue
             px = [p[0] if numeric else xs.index(p[0]) for p in pts]
-            ax.plot(px, [p[1] for p in pts], marker="o", ms=3, label=None if hue is None else f"{hue.split('.')[-1]}={h}")
+            line, = ax.plot(px, [p[1] for p in pts], marker="o", ms=3,
+                            label=None if hue is None else f"{hue.split('.')[-1]}={h}")
+            over = [(a, p[1]) for a, p in zip(px, pts) if p[2]]
+            if over:
+                ax.plot(*zip(*over), "x", ms=9, mew=2, color=line.get_color(),
+                        label="overloaded" if i == 0 else None)
+        slo = next((r[SLO_COLS[m]] for r in ok if m in SLO_COLS and _num(r.get(SLO_COLS[m]))), None)
+        if slo is not None:
+            ax.axhline(slo, color="tab:red", ls="--", lw=1)
+            ax.annotate(f"SLO {slo:g} ms", (0.01, slo), xycoords=("axes fraction", "data"), fontsize=7,
+                        color="tab:red", va="bottom")
+        vals = [r.get(m) for r in ok] + ([slo] if slo else [])
+        if _spans(vals) and not m.endswith("fraction"):
+            ax.set_yscale("log")
+        if numeric and _spans(xs):
+            ax.set_xscale("log")
         if not numeric:
             ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, ha="right")
         ax.set_xlabel(x)
         ax.set_ylabel(LABELS.get(m, m))
         ax.grid(alpha=0.3)
-    if hue is not None:
-        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if handles:
+        axes.flat[ncol - 1].legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                                   borderaxespad=0)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
 
 

@@ -26,6 +26,7 @@ class SweepSpec:
     random: int = 0
     seeds: int = 1
     overrides: list = field(default_factory=list)     # --set, applied before every point
+    name: str = ""                                     # the base scenario's name (after --set)
 
     def points(self, base_seed: int) -> list[tuple]:
         pts = random_points(self.ranges, self.random, base_seed, self.grid) if self.random else grid_points(self.grid)
@@ -35,7 +36,7 @@ class SweepSpec:
         return [k for k, *_ in self.ranges] * bool(self.random) + [k for k, _ in self.grid]
 
     def record(self) -> dict:
-        return {"scenario": self.scenario if isinstance(self.scenario, str) else "<mapping>",
+        return {"scenario": self.scenario if isinstance(self.scenario, str) else "<mapping>", "name": self.name,
                 "grid": {k: v for k, v in self.grid}, "range": {k: [lo, hi] for k, lo, hi, _ in self.ranges},
                 "random": self.random, "seeds": self.seeds, "set": list(self.overrides)}
 
@@ -43,6 +44,7 @@ class SweepSpec:
 def _tasks(spec: SweepSpec):
     """(point, seed, key, overrides) for every row, in table order; bad points carry their error."""
     base = resolve(spec.scenario, spec.overrides)          # the base scenario itself must be valid
+    spec.name = base.name
     seeds = [None] if spec.seeds == 1 else [base.seed + i for i in range(spec.seeds)]
     out = []
     for pt in spec.points(base.seed):
@@ -146,6 +148,8 @@ def _sweep(spec, tasks, store, grid, random, jobs, backend, address, progress, p
         if plot or (1 <= len(keys) <= 2 and not random):
             sweep_plot(table, store.dir / "plots" / "sweep.png", metric=plot, x=x or (keys[0] if keys else None),
                        hue=hue or (keys[1] if len(keys) == 2 else None), title=_title(spec))
+        from ..report import write as write_html        # reads results.csv and sweep.yaml, as `dsim report` does
+        write_html(store.dir, "sweep")
     return table
 
 
@@ -155,7 +159,10 @@ class SweepTable(list):
 
 
 def _title(spec: SweepSpec) -> str:
-    return f"dsim sweep {Path(spec.scenario).name if isinstance(spec.scenario, str) else ''}".strip()
+    """'dsim sweep quickstart (workload.num_requests=200, cluster.replicas=8)': the base scenario as run."""
+    from ..metrics.plots import run_title
+    name = spec.name or (Path(spec.scenario).stem if isinstance(spec.scenario, str) else "")
+    return f"dsim sweep {run_title(name, spec.overrides)}".strip()
 
 
 def _parquet(rows, lead, path: Path) -> None:

@@ -19,8 +19,14 @@ def _plt():
     return plt
 
 
+def run_title(name: str, overrides=()) -> str:
+    """'quickstart (workload.rate=40, engine.max_num_seqs=64)': the scenario as actually run."""
+    ovs = [str(o).strip() for o in overrides or () if str(o).strip()]
+    return f"{name} ({', '.join(ovs)})" if ovs else name
+
+
 def title_of(scn) -> str:
-    """'name: model on hardware' (pools listed for fleets)."""
+    """'name (--set overrides): model on hardware' (pools listed for fleets)."""
     pools = getattr(scn.fleet, "pools", None) or []
     if len(pools) > 1:
         what = ", ".join(f"{p.replicas} x {p.model.name.split('/')[-1]} on {p.device.name}" for p in pools)
@@ -28,15 +34,18 @@ def title_of(scn) -> str:
         what = f"{scn.model.name} on {scn.device.name}"
         if pools and pools[0].replicas > 1:
             what = f"{pools[0].replicas} x {what}"
-    return f"{scn.name}: {what}"
+    return f"{run_title(scn.name, getattr(scn, 'overrides', ()))}: {what}"
 
 
 def latency_cdfs(lat: dict, path, title: str = "", slos: dict | None = None) -> None:
     plt = _plt()
     slos = slos or {}
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for ax, key, name in zip(axes, ("ttft_ms", "tpot_ms", "e2e_ms"), ("TTFT", "TPOT", "E2E")):
-        v = np.sort(np.asarray(lat[key], dtype=float))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.6))         # two panels a row (fits a page)
+    for ax, key, name in zip(axes.flat, ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms"), ("TTFT", "TPOT", "E2E", "queueing")):
+        v = np.sort(np.asarray(lat.get(key, ()), dtype=float))
+        pos = v[v > 0]
+        if pos.size >= 2 and pos[-1] / pos[0] > 10:     # values spanning more than a decade: log axis
+            ax.set_xscale("log")
         if v.size:
             ax.plot(v, np.arange(1, v.size + 1) / v.size, lw=1.2)
             for q, mk in ((50, "o"), (99, "s")):
@@ -61,7 +70,7 @@ def latency_cdfs(lat: dict, path, title: str = "", slos: dict | None = None) -> 
     if title:
         fig.suptitle(title, fontsize=10)
     # fixed margins: tight_layout measured every text of the figure and cost a third of a run
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.13, top=0.84 if title else 0.9, wspace=0.25)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9 if title else 0.95, wspace=0.22, hspace=0.4)
     fig.savefig(path, dpi=90, metadata={"Software": None})
     plt.close(fig)
 

@@ -23,3 +23,22 @@ def _steps(log, pid: int, ev: list) -> None:
                    "args": {"prefill_tokens": p, "decode_tokens": d}})
         ev.append({"name": "load", "ph": "C", "pid": pid, "ts": round(ts, 3),
                    "args": {"running": run, "waiting": wait, "kv_blocks": kv}})
+
+
+def series_csv(insts, budget: int = 6000) -> str:
+    """timeline.csv: requests running and waiting and KV cache used (%) per replica over simulated
+    time, each series min/max-decimated (a short spike survives) to share ``budget`` points per
+    quantity across the replicas.  What report.html draws; long format: replica,series,time_s,value."""
+    from ..serving.steplog import minmax_decimate
+    live = [i for i in insts if i.log.steps]
+    per = max(100, budget // max(1, len(live)))
+    lines = ["replica,series,time_s,value"]
+    for inst in live:
+        for name in ("running", "waiting", "kv"):
+            t, y = inst.log.series(name)
+            if name == "kv":
+                y = y * 100.0 / max(1, inst.kv.total)
+            t, y = minmax_decimate(t, y, per)
+            label = "kv_used_pct" if name == "kv" else name
+            lines += [f"{inst.name},{label},{a:.6f},{b:.6g}" for a, b in zip(t.tolist(), y.tolist())]
+    return "\n".join(lines) + "\n"

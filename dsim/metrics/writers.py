@@ -94,7 +94,8 @@ MARKER = ".dsim-report"        # the files of a report, one relative path a line
 _LEGACY = frozenset(("summary.json", "manifest.json", "requests.csv", "timeline.json", "vllm_traces.otlp.jsonl",
                      "cosim.json", "cosim.md", "replay.jsonl", "scenario.yaml", "calibrated.yaml", "report.json",
                      "report.md", "oracle.csv", "oracle.json", "plan.md", "best.yaml", "top.csv", "pareto.csv",
-                     "candidates.csv", "pareto.png", "capacity.json", "capacity.md", "capacity.png"))
+                     "candidates.csv", "pareto.png", "capacity.json", "capacity.md", "capacity.png",
+                     "report.html", "timeline.csv"))
 _LEGACY_ANCHORS = ("manifest.json", "cosim.json", "calibrated.yaml", "oracle.json", "plan.md", "capacity.json")
 _TMP = re.compile(r"^\..+\.tmp-(\d+)-[^/]+$")
 
