@@ -15,7 +15,7 @@ def load_scenario(source, overrides=None, seed=None):
 
 
 def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants=False, progress=False,
-        plots=None, controllers=(), vllm_traces=None):
+        plots=None, controllers=(), vllm_traces=None, compare_models=False):
     """Run a scenario; return a ``Result`` (``.metrics``, ``.summary``, ``.to_pandas()``, ``.requests``,
     ``.manifest``), writing the report to ``out_dir`` when given.
 
@@ -23,11 +23,13 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants=F
     check_invariants: check scheduler and KV invariants every step (slow); progress: a progress
     meter on stderr; plots: write plots/*.png (default: the scenario's ``output.plots``);
     controllers: extra ``dsim.Controller`` objects; vllm_traces: True or {step_rate, rich_rate} to
-    record vLLM's tracing streams.
+    record vLLM's tracing streams; compare_models: also run under every other latency model
+    validated on the GPU (summary.json ``model_spread``).
     """
     from .runner import run as _run
     return _run(scenario, out_dir, overrides=overrides, seed=seed, check_invariants=check_invariants,
-                progress=progress, plots=plots, controllers=controllers, vllm_traces=vllm_traces)
+                progress=progress, plots=plots, controllers=controllers, vllm_traces=vllm_traces,
+                compare_models=compare_models)
 
 
 def sweep(scenario, grid=(), **kw):

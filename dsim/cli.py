@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--export", nargs=2, default=None, metavar=("FORMAT", "FILE"),
                    help="also write the run as FORMAT to FILE; vllm-bench: the JSON of `vllm bench serve "
                    "--save-result --save-detailed` (dsim cosim reads it back)")
+    r.add_argument("--compare-models", action="store_true",
+                   help="also run under every other latency model validated on this GPU; their latencies go "
+                   "in summary.json model_spread and on the console")
     r.add_argument("--trace-step-rate", type=float, default=1.0, help="share of steps traced (default 1)")
     r.add_argument("--trace-rich-rate", type=float, default=1.0,
                    help="share of traced steps with per-request snapshots (default 1)")
@@ -475,7 +478,7 @@ def _main(argv=None) -> int:
             raise ConfigError("--export", args.export[0], "vllm-bench (the only export format)")
         res = run(scn, out, check_invariants=args.check_invariants, progress=not (args.quiet or quiet()),
                   plots=False if args.no_plots else None, vllm_traces=traces,
-                  keep_steps=args.export is not None)
+                  keep_steps=args.export is not None, compare_models=args.compare_models)
         if args.export is not None:
             from .metrics.vllm_bench import write_detailed
             try:

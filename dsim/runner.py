@@ -310,7 +310,7 @@ def _final_invariants(fleet: Fleet, horizon, drain) -> None:
 
 def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: bool = False,
         progress: bool = False, plots: bool | None = None, controllers=(), vllm_traces=None,
-        keep_steps: bool = False) -> Result:
+        keep_steps: bool = False, compare_models: bool = False) -> Result:
     """Run a scenario and return its Result; write the report to ``out_dir`` when given.
 
     scenario: a YAML/JSON path, a mapping with the same keys, or a loaded ``dsim.load_scenario(...)``.
@@ -324,19 +324,45 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
     (written as ``vllm_traces.otlp.jsonl`` in the report; ``Result.write_vllm_traces(path)``).
     keep_steps: keep every step of every series in the replicas' step logs (``inst.log``), not
     only what summary.json needs (``dsim.serving.steplog``); on with ``output.timeline``.
+    compare_models: also run the scenario under every other latency model validated on its GPU and
+    put their headline latencies in summary.json's ``model_spread`` (the models disagree: see it).
     """
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
     controllers, traces = check_run_args(controllers, vllm_traces, check_invariants=check_invariants,
-                                         progress=progress, plots=plots, keep_steps=keep_steps)
+                                         progress=progress, plots=plots, keep_steps=keep_steps,
+                                         compare_models=compare_models)
     # open the output first: an unwritable --out fails before the simulation, not after it
     ao = AtomicOutput(Path(out_dir)) if out_dir is not None else None
     try:
+        spread = model_spread(scn) if compare_models else None
         ses = simulate(scn, check_invariants, progress, controllers, traces, keep_steps)
-        return finish(ses, out_dir, plots, ao)
+        return finish(ses, out_dir, plots, ao, spread)
     except BaseException:
         if ao is not None:
             ao.abort()
         raise
+
+
+def model_spread(scn: Scenario) -> dict:
+    """The scenario under every other latency model validated on its GPU (shipped defaults): their
+    TTFT p50, TPOT p50 and E2E mean, to set beside the scenario's own model's answer."""
+    own = (scn.raw.get("latency") or {}).get("model", "roofline")
+    models = band.validated_models(scn)
+    out = {"scenario_model": own, "validated_models": models, "models": {}}
+    src = scn.source if scn.base_dir is not None else scn.raw
+    for m in models:
+        if m == own:
+            continue
+        swap = [f"latency={{model: {m}}}"] + [f"{p}.latency={{model: {m}}}" for p in band.own_latency_pools(scn)]
+        try:
+            other = load_scenario(src, list(scn.overrides) + swap, scn.seed)
+            lat = finish(simulate(other)).summary["latency_ms"]
+        except ConfigError as e:                      # a model that cannot run this deployment
+            out["models"][m] = {"error": str(e)}
+            continue
+        out["models"][m] = {"ttft_p50_ms": lat["ttft"].get("p50"), "tpot_p50_ms": lat["tpot"].get("p50"),
+                            "e2e_mean_ms": lat["e2e"].get("mean")}
+    return out
 
 
 def check_run_args(controllers, vllm_traces, **flags) -> tuple:
@@ -388,7 +414,8 @@ def inputs_out_dir(kind: str, name: str, inputs, settings: dict) -> str:
     return f"results/{kind}-{safe}-{h.hexdigest()[:8]}"
 
 
-def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutput | None = None) -> Result:
+def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutput | None = None,
+           spread: dict | None = None) -> Result:
     """Summarise a finished session into a Result (and write the report when out_dir is set)."""
     scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet
     summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
@@ -398,6 +425,8 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
         summary["warnings"] = summary.get("warnings", []) + lat_warn
     deps = band.deployments(scn, fleet, summary)
     band.annotate(summary, *band.run_band(deps, validation_rows()), deps)
+    if spread is not None:
+        summary["model_spread"] = spread
     if ses.spec is not None:
         summary["speculation"] = ses.spec.summary(reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
                                                                 "tpot_ms": scn.slo_tpot_ms,

@@ -241,3 +241,15 @@ def test_fleet_band_keeps_every_pool():
     eb = res.summary["error_band"]
     assert eb["validated"] is False and any("never validated" in r for r in eb["reasons"])
     assert len(eb["pools"]) == len(res.fleet.pools) and any(not p["validated"] for p in eb["pools"].values())
+
+
+def test_run_sets_the_other_validated_models_beside_its_answer():
+    over = ["workload.num_requests=100"]
+    res = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=over, compare_models=True)
+    ms = res.summary["model_spread"]
+    assert ms["scenario_model"] == "roofline" and set(ms["models"]) == set(ms["validated_models"]) - {"roofline"}
+    # each model's numbers are that model's own run, not the scenario's
+    phys = dsim.run(ROOT / "scenarios" / "quickstart.yaml", overrides=over + ["latency={model: physics}"])
+    assert ms["models"]["physics"]["tpot_p50_ms"] == phys.summary["latency_ms"]["tpot"]["p50"]
+    assert ms["models"]["physics"]["tpot_p50_ms"] != res.summary["latency_ms"]["tpot"]["p50"]
+    assert "error" in ms["models"]["vidur"]            # vidur has no profile of Llama-3.1-8B's shapes

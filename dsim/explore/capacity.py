@@ -27,6 +27,7 @@ from ..config.errors import ConfigError
 from .backends import run_calls
 from .evaluate import resolve, summary_row
 from ..metrics.measures import GROWTH_LIMIT, delay_trend, ledger_latencies
+from ..metrics.band import get_path, own_latency_pools, validated_models
 from .points import as_overrides
 from ..metrics.writers import AtomicOutput
 from .store import write_atomic
@@ -119,20 +120,6 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
     return row
 
 
-def _get(doc, key: str):
-    node = doc
-    for part in key.split("."):
-        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$", part)
-        if not m or not isinstance(node, dict) or m.group(1) not in node:
-            return None
-        node = node[m.group(1)]
-        for ix in re.findall(r"\[(\d+)\]", m.group(2)):
-            if not isinstance(node, list) or int(ix) >= len(node):
-                return None
-            node = node[int(ix)]
-    return node
-
-
 class _Search:
     def __init__(self, source, overrides, vary, slos, warmup, min_goodput, jobs, backend, address, integer):
         self.args = (source, list(overrides), vary, slos, warmup, min_goodput)
@@ -167,18 +154,13 @@ def band_scales(row: dict) -> dict | None:
     return {"optimistic": 1 + lo, "pessimistic": 1 + hi}
 
 
-def _own_latency_pools(scn) -> list:
-    """Paths of the pools that declare their own latency section (top-level latency does not reach them)."""
-    return [p.path for p in scn.fleet.pools if p.path and isinstance(_get(scn.raw, p.path + ".latency"), dict)]
-
-
 def scale_overrides(scn, factor: float) -> list:
     """--set lines that multiply every step of every pool of ``scn`` (a Scenario) by ``factor``, on top
     of a scale already set: the top-level latency section, and each pool that declares its own."""
     def one(path):
-        cur = _get(scn.raw, path + ".scale")
+        cur = get_path(scn.raw, path + ".scale")
         return f"{path}.scale={float(cur if cur is not None else 1.0) * factor:.6g}"
-    return [one("latency")] + [one(p + ".latency") for p in _own_latency_pools(scn)]
+    return [one("latency")] + [one(p + ".latency") for p in own_latency_pools(scn)]
 
 
 def _search(s: _Search, v0, minimize: bool, tol: float, max_probes: int):
@@ -212,23 +194,6 @@ def _band_ends(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address
     return out
 
 
-def validated_models(scn) -> list:
-    """Latency models with a band within the validated range for ``scn``'s (first) deployment (enough
-    validation runs on its GPU; their own bands can still be wide: docs/validation.md)."""
-    from ..latency.credibility import DEFAULT_MODEL, EXPERIMENTAL, validation_rows
-    from ..latency.efficiency import curve_for
-    from ..metrics.band import Deployment, band_for, model_kind
-    pool = scn.fleet.pools[0]
-    out = []
-    for m in (DEFAULT_MODEL,) + EXPERIMENTAL:
-        dep = Deployment(m, pool.device.name, not curve_for(pool.device).borrowed, model_kind(pool.model),
-                         pool.engine.generation.name)
-        b = band_for(dep, validation_rows())
-        if b is not None and b.validated:
-            out.append(m)
-    return out
-
-
 def _model_spread(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer, minimize, answer,
                   base, tol: float, max_probes: int) -> dict:
     """The central search again under every other credible latency model, with its shipped defaults."""
@@ -238,7 +203,7 @@ def _model_spread(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, addr
     for m in models:
         if m == own:
             continue
-        swap = [f"latency={{model: {m}}}"] + [f"{p}.latency={{model: {m}}}" for p in _own_latency_pools(base)]
+        swap = [f"latency={{model: {m}}}"] + [f"{p}.latency={{model: {m}}}" for p in own_latency_pools(base)]
         s = _Search(src, ovs + swap, vary, slos, warmup, min_goodput, jobs, backend, address, integer)
         out["answers"][m] = _search(s, answer, minimize, tol, max_probes)
         errs = [p["error"] for p in s.probes.values() if p.get("status") == "error"]
@@ -299,7 +264,7 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
 
 def _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, min_goodput, jobs, backend,
               address, ao, max_probes, band=True, seeds=1, compare_models=False) -> dict:
-    v0 = _get(base.raw, vary)
+    v0 = get_path(base.raw, vary)
     minimize = target_rate is not None
     if not isinstance(v0, (int, float)) or isinstance(v0, bool) or v0 <= 0:
         raise ConfigError(f"--vary {vary}", v0, "a key the scenario sets to a number > 0 "

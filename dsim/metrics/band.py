@@ -412,4 +412,49 @@ def band_lines(summary: dict) -> list:
         if b:
             parts.append(f"{m.upper()} {stat} {b[0]:.4g}-{b[1]:.4g}")
     lines = [f"  error band ({eb['level']:.0%}, ms): " + ", ".join(parts)] if parts else []
-    return lines + [f"  {eb['statement']}"]
+    lines.append(f"  {eb['statement']}")
+    ms = summary.get("model_spread")
+    if ms:
+        words = [f"{m} " + (f"TTFT p50 {v['ttft_p50_ms']:.4g}, TPOT p50 {v['tpot_p50_ms']:.4g}, E2E mean "
+                            f"{v['e2e_mean_ms']:.4g} ms" if "error" not in v and v.get("e2e_mean_ms") is not None
+                            else "n/a (cannot model this deployment)") for m, v in ms["models"].items()]
+        lines.append("  other latency models validated on this GPU: " + ("; ".join(words) if words else "none"))
+    return lines
+
+
+# ---- other latency models, and where a scenario's latency sections are -----------------------------
+def validated_models(scn) -> list:
+    """Latency models with a band within the validated range for ``scn``'s (first) deployment (enough
+    validation runs on its GPU; their own bands can still be wide: docs/validation.md)."""
+    from ..latency.credibility import DEFAULT_MODEL, EXPERIMENTAL, validation_rows
+    from ..latency.efficiency import curve_for
+    pool = scn.fleet.pools[0]
+    out = []
+    for m in (DEFAULT_MODEL,) + EXPERIMENTAL:
+        dep = Deployment(m, pool.device.name, not curve_for(pool.device).borrowed, model_kind(pool.model),
+                         pool.engine.generation.name)
+        b = band_for(dep, validation_rows())
+        if b is not None and b.validated:
+            out.append(m)
+    return out
+
+
+def own_latency_pools(scn) -> list:
+    """Paths of the pools that declare their own latency section (top-level latency does not reach them)."""
+    return [p.path for p in scn.fleet.pools if p.path and isinstance(get_path(scn.raw, p.path + ".latency"), dict)]
+
+
+def get_path(doc, key: str):
+    """``doc`` at a dotted key path with [i] indices (None when absent)."""
+    import re
+    node = doc
+    for part in key.split("."):
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$", part)
+        if not m or not isinstance(node, dict) or m.group(1) not in node:
+            return None
+        node = node[m.group(1)]
+        for ix in re.findall(r"\[(\d+)\]", m.group(2)):
+            if not isinstance(node, list) or int(ix) >= len(node):
+                return None
+            node = node[int(ix)]
+    return node
