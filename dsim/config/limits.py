@@ -21,6 +21,7 @@ MAX_SEEDS = 10_000            # seeds per sweep point
 MAX_JOBS = 1_024              # parallel simulations of one command
 MAX_GPUS = 4_096              # a plan's GPU budget (candidates grow with it)
 MAX_TOP = 100_000             # rows of a plan's top table, rounds of its search
+MAX_YAML_VALUES = 10**6       # values of a YAML file once its aliases are expanded ("billion laughs")
 
 
 def expected_count(path: str, rate: float, duration: float, n) -> None:
