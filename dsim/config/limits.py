@@ -21,7 +21,19 @@ MAX_SEEDS = 10_000            # seeds per sweep point
 MAX_JOBS = 1_024              # parallel simulations of one command
 MAX_GPUS = 4_096              # a plan's GPU budget (candidates grow with it)
 MAX_TOP = 100_000             # rows of a plan's top table, rounds of its search
+MAX_EVALS = 10_000            # simulations of one calibrate/fit search
+MAX_DEPTH = 1_000             # trees of an acceptance bundle
+MAX_UNITS = 4_096             # hidden units of a latency head
+MAX_SEED = 2**32 - 1          # numpy's seed range
 MAX_YAML_VALUES = 10**6       # values of a YAML file once its aliases are expanded ("billion laughs")
+
+
+def check_flag(flag: str, value, lo, hi) -> None:
+    """A numeric CLI flag within [lo, hi] before anything runs (1e30 jobs or evaluations overflowed a
+    C int or ran forever)."""
+    from .errors import ConfigError
+    if value is not None and not lo <= value <= hi:
+        raise ConfigError(flag, value, f"a number in [{lo}, {hi}]")
 
 
 def expected_count(path: str, rate: float, duration: float, n) -> None:
