@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
-from fuzz_keys import _alarm, _Timeout, leaves  # noqa: E402
+from fuzz_keys import _alarm, _Timeout  # noqa: E402  (fuzz_keys: the in-process alarm pattern)
 
 from dsim.cli import main as dsim_main  # noqa: E402
 from dsim.config.files import load_yaml  # noqa: E402
@@ -110,10 +110,6 @@ def _small_set(doc) -> list:
 
 def _run_argv(path: Path, d: Path, doc=None) -> list:
     return ["run", str(path), "--quiet", "--no-plots", "--out", str(d / "out")] + _small_set(doc)
-
-
-def _dump(doc) -> str:
-    return yaml_dump(doc)
 
 
 def yaml_dump(doc) -> str:
@@ -201,7 +197,7 @@ def _raw_structural(rng: random.Random, names: list, op: str):
 
 
 def _raw_text(rng, a: str, doc: dict, op: str):
-    text = _dump(doc)
+    text = yaml_dump(doc)
     if op == "anchors":
         key = rng.choice([k for k in ("engine", "slo", "latency", "workload") if k in doc] or ["name"])
         body = yaml_dump({key: doc[key]}).split("\n", 1)
@@ -261,7 +257,7 @@ def _raw_text(rng, a: str, doc: dict, op: str):
         body = json.dumps(doc)
         mut = rng.choice(["nan", "trailing_comma", "bom"])
         if mut == "nan":
-            body = body.replace("}", ', "seed": NaN}', 1) if "seed" not in doc else body.replace(f'"seed": {doc["seed"]}', '"seed": NaN')
+            body = json.dumps({**doc, "seed": float("nan")})          # json writes the bare token NaN
         elif mut == "trailing_comma":
             body = body[:-1] + ",}"
         else:
@@ -283,7 +279,7 @@ def structural_case(seed: int, i: int) -> Case:
     names = scenario_names()
     if op in DOC_OPS:
         what, doc = _structural(rng, names, op)
-        data, small = _dump(doc).encode(), doc
+        data, small = yaml_dump(doc).encode(), doc
     else:
         what, data, small = _raw_structural(rng, names, op)
     ext = ".json" if op == "json_form" else ".yaml"
@@ -296,15 +292,14 @@ def structural_case(seed: int, i: int) -> Case:
 
 
 # ---- 2. data-file mutator ----------------------------------------------------------------------------
-def _read_rows(path: Path, fmt: str):
-    text = path.read_text()
+def _read_rows(text: str, fmt: str):
     if fmt == "jsonl":
         return [json.loads(x) for x in text.splitlines() if x.strip()]
     if fmt == "csv":
         return list(csv.DictReader(io.StringIO(text)))
     if fmt == "json":
         return json.loads(text)
-    return load_yaml(text, str(path))
+    return load_yaml(text, "data")
 
 
 def _write_rows(obj, fmt: str) -> bytes:
@@ -377,7 +372,8 @@ def _mutate_structure(obj, fmt: str, mut: str, rng: random.Random):
         return "no fields", obj
     p = rng.choice(paths)
     num = {"json": lambda x: x, "yaml": lambda x: x, "csv": str}[fmt if fmt != "jsonl" else "json"]
-    value = {"wrong_type": lambda: rng.choice(["abc", [1, 2], {"a": 1}, True, None] if fmt != "csv" else ["abc", "[1]", "true", ""]),
+    wrong = ["abc", [1, 2], {"a": 1}, True, None] if fmt != "csv" else ["abc", "[1]", "true", ""]
+    value = {"wrong_type": lambda: rng.choice(wrong),
              "nan": lambda: num(float("nan")), "inf": lambda: num(rng.choice([float("inf"), float("-inf")])),
              "negative": lambda: num(rng.choice([-1, -1e9, -0.5])),
              "huge": lambda: HUGE["csv" if fmt == "csv" else "json"]}[mut]()
@@ -499,12 +495,7 @@ def data_case(seed: int, i: int) -> Case:
         data = bytes(rng.randrange(256) for _ in range(rng.choice([1, 64, 4096])))
         what = f"{len(data)} random bytes"
     elif mut in FIELD_MUTS:
-        import tempfile as _t
-        with _t.TemporaryDirectory() as td:
-            p = Path(td) / Path(target).name
-            p.write_bytes(src)
-            obj = _read_rows(p, fmt)
-        what, obj = _mutate_structure(obj, fmt, mut, rng)
+        what, obj = _mutate_structure(_read_rows(src.decode(), fmt), fmt, mut, rng)
         what = f"{mut}: {what}"
         data = _write_rows(obj, fmt)
 
