@@ -186,11 +186,18 @@ def _add_specdec(sub) -> None:
 
 
 def _num_list(text, flag, cast=float):
+    """Comma-separated positive finite numbers (multipliers, gammas, unit counts)."""
+    import math
+
     from .config.errors import ConfigError
     try:
-        return tuple(cast(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
+        v = tuple(cast(x) for x in str(text).split(",") if x.strip())
+    except (ValueError, OverflowError):
         raise ConfigError(flag, text, "comma-separated numbers") from None
+    if not all(math.isfinite(x) and x >= 0 for x in v) or (flag != "--hidden" and not all(x > 0 for x in v)):
+        raise ConfigError(flag, text, "comma-separated finite numbers > 0" if flag != "--hidden" else
+                          "comma-separated integers >= 0")
+    return v
 
 
 def _specdec(args) -> int:
@@ -204,9 +211,11 @@ def _specdec(args) -> int:
         return 0
     from .config.errors import ConfigError
     from .specdec.headfit import train_head
+    from .config.limits import MAX_SEED, MAX_UNITS, check_flag
     hidden = _num_list(args.hidden, "--hidden", int)
-    if not hidden or any(h < 0 for h in hidden):
-        raise ConfigError("--hidden", args.hidden, "hidden-unit counts >= 0")
+    if not hidden or any(not 0 <= h <= MAX_UNITS for h in hidden):
+        raise ConfigError("--hidden", args.hidden, f"hidden-unit counts in [0, {MAX_UNITS}]")
+    check_flag("--seed", args.seed, 0, MAX_SEED)
     doc = train_head(args.oracle, args.out, hidden=hidden, seed=args.seed)
     ch = doc["report"]["chosen"]
     v = ch["validation"]
@@ -265,14 +274,14 @@ def _examples(args) -> int:
     return 0
 
 
-def _int_list(text, flag):
+def _int_list(text, flag, hi):
     from .config.errors import ConfigError
     try:
         v = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(flag, text, "comma-separated positive integers") from None
-    if not v or min(v) < 1:
-        raise ConfigError(flag, text, "comma-separated positive integers")
+    if not v or min(v) < 1 or max(v) > hi:
+        raise ConfigError(flag, text, f"comma-separated integers in [1, {hi:.0e}]")
     return sorted(set(v))
 
 
@@ -300,8 +309,10 @@ def _lut(args) -> int:
         raise ConfigError("--tp", args.tp, "an integer >= 1")
     model = load_model(args.model, "--model", Path.cwd())
     device = load_device(args.hardware, "--hardware")
-    contexts = _int_list(args.contexts, "--contexts") if args.contexts else list(lut.CONTEXTS)
-    mbs = _int_list(args.microbatches, "--microbatches") if args.microbatches else list(lut.MICROBATCHES)
+    from .config.limits import MAX_TOKENS
+    MAX_BATCH = 1 << 20                  # sequences in one microbatch: far past any engine's max_num_seqs
+    contexts = _int_list(args.contexts, "--contexts", MAX_TOKENS) if args.contexts else list(lut.CONTEXTS)
+    mbs = _int_list(args.microbatches, "--microbatches", MAX_BATCH) if args.microbatches else list(lut.MICROBATCHES)
     engine = EngineConfig(tensor_parallel_size=args.tp, max_num_batched_tokens=max(8192, max(contexts)))
     doc = apply_overrides({"latency": {"model": args.latency}}, args.overrides)
     step, _, desc = build_latency(doc["latency"], LatencyContext(model, device, engine, 1 << 20))
@@ -328,8 +339,8 @@ def _acceptance(args) -> int:
     from .specdec import bundle as B
     iters = [it for f in args.logs for it in B.read_logs(f)]
     if args.acc_cmd == "train":
-        if args.max_depth < 1:
-            raise ConfigError("--max-depth", args.max_depth, "an integer >= 1")
+        from .config.limits import MAX_DEPTH, check_flag
+        check_flag("--max-depth", args.max_depth, 1, MAX_DEPTH)
         meta = {}
         for kv in args.meta:
             k, eq, v = kv.partition("=")
@@ -413,11 +424,12 @@ def _main(argv=None) -> int:
             from .bench import bench
             from .config.errors import ConfigError as _CE
             from .cluster.routers import check_router_name
-            if args.replicas < 1:
-                raise _CE("--replicas", args.replicas, "an integer >= 1")
+            from .config.limits import MAX_REPLICAS, MAX_REQUESTS, check_flag
+            check_flag("--replicas", args.replicas, 1, MAX_REPLICAS)
+            check_flag("--requests", args.requests, 1, MAX_REQUESTS)
             check_router_name(args.router, "--router")
-            if args.rate is not None and not args.rate > 0:
-                raise _CE("--rate", args.rate, "a rate > 0")
+            if args.rate is not None and not 0 < args.rate <= 1e9:
+                raise _CE("--rate", args.rate, "a rate in (0, 1e9] req/s")
             if args.overrides and args.scenario is None:
                 raise _CE("--set", None, "--scenario FILE to override", show_value=False)
             print(json.dumps(bench(args.requests, _T0, args.replicas, args.router, args.rate, args.scenario,

@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 
 from ..config.errors import ConfigError
+from ..config.limits import MAX_TOKENS
 
 
 def _int(v, where: str, lo: int) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < lo:
         raise ConfigError(where, v, f"an integer >= {lo} (tokens)")
+    if v > MAX_TOKENS:
+        raise ConfigError(where, v, f"at most {MAX_TOKENS:.0e} tokens")
     return int(v)
 
 

@@ -215,8 +215,10 @@ def markdown(rep: dict) -> str:
 def calibrate_cli(args, columns) -> int:
     from ..config.scenario import read_scenario_file
     from .realrun import load_real
-    if args.max_evals < 1 or args.jobs < 1:
-        raise ConfigError("--max-evals/--jobs", (args.max_evals, args.jobs), "integers >= 1")
+    from ..config.limits import MAX_EVALS, MAX_JOBS, MAX_SEED, check_flag
+    check_flag("--max-evals", args.max_evals, 1, MAX_EVALS)
+    check_flag("--jobs", args.jobs, 1, MAX_JOBS)
+    check_flag("--seed", getattr(args, "seed", None), 0, MAX_SEED)
     base = read_scenario_file(args.scenario) if args.scenario else None
     runs = []
     for p in args.real:

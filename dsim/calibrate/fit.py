@@ -336,8 +336,10 @@ def fit_cli(args) -> int:
     base = read_scenario_file(args.scenario) if args.scenario else None
     traces = [p for p in args.runs if _is_trace(Path(p))]
     real = [p for p in args.runs if p not in traces]
-    if args.max_evals < 1 or args.jobs < 1:
-        raise ConfigError("--max-evals/--jobs", (args.max_evals, args.jobs), "integers >= 1")
+    from ..config.limits import MAX_EVALS, MAX_JOBS, MAX_SEED, check_flag
+    check_flag("--max-evals", args.max_evals, 1, MAX_EVALS)
+    check_flag("--jobs", args.jobs, 1, MAX_JOBS)
+    check_flag("--seed", getattr(args, "seed", None), 0, MAX_SEED)
     if traces:
         res, trained = fit_traces(traces, args.model, base)
         print(f"stage 1: {res['fit']['rows']} steps, MAPE {res['fit']['mape']:.2%}, beta {res['beta']}")

@@ -25,7 +25,8 @@ import numpy as np
 import yaml
 
 from ..config.errors import ConfigError
-from ..config.files import parse_json, read_text
+from ..config.files import check_expansion, parse_json, read_text
+from ..config.limits import MAX_TOKENS
 from .benchjson import bench_requests
 
 QUANTS = ("mean", "p50", "p90", "p95", "p99")
@@ -175,17 +176,16 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
     if not p.is_file():
         raise ConfigError(str(folder), "requests.jsonl", "a folder with requests.jsonl")
     raw = []
-    with p.open() as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                where = f"{p}:{i}"
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
-                if not isinstance(rec, dict):
-                    raise ConfigError(where, type(rec).__name__, "a JSON object, one request a line")
-                raw.append((where, rec))
+    for i, line in enumerate(read_text(p).split("\n"), 1):      # bounded; bad bytes name the file
+        if line.strip():
+            where = f"{p}:{i}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise ConfigError(where, type(rec).__name__, "a JSON object, one request a line")
+            raw.append((where, rec))
     if not raw:
         raise ConfigError(str(p), None, "at least one request", show_value=False)
     q0 = min(_num(r, "queued_ts", w) for w, r in raw)
@@ -196,6 +196,8 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
         for key, v in (("input_toks", _num(r, "input_toks", w)), ("output_toks", n_out)):
             if not v >= 1 or v != int(v):
                 raise ConfigError(f"{w}.{key}", r.get(key), "an integer >= 1 (tokens)")
+            if v > MAX_TOKENS:
+                raise ConfigError(f"{w}.{key}", r.get(key), f"at most {MAX_TOKENS:.0e} tokens")
         if not q <= f1 <= last:
             raise ConfigError(w, None, "queued_ts <= first_token_ts <= last_token_ts", show_value=False)
         rows.append({"arrival_s": q - q0, "prompt_tokens": int(_num(r, "input_toks", w)), "output_tokens": n_out,
@@ -237,13 +239,11 @@ def read_inference_perf(folder: Path, hardware: str | None = None) -> RealRun:
 
     The shared files carry no hardware name: the data README says H100 SXM, the default here."""
     folder = Path(folder)
-    try:
-        exp = yaml.safe_load((folder / "exp-config.yaml").read_text()) or {}
-        prof = yaml.safe_load((folder / "profile.yaml").read_text()) or {}
-    except FileNotFoundError as e:
-        raise ConfigError(str(folder), Path(e.filename).name, "an inference-perf folder with this file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(str(folder), None, f"valid YAML ({e})", show_value=False) from None
+    for name in ("exp-config.yaml", "profile.yaml"):
+        if not (folder / name).exists():
+            raise ConfigError(str(folder), name, "an inference-perf folder with this file")
+    exp = _yaml_mapping(folder / "exp-config.yaml")
+    prof = _yaml_mapping(folder / "profile.yaml")
     client, client_file = _iperf_client_config(folder, prof)
     data = client.get("data") or {}
     sp = data.get("shared_prefix")
@@ -253,11 +253,12 @@ def read_inference_perf(folder: Path, hardware: str | None = None) -> RealRun:
     stages_cfg = load.get("stages") or []
     if not stages_cfg:
         raise ConfigError(f"{folder}/{client_file}.load.stages", None, "at least one stage", show_value=False)
-    engine = {"tensor_parallel_size": int(exp.get("tensor_parallelism", 1)),
-              "max_num_seqs": int(exp.get("max_num_seqs", 256)),
-              "max_num_batched_tokens": int(exp.get("max_num_batched_tokens", 2048)),
-              "max_model_len": int(exp.get("max_model_len", 4096))}
-    out_len = int(sp["output_len"])
+    ew = f"{folder}/exp-config.yaml"
+    engine = {"tensor_parallel_size": _count(exp, "tensor_parallelism", 1, ew),
+              "max_num_seqs": _count(exp, "max_num_seqs", 256, ew),
+              "max_num_batched_tokens": _count(exp, "max_num_batched_tokens", 2048, ew),
+              "max_model_len": _count(exp, "max_model_len", 4096, ew)}
+    out_len = _count(sp, "output_len", None, f"{folder}/{client_file}.data.shared_prefix")
     prefix, how = _iperf_prompts(sp, f"{folder}/{client_file}.data.shared_prefix")
     workload = {
         "type": "staged", "stage_arrivals": "constant" if load.get("type", "constant") == "constant" else "poisson",
@@ -298,15 +299,34 @@ def _iperf_client_config(folder: Path, prof: dict) -> tuple[dict, str]:
     """The client configuration the run really used: inference-perf writes its resolved config to
     results/config.yaml; a release may ignore keys of profile.yaml, so the resolved one wins."""
     f = folder / "results" / "config.yaml"
-    if not f.is_file():
+    if not f.exists():
         return prof, "profile.yaml"
+    return _yaml_mapping(f), "results/config.yaml"
+
+
+def _count(d: dict, key: str, default, where: str) -> int:
+    """An integer >= 1 of a run's YAML ('abc', NaN or 1.5 was an internal error in int())."""
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 1 \
+            or v > MAX_TOKENS:
+        raise ConfigError(f"{where}.{key}", v, f"an integer in [1, {MAX_TOKENS:.0e}]")
+    return int(v)
+
+
+def _yaml_mapping(f: Path) -> dict:
+    """A run folder's YAML file as a mapping, read like every user file (a regular file, bounded,
+    UTF-8, aliases bounded): a FIFO here used to block, /dev/zero to exhaust memory, a folder or a
+    list to be an internal error, undecodable bytes to be an error naming no file."""
+    text = read_text(f)
     try:
-        cfg = yaml.safe_load(f.read_text()) or {}
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(str(f), None, f"valid YAML ({e})", show_value=False) from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(str(f), cfg, "a mapping")
-    return cfg, "results/config.yaml"
+    check_expansion(doc, str(f))
+    doc = {} if doc is None else doc
+    if not isinstance(doc, dict):
+        raise ConfigError(str(f), type(doc).__name__, "a mapping")
+    return doc
 
 
 def _iperf_prompts(sp: dict, where: str) -> tuple[dict, str]:

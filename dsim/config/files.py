@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .errors import ConfigError
-from .limits import MAX_FILE_BYTES
+from .limits import MAX_FILE_BYTES, MAX_YAML_VALUES
 
 
 def _size(n: int) -> str:
@@ -122,7 +122,38 @@ def load_yaml(text: str, shown: str):
             seen[key] = key_node.start_mark.line + 1
         return loader.construct_mapping(node, deep=deep)
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    return yaml.load(text, Loader=Loader)   # noqa: S506 - a SafeLoader subclass
+    doc = yaml.load(text, Loader=Loader)   # noqa: S506 - a SafeLoader subclass
+    check_expansion(doc, shown)
+    return doc
+
+
+def check_expansion(doc, shown: str, cap: int = MAX_YAML_VALUES) -> None:
+    """Refuse a document whose aliases expand it past ``cap`` values or into itself: a few hundred
+    bytes of nested ``*alias`` lists ("billion laughs") load as a small shared graph, but the first
+    str(), copy or walk of it expands 9^10 values and never returns.  Counts each shared node once."""
+    size: dict = {}
+    seen: set = set()
+    stack = [(doc, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        kids = list(node.values()) if isinstance(node, dict) else node
+        if done:
+            n = 1 + (len(node) if isinstance(node, dict) else 0) + sum(size.get(id(c), 1) for c in kids)
+            if n > cap:
+                raise ConfigError(shown, None, f"at most {cap:.0e} values once its YAML aliases are expanded "
+                                  "(*alias lists nested in each other multiply)", show_value=False)
+            size[id(node)] = n
+            continue
+        if id(node) in seen:
+            if id(node) not in size:
+                raise ConfigError(shown, None, "YAML without a value that contains itself (an &anchor "
+                                  "used inside its own value)", show_value=False)
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in kids if isinstance(c, (dict, list)))
 
 
 def input_error(e: BaseException) -> str | None:

@@ -25,6 +25,19 @@ MAX_GPUS = 4_096              # a plan's GPU budget (candidates grow with it)
 MAX_FLOW_WORK = 1_000_000     # flows the network re-solves in one run (~15 s) before it must be
 FLOW_WORK_PER_MSG = 200       # explained by its messages: shipped scenarios re-solve 1.5-7 per message
 MAX_TOP = 100_000             # rows of a plan's top table, rounds of its search
+MAX_EVALS = 10_000            # simulations of one calibrate/fit search
+MAX_DEPTH = 1_000             # trees of an acceptance bundle
+MAX_UNITS = 4_096             # hidden units of a latency head
+MAX_SEED = 2**32 - 1          # numpy's seed range
+MAX_YAML_VALUES = 10**6       # values of a YAML file once its aliases are expanded ("billion laughs")
+
+
+def check_flag(flag: str, value, lo, hi) -> None:
+    """A numeric CLI flag within [lo, hi] before anything runs (1e30 jobs or evaluations overflowed a
+    C int or ran forever)."""
+    from .errors import ConfigError
+    if value is not None and not lo <= value <= hi:
+        raise ConfigError(flag, value, f"a number in [{lo}, {hi}]")
 
 
 def expected_count(path: str, rate: float, duration: float, n) -> None:

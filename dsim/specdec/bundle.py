@@ -32,45 +32,45 @@ CTX_BIN = 32
 
 def read_logs(path) -> list:
     """Iterations from a profiling JSONL, validated (errors name file and line)."""
+    from ..config.files import read_text
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(path), None, "an existing profiling log (JSONL)", show_value=False)
     rows = []
-    with p.open() as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{i}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(where, None, f"a JSON object per line ({e.msg})", show_value=False) from None
-            if not isinstance(d, dict):
-                raise ConfigError(where, d, "a JSON object")
-            k = d.get("k", d.get("spec_tokens"))
-            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                raise ConfigError(f"{where}.k", k, "an integer >= 1 (drafted tokens)")
-            if "accept_flags" in d:
-                fl = d["accept_flags"]
-                if not isinstance(fl, list) or len(fl) > k or any(x not in (0, 1, True, False) for x in fl):
-                    raise ConfigError(f"{where}.accept_flags", fl, f"a list of at most k={k} 0/1 flags")
-                a = 0
-                for x in fl:
-                    if not x:
-                        break
-                    a += 1
-            else:
-                a = d.get("accepted")
-                if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a <= k:
-                    raise ConfigError(f"{where}.accepted", a, f"an integer in 0..k ({k})")
-            ctx = d.get("context_len")
-            if isinstance(ctx, bool) or not isinstance(ctx, (int, float)) or ctx < 0:
-                raise ConfigError(f"{where}.context_len", ctx, "a length >= 0")
-            t = d.get("temperature", 0.0)
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
-                raise ConfigError(f"{where}.temperature", t, "a number >= 0")
-            rows.append({"context_len": float(ctx), "k": k, "accepted": a, "temperature": float(t),
-                         "drafter": str(d.get("drafter", "")), "verifier": str(d.get("verifier", ""))})
+    for i, line in enumerate(read_text(p, str(path)).split("\n"), 1):   # bounded; bad bytes name the file
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(where, None, f"a JSON object per line ({e.msg})", show_value=False) from None
+        if not isinstance(d, dict):
+            raise ConfigError(where, d, "a JSON object")
+        k = d.get("k", d.get("spec_tokens"))
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"{where}.k", k, "an integer >= 1 (drafted tokens)")
+        if "accept_flags" in d:
+            fl = d["accept_flags"]
+            if not isinstance(fl, list) or len(fl) > k or any(x not in (0, 1, True, False) for x in fl):
+                raise ConfigError(f"{where}.accept_flags", fl, f"a list of at most k={k} 0/1 flags")
+            a = 0
+            for x in fl:
+                if not x:
+                    break
+                a += 1
+        else:
+            a = d.get("accepted")
+            if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a <= k:
+                raise ConfigError(f"{where}.accepted", a, f"an integer in 0..k ({k})")
+        ctx = d.get("context_len")
+        if isinstance(ctx, bool) or not isinstance(ctx, (int, float)) or ctx < 0:
+            raise ConfigError(f"{where}.context_len", ctx, "a length >= 0")
+        t = d.get("temperature", 0.0)
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
+            raise ConfigError(f"{where}.temperature", t, "a number >= 0")
+        rows.append({"context_len": float(ctx), "k": k, "accepted": a, "temperature": float(t),
+                     "drafter": str(d.get("drafter", "")), "verifier": str(d.get("verifier", ""))})
     if not rows:
         raise ConfigError(str(path), None, "at least one iteration", show_value=False)
     return rows

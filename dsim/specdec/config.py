@@ -14,7 +14,7 @@ from pathlib import Path
 from ..config.errors import ConfigError
 from ..config.limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
 from ..config.fields import Section, check_number
-from ..config.files import read_text
+from ..config.files import check_expansion, read_text
 from ..config.model import load_model
 from . import gamma as G
 from .acceptance import GeometricAcceptance, load_curves
@@ -226,6 +226,7 @@ def _head_params(params: dict, g, base_dir) -> dict:
         doc = yaml.safe_load(text)
     except yaml.YAMLError:
         raise ConfigError(where, f, "a YAML head file written by dsim specdec train-head") from None
+    check_expansion(doc, str(p))
     head = doc.get("latency_head") if isinstance(doc, dict) else None
     if not isinstance(head, dict) or "weights" not in head:
         raise ConfigError(where, f, "a head file with a latency_head: {weights, bias, ...} section")
@@ -271,10 +272,14 @@ def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) 
         for k in ("weights", "bias", "hidden"):
             if params.get(k) is not None:
                 _finite(params[k], g.sub(k))
+        head_file = params.get("head")
         params = _head_params(params, g, base_dir)
     try:
         probe = build_policy(policy, params, mode, acc)
     except (TypeError, ValueError) as e:
+        if policy == "latency_head":     # a head's weights are thousands of numbers: name the file, not them
+            raise ConfigError(g.sub("head") if head_file is not None else s.sub("gamma"), head_file,
+                              f"valid {policy} parameters ({e})", show_value=head_file is not None) from None
         raise ConfigError(s.sub("gamma"), params, f"valid {policy} parameters ({e})") from None
     k_max = probe.k_max
     sw = Section(s.raw("mode_switch", {}), s.sub("mode_switch"))

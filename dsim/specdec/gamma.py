@@ -142,10 +142,16 @@ class LatencyHead(_Clamp):
         self.fused_k = self.clamp(fused_k)    # drafts per fused round (a trained head's most common fused label)
         self.w = np.asarray(weights, float)
         self.b = float(bias)
-        self.hidden = None if hidden is None else (np.asarray(hidden[0], float), np.asarray(hidden[1], float))
+        self.hidden = None
+        if hidden is not None:           # [W (units, features), c (units)]; a reversed pair was an IndexError
+            shape = f"hidden must be [weights (units, {self.N_FEATURES}), biases (units)]"
+            if not isinstance(hidden, (list, tuple)) or len(hidden) != 2:
+                raise ValueError(shape)
+            self.hidden = (np.asarray(hidden[0], float), np.asarray(hidden[1], float))
+            W, c = self.hidden
+            if W.ndim != 2 or W.shape[1] != self.N_FEATURES or c.shape != (W.shape[0],):
+                raise ValueError(shape)
         want = self.hidden[0].shape[0] if self.hidden is not None else self.N_FEATURES
-        if self.hidden is not None and self.hidden[0].shape[1] != self.N_FEATURES:
-            raise ValueError(f"hidden weights must be (units, {self.N_FEATURES})")
         if self.w.shape != (want,):
             raise ValueError(f"weights must have {want} entries")
         self.alpha = float(smoothing)

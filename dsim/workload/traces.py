@@ -23,18 +23,21 @@ from pathlib import Path
 
 from ..config.errors import ConfigError
 from ..config.files import read_text
+from ..config.limits import MAX_GROUPS, MAX_TOKENS
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("prefix_group", "request_id", "priority", "slo_class", "ttft_slo_ms", "tpot_slo_ms")
 
 
-def _int(v, where, name, lo=1):
+def _int(v, where, name, lo=1, hi=MAX_TOKENS):
     try:
         f = float(v)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}.{name}", v, "a number") from None
     if not f.is_integer() or f < lo:
         raise ConfigError(f"{where}.{name}", v, f"an integer >= {lo}")
+    if f > hi:                          # 1e30 tokens overflowed the ledger's int64 columns (internal error)
+        raise ConfigError(f"{where}.{name}", v, f"an integer <= {hi:.0e}")
     return int(f)
 
 
@@ -49,7 +52,7 @@ def _row(rec: dict, where: str):
     if not 0 <= t < float("inf"):
         raise ConfigError(f"{where}.arrival_s", rec["arrival_s"], "a finite time >= 0")
     g = rec.get("prefix_group")
-    g = -1 if g in (None, "") else _int(g, where, "prefix_group", lo=0)
+    g = -1 if g in (None, "") else _int(g, where, "prefix_group", lo=0, hi=MAX_GROUPS)
     return (t, _int(rec["prompt_tokens"], where, "prompt_tokens"),
             _int(rec["output_tokens"], where, "output_tokens"), g, str(rec.get("request_id") or ""), None,
             _service(rec, where))
