@@ -256,3 +256,14 @@ def test_an_unreachable_cluster_is_a_one_line_error(backend):
         dsim.sweep(QUICK, ["workload.rate=1,2"], overrides=["workload.num_requests=5"], jobs=2, backend=backend,
                    address=addr)
     assert time.time() - t0 < 20
+
+
+def test_sweep_random_must_not_be_negative(tmp_path):
+    """`sweep --random -3` ran zero points and exited 0 with an empty table (issue 36, item 6)."""
+    import pytest as _pt
+
+    import dsim
+    with _pt.raises(dsim.ConfigError, match="--random"):
+        dsim.sweep(str(Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"),
+                   ranges=["workload.rate=1:2"], random=-3, out=str(tmp_path / "sw"))
+    assert not (tmp_path / "sw").exists()

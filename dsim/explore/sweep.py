@@ -86,6 +86,8 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
     it); stored rows are reused as they are, so use a fresh ``out`` when ``extra`` changes."""
     grid = parse_grid(grid) if grid and isinstance(next(iter(grid)), str) else list(grid)
     ranges = parse_ranges(ranges) if ranges and isinstance(next(iter(ranges)), str) else list(ranges)
+    if isinstance(random, bool) or not isinstance(random, int) or random < 0:
+        raise ConfigError("--random", random, "a number of points >= 1 (0: no random points)")
     if random and not ranges:
         raise ConfigError("--random", random, "--range KEY=LO:HI to draw from", show_value=False)
     if ranges and not random:
