@@ -96,3 +96,26 @@ def test_requests_csv_names_e2el_ms_and_keeps_e2e_ms_as_an_alias(exported):
     assert all(r["e2el_ms"] == r["e2e_ms"] != "" for r in rows)
     from dsim.metrics.writers import ALIASES, COLUMNS
     assert ALIASES == {"e2e_ms": "e2el_ms"} and COLUMNS.index("e2el_ms") + 1 == COLUMNS.index("e2e_ms")
+
+
+def test_peaks_of_a_run_spanning_more_seconds_than_memory_holds():
+    """A run whose latencies are 1e12 s (a fuzzed network latency) allocated one bucket per second:
+    14.9 GiB and an OOM kill. Only the buckets where something changes are counted now."""
+    import numpy as np
+
+    from dsim.metrics.vllm_bench import peaks
+
+    class Ledger:
+        cols = {"arrival": np.array([0.0, 0.5, 1e12]), "t_completion": np.array([10.2, 1e12 + 3.5, 2e15]),
+                "t_first_token": np.array([0.1, 0.6, 1e12 + 1]), "t_last_token": np.array([10.1, 1e12 + 3, 2e15]),
+                "n_out": np.array([11, 2, 1])}
+
+        def present(self, k):
+            return np.ones(3, dtype=bool)
+
+        def col(self, k):
+            return self.cols[k]
+    p = peaks(Ledger())
+    # by hand: bucket 0 holds both first tokens (0.1, 0.6) plus request 0's spread 1 token/s x 0.9 s
+    assert p["max_output_tokens_per_s"] == pytest.approx(2.9)
+    assert p["max_concurrent_requests"] == 2           # requests 0 and 1 overlap in buckets 0-10

@@ -38,42 +38,56 @@ def header(scn) -> dict:
 def peaks(led) -> dict:
     """``max_output_tokens_per_s`` and ``max_concurrent_requests`` from the ledger's columns.
     dsim keeps no per-token times (memory), so a request's tokens after the first are spread evenly
-    between its first and last token (the fluid count; the export below has the exact ones)."""
+    between its first and last token (the fluid count; the export below has the exact ones).
+
+    Only the buckets where something changes are materialised (a run spanning 1e9 s would need a
+    billion buckets): between two such buckets every bucket has the same value, so the maximum over
+    them, plus the first bucket after each, is the maximum over all."""
     done = led.present("t_completion")
     if not done.any():
         return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
     arr = led.col("arrival")[done]
     comp = led.col("t_completion")[done]
     t0 = float(arr.min())
-    nb = int(math.ceil(float(comp.max()) - t0)) + 1
-    conc = np.zeros(nb + 1)
-    np.add.at(conc, (arr - t0).astype(np.int64), 1)
-    np.add.at(conc, np.minimum((comp - t0).astype(np.int64) + 1, nb), -1)
+    # bucket numbers as floats: a run can span more seconds than an int64 holds (1e30 ms latencies)
+    nb = float(math.ceil(float(comp.max()) - t0) + 1)
     first = led.col("t_first_token")[done] - t0
     last = led.col("t_last_token")[done] - t0
     n = led.col("n_out")[done].astype(float)
-    tok = np.zeros(nb + 1)
-    np.add.at(tok, np.clip(first.astype(np.int64), 0, nb), 1.0)      # first tokens
-    _spread(tok, first, last, n - 1, nb)
-    return {"max_output_tokens_per_s": float(np.round(tok[:nb].max(), 6)),
-            "max_concurrent_requests": int(np.cumsum(conc)[:nb].max())}
+    conc_at = [np.floor(arr - t0), np.minimum(np.floor(comp - t0) + 1, nb)]
+    conc_dv = [np.ones(arr.size), -np.ones(arr.size)]
+    tok_at, tok_v = [np.clip(np.floor(first), 0, nb)], [np.ones(first.size)]      # first tokens
+    run_at, run_dv = [], []                                       # whole buckets: cumulative deltas
+    _spread(first, last, n - 1, nb, tok_at, tok_v, run_at, run_dv)
+    keys = np.concatenate(conc_at + tok_at + run_at)
+    keys = np.unique(np.clip(np.concatenate([keys, keys + 1]), 0, nb))
+    def dense(parts_at, parts_v):
+        out = np.zeros(keys.size)
+        if parts_at:
+            np.add.at(out, np.searchsorted(keys, np.concatenate(parts_at)), np.concatenate(parts_v))
+        return out
+    live = keys < nb
+    conc = np.cumsum(dense(conc_at, conc_dv))
+    tok = dense(tok_at, tok_v) + np.cumsum(dense(run_at, run_dv))
+    return {"max_output_tokens_per_s": float(np.round(tok[live].max(), 6)),
+            "max_concurrent_requests": int(conc[live].max())}
 
 
-def _spread(tok, a, b, count, nb) -> None:
-    """Add ``count`` tokens spread uniformly over [a, b] to one-second buckets (vectorised)."""
+def _spread(a, b, count, nb, tok_at, tok_v, run_at, run_dv) -> None:
+    """``count`` tokens spread uniformly over [a, b] into one-second buckets: direct additions to
+    the partial first and last buckets (tok_*), cumulative deltas for the whole ones between (run_*)."""
     sel = (count > 0) & (b > a)
     a, b, count = a[sel], b[sel], count[sel]
     rate = count / (b - a)
-    ia, ib = np.clip(a.astype(np.int64), 0, nb - 1), np.clip(b.astype(np.int64), 0, nb - 1)
+    ia, ib = np.clip(np.floor(a), 0, nb - 1), np.clip(np.floor(b), 0, nb - 1)
     same = ia == ib
-    np.add.at(tok, ia[same], count[same])
+    tok_at.append(ia[same])
+    tok_v.append(count[same])
     ia, ib, a, b, rate = ia[~same], ib[~same], a[~same], b[~same], rate[~same]
-    np.add.at(tok, ia, rate * (ia + 1 - a))                            # partial first bucket
-    np.add.at(tok, ib, rate * (b - ib))                                # partial last bucket
-    full = np.zeros(nb + 1)                                            # whole buckets between them
-    np.add.at(full, ia + 1, rate)
-    np.add.at(full, ib, -rate)
-    tok += np.cumsum(full)
+    tok_at += [ia, ib]
+    tok_v += [rate * (ia + 1 - a), rate * (b - ib)]                    # partial first and last bucket
+    run_at += [ia + 1, ib]
+    run_dv += [rate, -rate]
 
 
 def _token_times(res):
@@ -152,19 +166,25 @@ def detailed(res) -> dict:
 
 
 def _exact_peaks(times) -> dict:
-    """vLLM's two peak metrics over the exported token times (its own definition, exactly)."""
+    """vLLM's two peak metrics over the exported token times (its own definition, exactly), counted
+    in the buckets that hold a token or a concurrency change only (a run can span 1e9 s)."""
     if not times:
         return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
     t0 = min(a for a, _, _, _ in times)
-    nb = int(math.ceil(max(c for _, _, _, c in times) - t0)) + 1
-    tok = np.zeros(nb)
-    conc = np.zeros(nb + 1)
+    nb = float(math.ceil(max(c for _, _, _, c in times) - t0) + 1)
+    tok_at, conc_at, conc_dv = [], [], []
     for a, first, gaps, comp in times:
         t = first + np.concatenate(([0.0], np.cumsum(gaps))) - t0
-        np.add.at(tok, np.clip(t.astype(np.int64), 0, nb - 1), 1)
-        conc[int(a - t0)] += 1
-        conc[min(int(comp - t0) + 1, nb)] -= 1
-    return {"max_output_tokens_per_s": float(tok.max()), "max_concurrent_requests": int(np.cumsum(conc)[:nb].max())}
+        tok_at.append(np.clip(np.floor(t), 0, nb - 1))
+        conc_at += [np.floor([a - t0]), np.minimum(np.floor([comp - t0]) + 1, nb)]
+        conc_dv += [np.ones(1), -np.ones(1)]
+    _, counts = np.unique(np.concatenate(tok_at), return_counts=True)
+    keys = np.unique(np.concatenate(conc_at))
+    conc = np.zeros(keys.size)
+    np.add.at(conc, np.searchsorted(keys, np.concatenate(conc_at)), np.concatenate(conc_dv))
+    live = keys < nb
+    return {"max_output_tokens_per_s": float(counts.max()),
+            "max_concurrent_requests": int(np.cumsum(conc)[live].max())}
 
 
 def write_detailed(res, path) -> None:
