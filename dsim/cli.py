@@ -309,10 +309,9 @@ def _lut(args) -> int:
         raise ConfigError("--tp", args.tp, "an integer >= 1")
     model = load_model(args.model, "--model", Path.cwd())
     device = load_device(args.hardware, "--hardware")
-    from .config.limits import MAX_TOKENS
-    MAX_BATCH = 1 << 20                  # sequences in one microbatch: far past any engine's max_num_seqs
+    from .config.limits import MAX_SEQS, MAX_TOKENS
     contexts = _int_list(args.contexts, "--contexts", MAX_TOKENS) if args.contexts else list(lut.CONTEXTS)
-    mbs = _int_list(args.microbatches, "--microbatches", MAX_BATCH) if args.microbatches else list(lut.MICROBATCHES)
+    mbs = _int_list(args.microbatches, "--microbatches", MAX_SEQS) if args.microbatches else list(lut.MICROBATCHES)
     engine = EngineConfig(tensor_parallel_size=args.tp, max_num_batched_tokens=max(8192, max(contexts)))
     doc = apply_overrides({"latency": {"model": args.latency}}, args.overrides)
     step, _, desc = build_latency(doc["latency"], LatencyContext(model, device, engine, 1 << 20))

@@ -574,9 +574,21 @@ BASES = {      # a working invocation of each subcommand; {o} = output path
                                           "--out", str(d / "o.yaml")],
     ("sweep",): lambda d: ["sweep", QUICK, "--grid", "workload.rate=5,10", "--quiet", "--out", str(d / "o")] + N30,
     ("capacity",): lambda d: ["capacity", QUICK, "--no-band", "--out", str(d / "o")] + SLO + N30,
+    ("examples",): lambda d: ["examples", str(d / "o")],
+    ("report",): lambda d: ["report", str(_run_dir(d))],
     ("plan",): lambda d: ["plan", QUICK, "--gpus", "2", "--space", str(SCN / "spaces" / "small.yaml"), "--no-band",
                           "--out", str(d / "o")] + SLO + N30,
 }
+
+
+def _run_dir(d: Path) -> Path:
+    """A finished run's folder for `dsim report` to rebuild."""
+    out = d / "run"
+    if not out.exists():
+        from dsim.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            main(["run", QUICK, "--quiet", "--out", str(out)] + N30)
+    return out
 
 
 def _is_number_list(text) -> bool:

@@ -135,8 +135,8 @@ def test_bench_refuses_a_request_count_below_one(args, capsys):
             for a in args]
     assert main(["bench", *args]) == 2
     out = capsys.readouterr()
-    assert out.out == "" and out.err.strip() == "dsim: error: workload.num_requests: got " \
-        f"{args[-1]}, expected a number >= 1"
+    assert out.out == "" and out.err.strip() == "dsim: error: --requests: got " \
+        f"{args[-1]}, expected a number in [1, 100000000]"          # the flag named, not the key it sets
 
 
 @pytest.mark.parametrize("text, want", [("1e9", 1e9), ("-1e-9", -1e-9), ("1.5e3", 1500.0), ("+2E+3", 2000.0),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from .errors import ConfigError
 from .fields import Section
 from .hardware import DeviceProfile
+from .limits import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS
 from .model import KV_CACHE_DTYPES, ModelSpec
 
 GIB = 1024 ** 3
@@ -144,8 +145,8 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
     chunked = s.bool("enable_chunked_prefill", not v0)
     max_len = s.int("max_model_len", 8192, lo=1)
     tp = s.int("tensor_parallel_size", 1, lo=1)
-    blocks = s.int("num_gpu_blocks", None, lo=1)
-    override = s.int("num_gpu_blocks_override", None, lo=1)       # vLLM's --num-gpu-blocks-override
+    blocks = s.int("num_gpu_blocks", None, lo=1, hi=MAX_BLOCKS)
+    override = s.int("num_gpu_blocks_override", None, lo=1, hi=MAX_BLOCKS)     # vLLM's --num-gpu-blocks-override
     if blocks is not None and override is not None:
         raise ConfigError(f"{path}.num_gpu_blocks_override", override, "only one of num_gpu_blocks and "
                           "num_gpu_blocks_override (vLLM's name for the same setting)")
@@ -153,15 +154,16 @@ def load_engine(data, path: str = "engine") -> EngineConfig:
         tensor_parallel_size=tp,
         pipeline_parallel_size=s.int("pipeline_parallel_size", 1, lo=1, hi=1024),
         data_parallel_size=s.int("data_parallel_size", 1, lo=1, hi=1024),
-        max_num_seqs=s.int("max_num_seqs", 256, lo=1),
-        max_num_batched_tokens=s.int("max_num_batched_tokens", 2048 if chunked else max(max_len, 2048), lo=1),
+        max_num_seqs=s.int("max_num_seqs", 256, lo=1, hi=MAX_SEQS),
+        max_num_batched_tokens=s.int("max_num_batched_tokens", 2048 if chunked else max(max_len, 2048), lo=1,
+                                     hi=MAX_TOKENS),
         enable_chunked_prefill=chunked,
         enable_prefix_caching=s.bool("enable_prefix_caching", True),
-        block_size=s.int("block_size", 16, lo=1),
+        block_size=s.int("block_size", 16, lo=1, hi=MAX_TOKENS),
         gpu_memory_utilization=s.num("gpu_memory_utilization", 0.9, lo=0, hi=1, lo_open=True),
         max_model_len=max_len,
         num_gpu_blocks=blocks if override is None else override,
-        long_prefill_token_threshold=s.int("long_prefill_token_threshold", 0, lo=0),
+        long_prefill_token_threshold=s.int("long_prefill_token_threshold", 0, lo=0, hi=MAX_TOKENS),
         non_torch_memory_gb=s.num("non_torch_memory_gb", 0.9, lo=0),
         enable_expert_parallel=s.bool("enable_expert_parallel", False),
         vllm_version=None if version is None else str(version),

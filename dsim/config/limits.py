@@ -6,6 +6,8 @@ deployment; raise them here (one place) if a study needs more.
 """
 MAX_REQUESTS = 10**8          # arrivals of one workload (held as arrays)
 MAX_TOKENS = 10**8            # one request's prompt or output length
+MAX_SEQS = 1 << 20            # sequences in one batch (max_num_seqs, a LUT microbatch): far past any engine
+MAX_BLOCKS = 10**9            # KV blocks of one replica (num_gpu_blocks)
 MAX_REPLICAS = 10_000         # replicas of one pool
 MAX_DEVICES = 10**6           # draft devices of one kind
 MAX_NODES = 100_000           # nodes of a generated topology
