@@ -270,3 +270,21 @@ def test_absolute_paths_reach_lists_and_speculation():
     assert doc["cluster"]["pools"][0]["latency"]["path"] == "/base/l.csv"
     assert doc["cluster"]["pools"][1]["model"] == "name" and doc["model"] == "meta-llama/Llama-3.1-8B"   # names stay
     assert raw["workload"]["classes"][0]["path"] == "a.jsonl"                 # the input is not changed
+
+
+def test_a_caller_that_stops_early_leaves_joblibs_default_backend_alone():
+    """A run_calls generator left suspended (zip over fewer items, next()) kept joblib's thread-wide
+    backend set to Dask; later Parallel() calls in the process (calibrate's) met a closed client."""
+    pytest.importorskip("dask.distributed")
+    import gc
+
+    from joblib.parallel import get_active_backend
+
+    from dsim.explore.backends import run_calls
+    before = type(get_active_backend()[0]).__name__
+    it = run_calls(abs, [(-1,), (-2,), (-3,)], 2, "dask")
+    assert next(it) == 1
+    assert type(get_active_backend()[0]).__name__ == before        # not while the generator is suspended
+    del it
+    gc.collect()
+    assert type(get_active_backend()[0]).__name__ == before

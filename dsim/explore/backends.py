@@ -17,7 +17,6 @@ BACKENDS = ("joblib", "dask", "ray")
 @contextlib.contextmanager
 def backend_context(backend: str, jobs: int, address: str | None):
     """Yield the joblib backend name to use inside; set up and tear down the engine around it."""
-    import joblib
     if backend == "joblib":
         if address:
             raise ConfigError("--address", address, "only with --backend dask or ray", show_value=False)
@@ -45,8 +44,7 @@ def backend_context(backend: str, jobs: int, address: str | None):
                                    dashboard_address=None, silence_logs=third_party_level())
             client = Client(cluster)
         try:
-            with joblib.parallel_backend("dask"):
-                yield "dask"
+            yield "dask"
         finally:
             client.close()
             if cluster is not None:
@@ -73,8 +71,7 @@ def backend_context(backend: str, jobs: int, address: str | None):
             started = True
         register_ray()
         try:
-            with joblib.parallel_backend("ray"):
-                yield "ray"
+            yield "ray"
         finally:
             if started:
                 ray.shutdown()
@@ -146,6 +143,7 @@ def _run_calls(fn, calls, jobs, backend, address):
         for args in calls:                      # in process: no worker start-up for small runs
             yield fn(*args)
         return
+    import joblib
     from joblib import Parallel, delayed
     with backend_context(backend, jobs, address) as name:
         if name == "loky":
@@ -153,8 +151,12 @@ def _run_calls(fn, calls, jobs, backend, address):
             yield from par(delayed(fn)(*args) for args in calls)
             return
         # Dask's and Ray's joblib backends return whole batches: submit in chunks so finished
-        # points reach the caller (and a sweep's store) while the rest still run
-        par = Parallel(n_jobs=-1)
+        # points reach the caller (and a sweep's store) while the rest still run.  The backend is
+        # joblib's thread-wide default only around each chunk, never across a yield: a caller that
+        # stops early (or a generator collected later) must not leave it set for every Parallel()
+        # of the process (calibrate's loky pool found a closed Dask client there)
         chunk = 4 * jobs
         for i in range(0, len(calls), chunk):
-            yield from par(delayed(fn)(*args) for args in calls[i:i + chunk])
+            with joblib.parallel_backend(name):
+                out = Parallel(n_jobs=-1)(delayed(fn)(*args) for args in calls[i:i + chunk])
+            yield from out

@@ -131,14 +131,14 @@ class _Search:
         """Probe the lowest meaningful load: the workload one request at a time."""
         source, ovs, vary, slos, warmup, ming = self.args
         calls = [(source, ovs + ["workload.max_concurrency=1"], slos, warmup, ming)]
-        self.floor = next(iter(run_calls(probe, calls, 1, self.backend, self.address)))
+        self.floor = list(run_calls(probe, calls, 1, self.backend, self.address))[0]
         return self.floor
 
     def run(self, values) -> None:
         source, ovs, vary, slos, warmup, ming = self.args
         new = [v for v in dict.fromkeys(values) if v not in self.probes]
         calls = [(source, ovs + as_overrides([(vary, v)]), slos, warmup, ming) for v in new]
-        for v, row in zip(new, run_calls(probe, calls, self.jobs, self.backend, self.address)):
+        for v, row in zip(new, list(run_calls(probe, calls, self.jobs, self.backend, self.address))):
             self.probes[v] = {"value": v, **row}
 
     def ok(self, v) -> bool:

@@ -285,7 +285,7 @@ def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, 
         c["pessimistic_pass"] = None
     calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"] + scale_overrides(scn, f), slos, warmup,
               min_goodput) for c, f in todo]
-    for (c, f), row in zip(todo, run_calls(probe, calls, jobs, backend, address)):
+    for (c, f), row in zip(todo, list(run_calls(probe, calls, jobs, backend, address))):
         c["pessimistic_pass"] = bool(row["pass"])
         c["pessimistic_step_scale"] = round(f, 6)
         if not row["pass"]:
@@ -308,7 +308,7 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
         if not batch:
             break
         calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], slos, warmup, min_goodput) for _, c in batch]
-        for (k, c), row in zip(batch, run_calls(probe, calls, jobs, backend, address)):
+        for (k, c), row in zip(batch, list(run_calls(probe, calls, jobs, backend, address))):
             c.update({kk: v for kk, v in row.items() if kk not in ("status",)})
             c["reasons"] = "; ".join(row.get("reasons", []))
         if judge is not None:
