@@ -253,3 +253,16 @@ def test_run_sets_the_other_validated_models_beside_its_answer():
     assert ms["models"]["physics"]["tpot_p50_ms"] == phys.summary["latency_ms"]["tpot"]["p50"]
     assert ms["models"]["physics"]["tpot_p50_ms"] != res.summary["latency_ms"]["tpot"]["p50"]
     assert "error" in ms["models"]["vidur"]            # vidur has no profile of Llama-3.1-8B's shapes
+
+
+def test_pareto_points_are_named():
+    from dsim.explore.plan import front_labels
+    pts = [{"tensor_parallel_size": 1, "replicas": 2, "engine.max_num_seqs": 64,
+            "efficiency_output_tokens_per_s_per_user": 130.0, "efficiency_output_tokens_per_s_per_gpu": 2400.0},
+           {"tensor_parallel_size": 1, "replicas": 2, "engine.max_num_seqs": 256,
+            "efficiency_output_tokens_per_s_per_user": 130.0, "efficiency_output_tokens_per_s_per_gpu": 2400.0},
+           {"tensor_parallel_size": 2, "replicas": 1, "engine.max_num_seqs": 64,
+            "efficiency_output_tokens_per_s_per_user": 180.0, "efficiency_output_tokens_per_s_per_gpu": 1250.0}]
+    labels = front_labels(["tensor_parallel_size", "engine.max_num_seqs", "replicas", "gpus"], pts)
+    assert labels == {(130.0, 2400.0): "TP1 x2\nmax_num_seqs=64\n(+1 more with the same numbers)",
+                      (180.0, 1250.0): "TP2 x1\nmax_num_seqs=64"}

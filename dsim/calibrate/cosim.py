@@ -12,7 +12,6 @@ import copy
 import json
 import logging
 import math
-import sys
 import tempfile
 from pathlib import Path
 
@@ -285,7 +284,9 @@ def cdf_plot(run: RealRun, res, path: Path) -> None:
     lat = request_latencies(led)
     sim = {"ttft": lat["ttft_ms"], "tpot": lat["tpot_ms"], "e2e": lat["e2e_ms"]}
     arrival, finished = led.col("arrival"), led.present("t_completion")
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, grid = plt.subplots(2, 2, figsize=(9.5, 6.6))        # at most two panels a row (fits a page)
+    axes = list(grid.flat)
+    axes[3].set_visible(False)
     for ax, m in zip(axes, ("ttft", "tpot", "e2e")):
         for i, st in enumerate(run.stages):
             inside = (st.t0 <= arrival) & (arrival < st.t1) & finished

@@ -405,6 +405,23 @@ def _fmt(v):
     return "" if v is None else str(v)
 
 
+def front_labels(keys, front) -> dict:
+    """(x, y) -> label of the Pareto points: "TP2 x3" and the other knobs, and how many other
+    configurations share the point (they gave the same numbers)."""
+    at: dict = {}
+    for c in front:
+        xy = (c["efficiency_output_tokens_per_s_per_user"], c["efficiency_output_tokens_per_s_per_gpu"])
+        at.setdefault(xy, []).append(c)
+    out = {}
+    for xy, cs in at.items():
+        c = cs[0]
+        knobs = [f"{k.split('.')[-1]}={c[k]}" for k in keys if k not in ("tensor_parallel_size", "replicas", "gpus")
+                 and k in c]
+        out[xy] = f"TP{c['tensor_parallel_size']} x{c['replicas']}" + ("\n" + ", ".join(knobs) if knobs else "") \
+            + (f"\n(+{len(cs) - 1} more with the same numbers)" if len(cs) > 1 else "")
+    return out
+
+
 def _pareto_plot(res: dict, path: Path, title: str) -> None:
     from .plots import _mpl
     sims = [c for c in res["rows"] if "pass" in c and c.get("efficiency_output_tokens_per_s_per_user")]
@@ -419,6 +436,9 @@ def _pareto_plot(res: dict, path: Path, title: str) -> None:
     front = sorted((c for c in sims if c.get("front_tokens")), key=lambda c: c["efficiency_output_tokens_per_s_per_user"])
     ax.plot([c["efficiency_output_tokens_per_s_per_user"] for c in front],
             [c["efficiency_output_tokens_per_s_per_gpu"] for c in front], "k--", lw=1, label="Pareto front")
+    for xy, label in front_labels(res["keys"], front).items():
+        ax.annotate(label, xy, textcoords="offset points", xytext=(4, 4), fontsize=6)
+    ax.margins(x=0.12, y=0.18)          # room for the labels inside the axes
     ax.set_xlabel("output tokens/s per user (1000 / mean TPOT ms)")
     ax.set_ylabel("output tokens/s per GPU")
     ax.grid(alpha=0.3)
