@@ -76,7 +76,9 @@ def read_scenario_file(path) -> dict:
     return data
 
 
-_SEG = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
+# a key (names may hold '-': pools and devices are often called prefill-0) and list indices, negative
+# ones counting from the end as in Python
+_SEG = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)((?:\[-?\d+\])*)$")
 
 
 def apply_overrides(data: dict, overrides) -> dict:
@@ -97,7 +99,7 @@ def apply_overrides(data: dict, overrides) -> dict:
             m = _SEG.match(part)
             if not m:
                 raise ConfigError(f"--set {key}", part, "dotted keys with optional [index]")
-            name, idx = m.group(1), [int(x) for x in re.findall(r"\[(\d+)\]", m.group(2))]
+            name, idx = m.group(1), [int(x) for x in re.findall(r"\[(-?\d+)\]", m.group(2))]
             last = j == len(parts) - 1
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {key}", node, "a mapping to set a key in")
@@ -108,7 +110,7 @@ def apply_overrides(data: dict, overrides) -> dict:
                 node[name] = [] if idx else {}
             node = node[name]
             for k, ix in enumerate(idx):
-                if not isinstance(node, list) or ix >= len(node):
+                if not isinstance(node, list) or not -len(node) <= ix < len(node):
                     raise ConfigError(f"--set {key}", ix, "an index of an existing list item")
                 if last and k == len(idx) - 1:
                     node[ix] = val

@@ -449,12 +449,12 @@ def get_path(doc, key: str):
     import re
     node = doc
     for part in key.split("."):
-        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$", part)
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_-]*)((?:\[-?\d+\])*)$", part)     # as --set reads keys
         if not m or not isinstance(node, dict) or m.group(1) not in node:
             return None
         node = node[m.group(1)]
-        for ix in re.findall(r"\[(\d+)\]", m.group(2)):
-            if not isinstance(node, list) or int(ix) >= len(node):
+        for ix in re.findall(r"\[(-?\d+)\]", m.group(2)):
+            if not isinstance(node, list) or not -len(node) <= int(ix) < len(node):
                 return None
             node = node[int(ix)]
     return node
