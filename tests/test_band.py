@@ -92,6 +92,13 @@ def test_unseen_engine_generation_and_overload_are_flagged():
     assert hot.relative["e2e_mean_err"][0] < -0.9                     # the real run can be 5x faster, squared
 
 
+def test_t_quantile_matches_scipy():
+    from dsim.metrics.band import t_quantile
+    for df in (1, 2, 3, 8, 9, 14, 30, 101):
+        for p in (0.9, 0.975):
+            assert t_quantile(p, df) == pytest.approx(float(student_t.ppf(p, df)), rel=1e-12)
+
+
 def test_load_regime_and_offered_load():
     assert offered_load(10, 2.0, 100) == pytest.approx(0.2)
     assert [load_regime(x) for x in (0.1, 0.3, 0.9, None)] == ["light", "moderate", "heavy", None]

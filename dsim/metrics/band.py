@@ -39,7 +39,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import t as student_t
 
 from ..latency.credibility import BAND_COLUMNS
 
@@ -159,8 +158,38 @@ def _ratio_band(errors, widen: float, method: str = "robust") -> tuple | None:
         return _widened(math.expm1(-m), math.expm1(m), widen)
     centre = float(np.median(x))
     scale = max(MAD_TO_SIGMA * float(np.median([abs(v - centre) for v in x])), MIN_SCALE)
-    half = float(student_t.ppf(1 - (1 - LEVEL) / 2, n - 1)) * scale * math.sqrt(1 + 1 / n)
+    half = t_quantile(1 - (1 - LEVEL) / 2, n - 1) * scale * math.sqrt(1 + 1 / n)
     return _widened(math.expm1(centre - half), math.expm1(centre + half), widen)
+
+
+def _t_central(theta: float, df: int) -> float:
+    """P(|T| <= sqrt(df) tan(theta)) for Student's t with integer ``df`` (the closed forms of
+    Abramowitz & Stegun 26.7.3-4: a finite cosine series; no scipy, whose import costs a run 0.5 s)."""
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2:                                   # odd: (2/pi)(theta + sin cos (1 + 2/3 cos^2 + ...))
+        term, acc = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            acc += term
+        return 2 / math.pi * (theta + s * math.cos(theta) * acc)
+    term, acc = 1.0, 1.0                          # even: sin (1 + 1/2 cos^2 + 1.3/2.4 cos^4 + ...)
+    for k in range(1, df // 2):
+        term *= c2 * (2 * k - 1) / (2 * k)
+        acc += term
+    return s * acc
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (p > 1/2) of Student's t with ``df`` degrees of freedom, by bisection on
+    the angle theta in t = sqrt(df) tan(theta) (exact to float precision)."""
+    target, lo, hi = 2 * p - 1, 0.0, math.pi / 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if _t_central(mid, df) < target:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
 def _widened(lo: float, hi: float, widen: float) -> tuple:
