@@ -543,7 +543,7 @@ def test_accept_rows_samples_like_one_row_at_a_time():
     from types import SimpleNamespace
 
     import numpy as np
-    from dsim.specdec.runtime import SpecState
+    from dsim.specdec.state import SpecState
     ses = run(spec_scn({"mode": "fused", "gamma": {"k": 4}, "acceptance": {"geometric": 0.6},
                         "partial_verification": {"rollback_penalty_ms": 2}}, out=8))
     rt = ses.spec

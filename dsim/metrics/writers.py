@@ -55,7 +55,7 @@ def request_rows(reqs, raw: bool = False):
 
 
 def _spec_cols(st, f, empty) -> tuple:
-    """Speculative decoding per request (dsim.specdec.runtime.SpecState): its draft device, rounds
+    """Speculative decoding per request (dsim.specdec.state.SpecState): its draft device, rounds
     (of which fused), drafted and accepted tokens, its TVT (the largest over its rounds) and, with
     a drafter portfolio, the drafter it finished on."""
     if st is None:

@@ -31,74 +31,8 @@ from .acceptance import accepted_run, sample_accepted
 from .config import PER_TARGET, SpecConfig
 from .devices import DraftDevice
 from .gamma import DISTRIBUTED, FUSED, Telemetry
+from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
-
-
-ACC_PRIOR = 0.7     # a conversation's acceptance estimate before its first round
-
-
-class SpecState:
-    """Per-conversation round state; the replica reads ``k``, ``ready`` and ``fused``."""
-
-    __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
-                 "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
-                 "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
-                 "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline")
-
-    def __init__(self, rt, device, policy, speculative: bool):
-        self.rt = rt
-        self.device = device
-        self.policy = policy
-        self.speculative = speculative
-        self.k = 0
-        self.ready = False
-        self.fused = False
-        self.in_flight = False
-        self.t_ready = self.t_last = 0.0
-        self.rounds = self.drafted = self.verified = self.accepted = 0
-        self.fused_rounds = self.dist_rounds = self.rollbacks = 0
-        self.drafted_now = 0
-        self.tvt_max = 0.0
-        self.net_s = 0.0
-        self.acc_est = ACC_PRIOR
-        self.last_k = self.last_a = 0
-        self.tpot_est = 0.0
-        self.done_ev = None
-        self.tree = None                 # this round's DraftTree (dsim.specdec.tree), None = a chain
-        self.first_at_server = None      # the first token's server time (token times are shifted to the device)
-        self.drafter = -1                # index in the portfolio (dsim.specdec.portfolio), -1 = none
-        self.escalations = 0
-        self.draft_model = None          # this round's fused drafter when not the replica's own
-        self.deadline = 0.0              # when this round's verification is due (verify_order: edf)
-
-    @property
-    def drafter_name(self) -> str:
-        """The portfolio drafter this conversation is on ("" without a portfolio)."""
-        return self.rt.cfg.portfolio.drafters[self.drafter].name if self.drafter >= 0 else ""
-
-    def accept(self, r, k: int):
-        return self.rt.accept(self, r, k)
-
-    def accept_all(self, rows) -> float:
-        """A step's verifications at once: sets ``row[2]`` (accepted drafts) of every (r, k, _) row
-        and returns the extra step seconds (rollback penalties)."""
-        return self.rt.accept_rows(rows)
-
-    def round_done(self, r, inst, k: int, a: int, last: bool) -> None:
-        self.rt.round_done(self, r, inst, k, a, last)
-
-
-class _TargetState:
-    __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s", "ready_n", "override")
-
-    def __init__(self, policy, warm: bool, load_s: float):
-        self.policy = policy
-        self.warm_until = math.inf if warm else -math.inf
-        self.loading = None
-        self.cold_starts = 0
-        self.load_s = load_s
-        self.ready_n = 0                 # conversations whose drafts wait at this target (verify queue)
-        self.override = None             # (mode or None, k or None) set by a SetSpeculation action
 
 
 class SpecRuntime:
@@ -173,7 +107,7 @@ class SpecRuntime:
         if load is None:
             load = cfg.fused_drafter.weight_bytes / spec.device.weight_load_bytes_s
         pol = cfg.make_policy() if cfg.policy in PER_TARGET else None
-        self.targets[rep.name] = _TargetState(pol, cfg.cold["initially_warm"], load)
+        self.targets[rep.name] = TargetState(pol, cfg.cold["initially_warm"], load)
         self._gpu[rep.name] = spec.device
         topo = self.net.topo
         if topo.has(rep.name) and not nx.has_path(topo.g, self.gw, rep.name):
@@ -533,7 +467,7 @@ class SpecRuntime:
         st.deadline = st.t_ready + self.round_budget_s
         inst.wake()
 
-    def _mode(self, st: SpecState, tel: Telemetry, pmode: str, tgt: _TargetState) -> str:
+    def _mode(self, st: SpecState, tel: Telemetry, pmode: str, tgt: TargetState) -> str:
         cfg = self.cfg
         if cfg.mode == "fused" or st.device is None:
             return FUSED
@@ -563,10 +497,10 @@ class SpecRuntime:
         return mode
 
     # ---- cold starts of the fused drafter ---------------------------------------------------------------
-    def _warm(self, tgt: _TargetState) -> bool:
+    def _warm(self, tgt: TargetState) -> bool:
         return self.env.now <= tgt.warm_until
 
-    def _drafter_ready(self, tgt: _TargetState):
+    def _drafter_ready(self, tgt: TargetState):
         """None if the target's drafter is loaded (keeps it warm), else an event for when it is."""
         now = self.env.now
         ret = self.cfg.cold["warm_retention_s"]
