@@ -1,18 +1,17 @@
 """Device profiles: datasheet compute, bandwidth, memory and interconnect of one GPU."""
 from __future__ import annotations
 
-from importlib import resources
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import yaml
 
 from .errors import ConfigError
+from .files import shipped_dir
 from .fields import Section
 
 GIB = 1 << 30
-PROFILE_DIRS = [Path(str(resources.files("dsim").joinpath("data/device_profiles")))]   # package data
+PROFILE_DIRS = [shipped_dir("device_profiles")]   # top-level device_profiles/ (in a wheel: dsim/_examples/)
 
 
 @dataclass(frozen=True)
@@ -129,5 +128,5 @@ def resolve_profile(value, path: str, profiles: dict, build, what: str):
 
 
 def load_device(value, path: str = "hardware") -> DeviceProfile:
-    """A profile name from dsim/data/device_profiles/, or an inline mapping with the same keys."""
+    """A profile name from device_profiles/, or an inline mapping with the same keys."""
     return resolve_profile(value, path, _profiles(), _build, "device profile")

@@ -12,20 +12,19 @@ time, or ``joules_per_token`` when the profile gives it.
 """
 from __future__ import annotations
 
-from importlib import resources
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import yaml
 
 from ..config.fields import Section
+from ..config.files import shipped_dir
 from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
 
-DRAFT_PROFILE_DIR = Path(str(resources.files("dsim").joinpath("data/device_profiles/drafts")))   # package data
+DRAFT_PROFILE_DIR = shipped_dir("device_profiles") / "drafts"     # top-level device_profiles/drafts/
 KINDS = ("phone", "laptop", "edge")
 
 
@@ -84,7 +83,7 @@ def _build(name: str, d, path: str) -> DraftProfile:
 
 
 def load_draft_profile(value, path: str) -> DraftProfile:
-    """A profile name from dsim/data/device_profiles/drafts/, or an inline mapping with the same keys."""
+    """A profile name from device_profiles/drafts/, or an inline mapping with the same keys."""
     return resolve_profile(value, path, _profiles(), _build, "draft device profile")
 
 
