@@ -1,6 +1,7 @@
 """Scenario -> simulation -> Result: the one path every front end (CLI, Python, sweeps) uses."""
 from __future__ import annotations
 
+import os
 import platform
 import re
 import sys
@@ -327,6 +328,8 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
     compare_models: also run the scenario under every other latency model validated on its GPU and
     put their headline latencies in summary.json's ``model_spread`` (the models disagree: see it).
     """
+    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+        raise ConfigError("out_dir", out_dir, "a folder path (str or pathlib.Path) or None")
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides, seed)
     controllers, traces = check_run_args(controllers, vllm_traces, check_invariants=check_invariants,
                                          progress=progress, plots=plots, keep_steps=keep_steps,

@@ -28,3 +28,18 @@ def test_a_sweep_over_a_misspelt_key_fails_before_any_point(tmp_path):
     rows = dsim.sweep(ROOT / "scenarios" / "quickstart.yaml", ["workload.rate=0,2"],
                       overrides=["workload.num_requests=20"], out=tmp_path / "ok")
     assert sorted(r["status"] for r in rows) == ["error", "ok"]
+
+
+@pytest.mark.parametrize("call, where", [
+    (lambda q: dsim.sweep(q, 5), "grid"),
+    (lambda q: dsim.sweep(q, ["workload.rate=1"], jobs="a"), "--jobs"),
+    (lambda q: dsim.sweep(q, ["workload.rate=1"], seeds="2"), "--seeds"),
+    (lambda q: dsim.plan(q, str(ROOT / "scenarios" / "spaces" / "small.yaml"), gpus=1, slos=["ttft_p99_ms=500"],
+                         top=0), "--top"),
+    (lambda q: dsim.capacity(q, ["ttft_p99_ms=500"], jobs="x"), "--jobs"),
+    (lambda q: dsim.run(q, out_dir=5), "out_dir"),
+])
+def test_the_python_api_checks_its_arguments_like_the_cli(call, where):
+    """Each raised a raw TypeError from deep inside (or, for top=0, planned with an empty top list)."""
+    with pytest.raises(dsim.ConfigError, match=f"^{where}"):
+        call(str(ROOT / "scenarios" / "quickstart.yaml"))

@@ -238,7 +238,13 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
     the answer's error band; with ``seeds`` > 1, the spread of the central answer across seeds; with
     ``compare_models``, the answer of every other latency model validated on this deployment.
     Returns the capacity record written to ``out/capacity.json``."""
+    from ..config.fields import check_number
+    from ..config.limits import MAX_JOBS
     slos = parse_slos(slos)
+    jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
+    max_probes = check_number(max_probes, "max_probes", lo=1, hi=10_000, integer=True)
+    warmup = check_number(warmup, "--warmup", lo=0)
+    tolerance = check_number(tolerance, "--tolerance", lo=0, lo_open=True)
     if not 0 <= warmup < 1:
         raise ConfigError("--warmup", warmup, "a share in [0, 1)")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= 100:

@@ -161,9 +161,13 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     Each configuration in the top list is simulated again at the pessimistic end of its error band
     (every step scaled, dsim.metrics.band) and marked when it meets the SLOs only if dsim is right or
     optimistic; ``conservative`` makes that the pass rule for every candidate."""
+    from ..config.fields import check_number
+    from ..config.limits import MAX_GPUS, MAX_JOBS, MAX_TOP
     slos = parse_slos(slos)
-    if not isinstance(gpus, int) or gpus < 1:
-        raise ConfigError("--gpus", gpus, "an integer >= 1")
+    gpus = check_number(gpus, "--gpus", lo=1, hi=MAX_GPUS, integer=True)
+    top = check_number(top, "--top", lo=1, hi=MAX_TOP, integer=True)
+    rounds = check_number(rounds, "--rounds", lo=1, hi=MAX_TOP, integer=True)
+    jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
     sp = space if isinstance(space, Space) else load_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
     user = list(overrides)

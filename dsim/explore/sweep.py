@@ -98,6 +98,13 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
     same folder computes only the missing points.  ``backend``: joblib, dask or ray.
     ``extra(summary) -> dict``: more columns per row (a module-level function, so workers can load
     it); stored rows are reused as they are, so use a fresh ``out`` when ``extra`` changes."""
+    from ..config.fields import check_number
+    from ..config.limits import MAX_JOBS, MAX_SEEDS
+    if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
+        raise ConfigError("grid", grid, "a list of 'KEY=V1,V2' strings or (key, [values]) pairs")
+    jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
+    seeds = check_number(seeds, "--seeds", lo=1, hi=MAX_SEEDS, integer=True)
+    random = check_number(random, "--random", lo=0, integer=True)
     grid = parse_grid(grid) if grid and isinstance(next(iter(grid)), str) else list(grid)
     ranges = parse_ranges(ranges) if ranges and isinstance(next(iter(ranges)), str) else list(ranges)
     if isinstance(random, bool) or not isinstance(random, int) or random < 0:
