@@ -77,7 +77,10 @@ def test_a_grid_of_millions_of_points_is_refused_before_allocating(tmp_path):
         dsim.sweep(str(SCN / "quickstart.yaml"), [("workload.rate", vals), ("engine.max_num_seqs", vals)],
                    out=tmp_path / "sw")
     assert not (tmp_path / "sw").exists()
-    with pytest.raises(ConfigError, match=r"^--grid: at most 100,000 runs .* 200,000"):
+    # points x seeds: 11 points of 10,000 seeds each (the most seeds a point may have)
+    with pytest.raises(ConfigError, match=r"^--grid: at most 100,000 runs .* 110,000"):
+        dsim.sweep(str(SCN / "quickstart.yaml"), [("workload.rate", list(range(1, 12)))], seeds=10_000)
+    with pytest.raises(ConfigError, match=r"^--seeds: got 100000"):
         dsim.sweep(str(SCN / "quickstart.yaml"), [("workload.rate", [1, 2])], seeds=100_000)
 
 
