@@ -288,3 +288,22 @@ def test_a_caller_that_stops_early_leaves_joblibs_default_backend_alone():
     del it
     gc.collect()
     assert type(get_active_backend()[0]).__name__ == before
+
+
+def test_best_yaml_carries_the_plans_slos_and_no_absolute_path(tmp_path):
+    """best.yaml kept the base scenario's SLOs (so `dsim run best.yaml` judged goodput by other numbers)
+    and wrote the trace's absolute path on the machine that planned."""
+    import yaml as _yaml
+    space = tmp_path / "space.yaml"
+    space.write_text("tensor_parallel_size: [2]\nreplicas: auto\n")
+    out = tmp_path / "p"
+    res = dsim.plan(str(ROOT / "scenarios" / "trace_jsonl.yaml"), str(space), gpus=4,
+                    slos=["tpot_p99_ms=60", "p50_tpot_ms=40"], out=out, band=False)
+    assert res["best"] is not None
+    best = _yaml.safe_load((out / "best.yaml").read_text())
+    assert best["slo"]["tpot_ms"] == 40                       # the tighter of the plan's two TPOT bounds
+    path = best["workload"]["path"]
+    assert not Path(path).is_absolute() and (out / path).resolve() == (ROOT / "scenarios" / _yaml.safe_load(
+        (ROOT / "scenarios" / "trace_jsonl.yaml").read_text())["workload"]["path"]).resolve()
+    again = dsim.run(out / "best.yaml", overrides=["workload.num_requests=20"])    # runs where it was written
+    assert again.summary["goodput"]["slo_tpot_ms"] == 40

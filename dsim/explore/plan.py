@@ -237,6 +237,7 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     if res["best"] is not None:
         best = load_scenario(src, res["best"]["_ovs"] + [f"{REPLICAS_KEY}={res['best']['replicas']}"])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
+        res["best_scenario"]["slo"] = plan_slo_section(best.raw.get("slo"), slos)
     return res, base
 
 
@@ -253,10 +254,23 @@ _PATH_KEYS = (("workload", "path"), ("workload", "prompt_tokens", "path"), ("wor
 def absolute_paths(raw: dict, base_dir) -> dict:
     """The scenario with its file paths made absolute, so it can be saved in another folder
     (``*`` in a key path: every item of a list)."""
+    if base_dir is None:
+        import copy
+        return copy.deepcopy(raw)
+    return _map_paths(raw, lambda v: v if Path(v).is_absolute() else str(Path(base_dir) / v))
+
+
+def paths_relative_to(raw: dict, folder) -> dict:
+    """The scenario with its file paths written relative to ``folder`` (where it is saved): the
+    report folder carries no path of the machine that wrote it, and works wherever the tree moves."""
+    import os
+    return _map_paths(raw, lambda v: os.path.relpath(v, Path(folder).resolve()) if Path(v).is_absolute() else v)
+
+
+def _map_paths(raw: dict, fn) -> dict:
+    """A copy of ``raw`` with ``fn`` applied to every file-path value (``_PATH_KEYS``)."""
     import copy
     doc = copy.deepcopy(raw)
-    if base_dir is None:
-        return doc
 
     def walk(node, keys):
         if not keys:
@@ -270,14 +284,28 @@ def absolute_paths(raw: dict, base_dir) -> dict:
             return
         if not rest:
             v = node.get(k)
-            if isinstance(v, str) and not Path(v).is_absolute():
-                node[k] = str(Path(base_dir) / v)
+            if isinstance(v, str):
+                node[k] = fn(v)
             return
         walk(node.get(k), rest)
 
     for keys in _PATH_KEYS:
         walk(doc, keys)
     return doc
+
+
+def plan_slo_section(base_slo, slos: dict) -> dict:
+    """best.yaml's ``slo``: the plan's --slo bounds as the per-request TTFT/TPOT targets goodput counts
+    against (the base scenario's own targets judged `dsim run best.yaml` by other numbers; with two
+    statistics of one metric, the tighter bound); its other keys (classes, tvt_ms) are kept."""
+    out = dict(base_slo) if isinstance(base_slo, dict) else {}
+    bounds: dict = {}
+    for key, bound in slos.items():
+        metric = key[:-3].split("_", 1)[1]           # "p99_ttft_ms" -> "ttft"
+        if metric in ("ttft", "tpot"):
+            bounds[metric] = min(bound, bounds.get(metric, bound))
+    out.update({f"{m}_ms": b for m, b in bounds.items()})
+    return out
 
 
 def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, scn) -> None:
@@ -345,8 +373,10 @@ def _write(res: dict, out: Path, base) -> None:
     sims = [{k: c.get(k) for k in keys + list(_COLS)} for c in res["rows"] if "pass" in c]
     write_atomic(out / "pareto.csv", table_csv(sims, keys + list(_COLS)))
     if res.get("best_scenario") is not None:
-        write_atomic(out / "best.yaml", "# written by dsim plan: the best configuration found\n"
-                     + yaml.safe_dump(res["best_scenario"], sort_keys=False))
+        slo = ", ".join(f"{k} <= {v:g}" for k, v in res["slos"].items())
+        write_atomic(out / "best.yaml", "# written by dsim plan: the best configuration found; slo: the plan's "
+                     f"targets ({slo}) as per-request goodput targets; file paths relative to this folder\n"
+                     + yaml.safe_dump(paths_relative_to(res["best_scenario"], out), sort_keys=False))
     from ..metrics.plots import run_title
     title = f"{run_title(base.name, res.get('overrides'))}: {base.model.name} on {base.device.name}"
     _pareto_plot(res, out / "pareto.png", title)
