@@ -9,7 +9,7 @@ from setuptools.command.build_py import build_py
 
 # the folders `dsim examples` copies out; the same list as dsim.shipped.SHIPPED (not imported: the
 # build must not import the package it builds)
-SHIPPED = ("scenarios", "luts", "examples/real", "device_profiles")
+SHIPPED = ("scenarios", "luts", "examples/real")
 HERE = Path(__file__).resolve().parent
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .config.errors import ConfigError
 
-SHIPPED = ("scenarios", "luts", "examples/real", "device_profiles")      # kept in step with setup.py
+SHIPPED = ("scenarios", "luts", "examples/real")      # kept in step with setup.py
 DEFAULT_DIR = "dsim-examples"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 

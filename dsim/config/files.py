@@ -167,14 +167,3 @@ def input_error(e: BaseException) -> str | None:
     if isinstance(e, ValueError) and "integer string conversion" in str(e):
         return f"an input file holds an integer of more than {sys.get_int_max_str_digits()} digits"
     return None
-
-
-def shipped_dir(name: str) -> Path:
-    """A top-level folder of the repository that users browse and extend (device_profiles/, scenarios/,
-    luts/): the checkout's own in a checkout or an editable install, the copy a wheel carries under
-    dsim/_examples/ (setup.py's build step puts it there) otherwise. One copy in the repository."""
-    from importlib import resources
-    packaged = Path(str(resources.files("dsim").joinpath("_examples", name)))
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / name

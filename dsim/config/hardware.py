@@ -1,17 +1,19 @@
 """Device profiles: datasheet compute, bandwidth, memory and interconnect of one GPU."""
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
+
 from dataclasses import dataclass
 from functools import lru_cache
 
 import yaml
 
 from .errors import ConfigError
-from .files import shipped_dir
 from .fields import Section
 
 GIB = 1 << 30
-PROFILE_DIRS = [shipped_dir("device_profiles")]   # top-level device_profiles/ (in a wheel: dsim/_examples/)
+PROFILE_DIRS = [Path(str(resources.files("dsim").joinpath("data/device_profiles")))]   # package data
 
 
 @dataclass(frozen=True)
@@ -128,5 +130,5 @@ def resolve_profile(value, path: str, profiles: dict, build, what: str):
 
 
 def load_device(value, path: str = "hardware") -> DeviceProfile:
-    """A profile name from device_profiles/, or an inline mapping with the same keys."""
+    """A profile name from dsim/data/device_profiles/, or an inline mapping with the same keys."""
     return resolve_profile(value, path, _profiles(), _build, "device profile")

@@ -12,6 +12,9 @@ time, or ``joules_per_token`` when the profile gives it.
 """
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
+
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,12 +22,11 @@ from functools import lru_cache
 import yaml
 
 from ..config.fields import Section
-from ..config.files import shipped_dir
 from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
 
-DRAFT_PROFILE_DIR = shipped_dir("device_profiles") / "drafts"     # top-level device_profiles/drafts/
+DRAFT_PROFILE_DIR = Path(str(resources.files("dsim").joinpath("data/device_profiles/drafts")))   # package data
 KINDS = ("phone", "laptop", "edge")
 
 
@@ -83,7 +85,7 @@ def _build(name: str, d, path: str) -> DraftProfile:
 
 
 def load_draft_profile(value, path: str) -> DraftProfile:
-    """A profile name from device_profiles/drafts/, or an inline mapping with the same keys."""
+    """A profile name from dsim/data/device_profiles/drafts/, or an inline mapping with the same keys."""
     return resolve_profile(value, path, _profiles(), _build, "draft device profile")
 
 
