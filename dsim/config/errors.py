@@ -11,6 +11,7 @@ class ConfigError(ValueError):
         self.path = path
         self.value = value
         self.expected = expected
+        self.show_value = show_value
         msg = f"{path}: "
         if show_value:
             msg += f"got {value!r}"

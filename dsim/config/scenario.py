@@ -16,12 +16,8 @@ from .engine import EngineConfig, load_engine
 from .errors import ConfigError
 from .files import load_value, load_yaml, parse_json, read_text
 from .limits import MAX_SCENARIO_BYTES
-from .fields import Section, check_number, unknown_key_hint
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
-
-TOP_KEYS = ("seed", "name", "description", "model", "hardware", "engine", "latency", "workload",
-            "slo", "horizon_s", "drain", "output", "cluster", "network", "speculation")
 
 
 @dataclass
@@ -47,6 +43,7 @@ class Scenario:
     percentiles: tuple = (50, 90, 95, 99)   # output.percentiles: reported in summary.json
     slo_classes: dict = field(default_factory=dict)   # slo.classes: name -> (ttft_ms, tpot_ms), None = no bound
     overrides: tuple = ()            # the --set strings applied to the file (recorded in manifest.json)
+    config: object = None            # the validated ScenarioConfig (dsim.config.schema): typed sections
 
     @property
     def digest(self) -> str:
@@ -130,76 +127,32 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     data = apply_overrides(data, overrides)
     if seed is not None:
         data["seed"] = seed
-    for key in data:                       # a typo at the top is named before anything it hides
-        if key not in TOP_KEYS:
-            raise ConfigError(str(key), None, unknown_key_hint(str(key), TOP_KEYS), show_value=False)
-    s = Section(data, "")
-    sd = s.int("seed", 0, lo=0)
-    name = s.str("name", Path(shown).stem if shown != "<dict>" else "scenario")
-    s.str("description", "")
-    cluster = s.raw("cluster", None)
-    if cluster is None:
-        model = load_model(s.raw("model"), "model", base_dir)
-        device = load_device(s.raw("hardware"), "hardware")
-        engine = load_engine(s.raw("engine", {}), "engine")
+    from .schema.scenario import parse_scenario
+    cfg = parse_scenario(data)
+    name = cfg.name if cfg.name is not None else (Path(shown).stem if shown != "<dict>" else "scenario")
+    if cfg.cluster is None:
+        model = load_model(cfg.model, "model", base_dir)
+        device = load_device(cfg.hardware, "hardware")
+        engine = load_engine(cfg.engine or {}, "engine")
         check_tp(model, engine, "engine")
         model = model.with_kv_cache_dtype(engine.kv_cache_dtype)
-        fleet = single_pool(model, device, engine, s.raw("latency", {}))
+        fleet = single_pool(model, device, engine, cfg.latency or {})
     else:
-        top = {k: s.raw(k, None) for k in ("model", "hardware", "engine", "latency")}
+        top = {"model": cfg.model, "hardware": cfg.hardware, "engine": cfg.engine, "latency": cfg.latency}
         for k in ("engine", "latency"):
             if top[k] is not None and not isinstance(top[k], dict):
                 raise ConfigError(k, top[k], f"a mapping of {k} keys (shared by the cluster's pools)")
-        fleet = load_fleet(cluster, top, base_dir)
+        fleet = load_fleet(cfg.cluster, top, base_dir)
         first = fleet.pools[0]
         model, device, engine = first.model, first.device, first.engine
-    slo = s.section("slo", {})
-    ttft = slo.num("ttft_ms", None, lo=0, lo_open=True)
-    tpot = slo.num("tpot_ms", None, lo=0, lo_open=True)
-    tvt = slo.num("tvt_ms", None, lo=0, lo_open=True)
-    classes = _slo_classes(slo.raw("classes", {}), slo.sub("classes"))
-    slo.done()
-    horizon = s.num("horizon_s", None, lo=0, lo_open=True)
-    drain = s.bool("drain", True)
-    out = s.section("output", {})
-    plots = out.bool("plots", True)
-    timeline = out.bool("timeline", False)
-    pcts = _percentiles(out.raw("percentiles", [50, 90, 95, 99]), out.sub("percentiles"))
-    out.done()
-    s.raw("network", None)                # validated when the run is built (dsim.network)
     spec = None
-    if s.raw("speculation", None) is not None:
+    if cfg.speculation is not None:
         from ..specdec.config import load_spec
-        spec = load_spec(data["speculation"], "speculation", base_dir, model)
-    if "workload" not in data:
-        raise ConfigError("workload", None, "a workload section (type: poisson | ... | trace)", show_value=False)
-    s.raw("workload")
-    s.done()
-    return Scenario(raw=data, base_dir=base_dir, seed=sd, name=name, model=model, device=device,
-                    engine=engine, slo_ttft_ms=ttft, slo_tpot_ms=tpot, horizon_s=horizon, drain=drain,
-                    plots=plots, timeline=timeline, source=shown, fleet=fleet, slo_tvt_ms=tvt, spec=spec,
-                    percentiles=pcts, overrides=tuple(overrides or ()), slo_classes=classes)
-
-
-def _slo_classes(raw, path: str) -> dict:
-    """slo.classes: {name: {ttft_ms, tpot_ms}}; requests join one by their slo_class (mix tenant key
-    or trace column) and are then judged against its targets instead of slo.ttft_ms / tpot_ms."""
-    if not isinstance(raw, dict):
-        raise ConfigError(path, raw, "a mapping class name -> {ttft_ms, tpot_ms}")
-    out = {}
-    for name, body in raw.items():
-        c = Section(body, f"{path}.{name}")
-        ttft = c.num("ttft_ms", None, lo=0, lo_open=True)
-        tpot = c.num("tpot_ms", None, lo=0, lo_open=True)
-        c.done()
-        if ttft is None and tpot is None:
-            raise ConfigError(f"{path}.{name}", body, "at least one of ttft_ms, tpot_ms")
-        out[str(name)] = (ttft, tpot)
-    return out
-
-
-def _percentiles(v, path: str) -> tuple:
-    if not isinstance(v, list) or not v:
-        raise ConfigError(path, v, "a non-empty list of percentiles in (0, 100], e.g. [50, 99, 99.9]")
-    out = [check_number(x, f"{path}[{i}]", lo=0, hi=100, lo_open=True) for i, x in enumerate(v)]
-    return tuple(sorted(set(out)))
+        spec = load_spec(cfg.speculation, "speculation", base_dir, model)
+    slo = cfg.slo
+    return Scenario(raw=data, base_dir=base_dir, seed=cfg.seed, name=name, model=model, device=device,
+                    engine=engine, slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms, horizon_s=cfg.horizon_s,
+                    drain=cfg.drain, plots=cfg.output.plots, timeline=cfg.output.timeline, source=shown,
+                    fleet=fleet, slo_tvt_ms=slo.tvt_ms, spec=spec, percentiles=cfg.output.percentiles,
+                    overrides=tuple(overrides or ()), config=cfg,
+                    slo_classes={k: (c.ttft_ms, c.tpot_ms) for k, c in slo.classes.items()})

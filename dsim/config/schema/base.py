@@ -1,0 +1,248 @@
+"""The building blocks every declared scenario section uses.
+
+Why pydantic: it turns one class per concern into a validator, typed defaults-filled objects and a
+JSON Schema for editors, from the same declaration.  What it does not give us is dsim's error
+form (``engine.max_num_seqs: got 0, expected a number >= 1``, unknown keys with did-you-mean, YAML
+1.1 quirks, numpy scalars); the field types below and :func:`parse` provide that, so every message
+a user sees still comes from :class:`~dsim.config.errors.ConfigError`.
+
+Rules for a section model (subclass :class:`Section`):
+- every field has a type from this module (or a nested Section / list / mapping of them), a
+  default, and a one-line docstring below it (it becomes the field's description in the schema
+  and the reference);
+- a field whose default depends on other fields is ``Optional`` with default None, and its
+  docstring says what None resolves to; the builder that owns the concern resolves it;
+- cross-field rules raise ``ConfigError(field, value, expected)`` with a path *relative to the
+  model* from a ``@model_validator(mode="after")``; :func:`parse` makes it absolute.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Annotated, Any, Iterable
+
+from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, WithJsonSchema, model_validator
+
+from ..errors import ConfigError
+from ..fields import check_number, unknown_key_hint
+
+
+class Section(BaseModel):
+    """One mapping of the scenario: unknown keys are errors (with did-you-mean), None means {}."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                              protected_namespaces=(), populate_by_name=True, arbitrary_types_allowed=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys_only(cls, data: Any) -> Any:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise ConfigError("", data, "a mapping")
+        known = cls.keys()
+        for key in data:
+            if key not in known:
+                raise ConfigError(str(key), None, unknown_key_hint(str(key), known), show_value=False)
+        return data
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """The YAML keys this section accepts (aliases where a field has one)."""
+        return [f.alias or name for name, f in cls.model_fields.items()]
+
+    def given(self, key: str) -> bool:
+        """Was ``key`` written in the scenario (as opposed to taking its default)?"""
+        return key in self.model_fields_set
+
+    def to_dict(self) -> dict:
+        """The keys as written (unset ones left out): what a builder hands on to old-style code."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+
+def parse(model: type[Section], data: Any, path: str) -> Any:
+    """Validate ``data`` (the mapping at ``path``) into ``model``; the first problem is a ConfigError."""
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as e:
+        raise translate(e, data, path) from None
+
+
+def translate(err: ValidationError, data: Any, path: str) -> ConfigError:
+    """The first of pydantic's errors, in dsim's form, with a path that follows the user's keys."""
+    first = err.errors(include_url=False)[0]
+    loc, node = _walk(first["loc"], data, first["type"] == "missing")
+    where = _join(path, loc)
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, ConfigError):
+        return ConfigError(_join_key(where, cause.path), cause.value, cause.expected,
+                           show_value=cause.show_value)
+    if isinstance(cause, ValidationError):            # a nested parse() inside a validator
+        return translate(cause, node, where)
+    kind, ctx, given = first["type"], first.get("ctx") or {}, first.get("input")
+    if kind == "missing":
+        return ConfigError(where, None, "this key to be set", show_value=False)
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        tag = ctx.get("discriminator", "type").strip("'")
+        if kind == "union_tag_not_found":
+            return ConfigError(_join_key(where, tag), None, "this key to be set", show_value=False)
+        return ConfigError(_join_key(where, tag), ctx.get("tag"), "one of " + str(ctx.get("expected_tags", ""))
+                           .replace("'", ""))
+    expected = _EXPECTED.get(kind)
+    if expected is None:
+        expected = first["msg"][0].lower() + first["msg"][1:]
+    elif callable(expected):
+        expected = expected(ctx)
+    return ConfigError(where, given, expected)
+
+
+_EXPECTED = {
+    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+    "list_type": "a list", "tuple_type": "a list", "string_type": "a string", "bool_type": "true or false",
+    "int_type": "an integer", "float_type": "a number", "int_from_float": "an integer",
+    "literal_error": lambda c: "one of " + str(c.get("expected", "")).replace("'", "").replace(" or ", ", "),
+    "too_short": lambda c: f"at least {c.get('min_length')} item(s)",
+    "too_long": lambda c: f"at most {c.get('max_length')} item(s)",
+}
+
+
+def _walk(loc: tuple, data: Any, missing: bool) -> tuple[list, Any]:
+    """Keep the parts of pydantic's location that are the user's keys and indices (drop union tags)."""
+    out, node = [], data
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(node, dict) and part in node:
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and isinstance(part, int) and -len(node) <= part < len(node):
+            out.append(part)
+            node = node[part]
+        elif last and missing:
+            out.append(part)
+            node = None
+        # else: a union member's tag or a validator's name, not part of the user's file
+    return out, node
+
+
+def _join(path: str, loc: Iterable) -> str:
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else _join_key(path, str(part))
+    return path
+
+
+def _join_key(path: str, key: str) -> str:
+    if not key:
+        return path
+    if not path:
+        return key
+    return f"{path}{key}" if key.startswith("[") else f"{path}.{key}"
+
+
+# ---- field types: dsim's own checks, with the JSON Schema an editor needs ------------------------
+
+def _schema_bounds(js: dict, lo, hi, lo_open) -> dict:
+    if lo is not None:
+        js["exclusiveMinimum" if lo_open else "minimum"] = lo
+    if hi is not None:
+        js["maximum"] = hi
+    return js
+
+
+def Int(lo: int | None = None, hi: int | None = None):
+    """An integer in [lo, hi]; 5.0 reads as 5, booleans and strings are refused."""
+    def check(v):
+        return check_number(v, "", lo=lo, hi=hi, integer=True)
+    return Annotated[int, PlainValidator(check), WithJsonSchema(_schema_bounds({"type": "integer"}, lo, hi, False))]
+
+
+def Float(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False):
+    """A finite number in [lo, hi] (or (lo, hi] with ``lo_open``); integers are accepted."""
+    def check(v):
+        return check_number(v, "", lo=lo, hi=hi, lo_open=lo_open)
+    return Annotated[float, PlainValidator(check), WithJsonSchema(_schema_bounds({"type": "number"}, lo, hi, lo_open))]
+
+
+def _bool(v):
+    if not isinstance(v, bool):
+        raise ConfigError("", v, "true or false")
+    return v
+
+
+Bool = Annotated[bool, PlainValidator(_bool), WithJsonSchema({"type": "boolean"})]
+
+
+def _str(v):
+    if not isinstance(v, str):
+        raise ConfigError("", v, "a string")
+    return v
+
+
+Str = Annotated[str, PlainValidator(_str), WithJsonSchema({"type": "string"})]
+
+
+def Choice(*options: str):
+    """One string of a fixed set (the message lists them)."""
+    opts = tuple(options)
+
+    def check(v):
+        if not isinstance(v, str):
+            raise ConfigError("", v, "a string")
+        if v not in opts:
+            raise ConfigError("", v, "one of " + ", ".join(opts))
+        return v
+    return Annotated[str, PlainValidator(check), WithJsonSchema({"type": "string", "enum": list(opts)})]
+
+
+def _any(v):
+    return v
+
+
+def Raw(description_schema: dict | None = None):
+    """A value a builder reads itself (a file path or inline data whose shape depends on content)."""
+    return Annotated[Any, PlainValidator(_any), WithJsonSchema(description_schema or {})]
+
+
+def is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def Tagged(key: str, members: dict, default: str | None = None):
+    """One of several section models chosen by the value of ``key`` (``type: poisson``, ``model: lut``).
+
+    Each member declares ``key`` as a ``Literal`` field (with ``default`` as its default where the
+    key may be left out), so the JSON Schema shows the choice and the member's own keys."""
+    from typing import Union
+    from pydantic import BeforeValidator, Discriminator, Tag
+    names = tuple(members)
+
+    def pick(v):
+        return v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
+
+    def check(v):
+        if v is None:
+            v = {}
+        if isinstance(v, BaseModel):
+            return v
+        if not isinstance(v, dict):
+            raise ConfigError("", v, "a mapping")
+        tag = v.get(key, default)
+        if tag is None:
+            raise ConfigError(key, None, "this key to be set (one of " + ", ".join(names) + ")", show_value=False)
+        if tag not in members:
+            raise ConfigError(key, tag, "one of " + ", ".join(names))
+        return v
+    union = Union[tuple(Annotated[m, Tag(t)] for t, m in members.items())]
+    return Annotated[union, Discriminator(pick), BeforeValidator(check)]
+
+
+def merged(shared: Any, own: Any) -> Any:
+    """A pool's section on top of the scenario's shared one: keys the pool writes win.
+
+    Both are typed sections of one model (or None); the result is validated again as a whole, so
+    cross-field rules see the combination the replica will run with."""
+    if own is None:
+        return shared
+    if shared is None:
+        return own
+    if isinstance(own, BaseModel):
+        return type(own).model_validate({**shared.to_dict(), **own.to_dict()})
+    return {**shared, **own}                 # sections still declared as Raw (a mapping)
