@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key before checking it (repeatable)")
+    sc = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors) or its key reference")
+    sc.add_argument("--markdown", action="store_true", help="the key reference as Markdown "
+                    "(docs/scenario-reference.md) instead of JSON Schema")
     e = sub.add_parser("examples", help="copy the shipped scenarios (and the data they read) into a new folder")
     e.add_argument("dir", nargs="?", default=None, metavar="DIR", help="a new or empty folder (default: "
                    "./dsim-examples)")
@@ -416,6 +419,10 @@ def _main(argv=None) -> int:
             return 2
         if args.cmd == "examples":
             return _examples(args)
+        if args.cmd == "schema":
+            from .config.schema import reference
+            sys.stdout.write(reference.markdown() if args.markdown else reference.json_text())
+            return 0
         if args.cmd in ("run", "validate", "sweep", "capacity", "plan"):
             from .shipped import resolve
             args.scenario = resolve(args.scenario)
