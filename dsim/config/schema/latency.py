@@ -244,7 +244,3 @@ def parse_latency(raw: Any, path: str = "latency") -> LatencyCommon:
     except ValidationError as e:
         raise translate(e, raw, path) from None
 
-
-def model_name(lat: LatencyCommon | None) -> str:
-    """The kind a (possibly absent) latency section selects."""
-    return "roofline" if lat is None else lat.model
