@@ -243,4 +243,3 @@ def parse_latency(raw: Any, path: str = "latency") -> LatencyCommon:
         return _ADAPTER.validate_python(raw)
     except ValidationError as e:
         raise translate(e, raw, path) from None
-
