@@ -308,6 +308,7 @@ def _lut(args) -> int:
     from .latency.base import LatencyContext
     from .latency.registry import build_latency
     from .config.errors import ConfigError
+    from .config.schema.latency import parse_latency
     if args.tp < 1:
         raise ConfigError("--tp", args.tp, "an integer >= 1")
     model = load_model(args.model, "--model", Path.cwd())
@@ -317,7 +318,7 @@ def _lut(args) -> int:
     mbs = _int_list(args.microbatches, "--microbatches", MAX_SEQS) if args.microbatches else list(lut.MICROBATCHES)
     engine = EngineConfig(tensor_parallel_size=args.tp, max_num_batched_tokens=max(8192, max(contexts)))
     doc = apply_overrides({"latency": {"model": args.latency}}, args.overrides)
-    step, _, desc = build_latency(doc["latency"], LatencyContext(model, device, engine, 1 << 20))
+    step, _, desc = build_latency(parse_latency(doc["latency"]), LatencyContext(model, device, engine, 1 << 20))
     # a LUT holds GPU time: the replica that reads it adds its engine's host costs itself
     step = getattr(step, "gpu", step)
     rows = lut.export_rows(step, model, device, args.tp, contexts, mbs,

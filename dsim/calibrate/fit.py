@@ -220,10 +220,11 @@ def replica_contexts(tr, base: dict | None):
 
 
 def _step_models(ctxs: dict, kind: str) -> dict:
+    from ..config.schema.latency import parse_latency
     from ..latency.registry import build_latency
     out = {}
     for rep, ctx in ctxs.items():
-        step, _, _ = build_latency({"model": kind}, ctx)
+        step, _, _ = build_latency(parse_latency({"model": kind}), ctx)
         out[rep] = step
     return out
 

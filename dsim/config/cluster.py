@@ -27,7 +27,7 @@ class PoolSpec:
     model: ModelSpec
     device: DeviceProfile
     engine: EngineConfig
-    latency: dict
+    latency: object                         # typed latency section (schema.latency) or None: roofline
     replicas: int
     role: str = "mixed"
     min_replicas: int = 1
@@ -104,9 +104,11 @@ def _pool(data, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
     engine = load_engine(eng, f"{path}.engine")
     check_tp(model, engine, f"{path}.engine")
     model = model.with_kv_cache_dtype(engine.kv_cache_dtype, f"{path}.engine.kv_cache_dtype")
-    lat = s.raw("latency", top.get("latency") or {})
-    if not isinstance(lat, dict):
-        raise ConfigError(f"{path}.latency", lat, "a latency mapping, e.g. {model: roofline}")
+    # a pool's own latency section replaces the top-level one whole (it may pick another model)
+    lat = top.get("latency")
+    if "latency" in data:
+        from .schema.latency import parse_latency
+        lat = parse_latency(s.raw("latency"), f"{path}.latency")
     replicas = s.int("replicas", 1, lo=1, hi=MAX_REPLICAS)
     role = s.str("role", "mixed", choices=ROLES)
     lo = s.int("min_replicas", 1, lo=1)
