@@ -109,14 +109,14 @@ def k8s_manifests(pool, app: str) -> list[dict]:
         annotations["dsim/notes"] = "; ".join(notes)
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "spec": {"replicas": pool.replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels}, "spec": spec}},
+        "metadata": {"name": name, "labels": dict(labels), "annotations": annotations},
+        "spec": {"replicas": pool.replicas, "selector": {"matchLabels": dict(labels)},
+                 "template": {"metadata": {"labels": dict(labels)}, "spec": spec}},
     }
     service = {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"selector": labels, "ports": [{"port": PORT, "targetPort": PORT, "name": "http"}]},
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {"selector": dict(labels), "ports": [{"port": PORT, "targetPort": PORT, "name": "http"}]},
     }
     return [deployment, service]
 

@@ -377,6 +377,10 @@ def _write(res: dict, out: Path, base) -> None:
         write_atomic(out / "best.yaml", "# written by dsim plan: the best configuration found; slo: the plan's "
                      f"targets ({slo}) as per-request goodput targets; file paths relative to this folder\n"
                      + yaml.safe_dump(paths_relative_to(res["best_scenario"], out), sort_keys=False))
+        from .deploy import deployment_files
+        best = load_scenario(res["best_scenario"])
+        for name, text in deployment_files(best).items():
+            write_atomic(out / "deploy" / name, text)
     from ..metrics.plots import run_title
     title = f"{run_title(base.name, res.get('overrides'))}: {base.model.name} on {base.device.name}"
     _pareto_plot(res, out / "pareto.png", title)
