@@ -311,7 +311,12 @@ def _lut(args) -> int:
     from .config.schema.latency import parse_latency
     if args.tp < 1:
         raise ConfigError("--tp", args.tp, "an integer >= 1")
-    model = load_model(args.model, "--model", Path.cwd())
+    # --model is a catalogue name or a config.json path (the scenario's {config: path})
+    model_arg = args.model
+    if model_arg.endswith(".json") or Path(model_arg).is_file():
+        from .config.schema.model import ModelSection
+        model_arg = ModelSection(config=model_arg)
+    model = load_model(model_arg, "--model", Path.cwd())
     device = load_device(args.hardware, "--hardware")
     from .config.limits import MAX_SEQS, MAX_TOKENS
     contexts = _int_list(args.contexts, "--contexts", MAX_TOKENS) if args.contexts else list(lut.CONTEXTS)

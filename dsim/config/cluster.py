@@ -96,7 +96,8 @@ def _pool(data, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
         raise ConfigError(f"{path}.hardware", None, "a hardware profile here or at the top level", show_value=False)
     model = load_model(m_raw, f"{path}.model" if "model" in data else "model", base_dir)
     device = load_device(h_raw, f"{path}.hardware" if "hardware" in data else "hardware")
-    eng = dict(top.get("engine") or {})
+    shared = top.get("engine")              # an EngineSection: the keys it was written with
+    eng = shared.to_dict() if shared is not None else {}
     e_raw = s.raw("engine", {})
     if not isinstance(e_raw, dict):
         raise ConfigError(f"{path}.engine", e_raw, "a mapping of engine keys")
