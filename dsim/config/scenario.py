@@ -138,9 +138,10 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
         model = model.with_kv_cache_dtype(engine.kv_cache_dtype)
         fleet = single_pool(model, device, engine, cfg.latency or {})
     else:
+        from pydantic import BaseModel
         top = {"model": cfg.model, "hardware": cfg.hardware, "engine": cfg.engine, "latency": cfg.latency}
         for k in ("engine", "latency"):
-            if top[k] is not None and not isinstance(top[k], dict):
+            if top[k] is not None and not isinstance(top[k], (dict, BaseModel)):
                 raise ConfigError(k, top[k], f"a mapping of {k} keys (shared by the cluster's pools)")
         fleet = load_fleet(cfg.cluster, top, base_dir)
         first = fleet.pools[0]
