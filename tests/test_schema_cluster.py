@@ -30,8 +30,8 @@ def test_hetero_fleet_parses_into_typed_clusters():
     assert [x.name for x in c.clusters] == ["dc-h100", "dc-a100"]
     assert c.clusters[0].router.policy == "jsq" and c.clusters[1].router.policy == "weighted_power_of_two"
     small = c.clusters[1].pools[1]
-    assert (small.name, small.hardware, small.replicas, small.engine) == ("a100-small", "A100-40GB", 1,
-                                                                         {"max_num_seqs": 128})
+    assert (small.name, small.hardware, small.replicas, small.engine.to_dict()) == ("a100-small", "A100-40GB", 1,
+                                                                                   {"max_num_seqs": 128})
     # the fleet: names, paths, the global router, and engines merged over the top-level engine
     f = scn.fleet
     assert [(x.name, x.path) for x in f.clusters] == [("dc-h100", "cluster.clusters[0]"),
@@ -41,7 +41,7 @@ def test_hetero_fleet_parses_into_typed_clusters():
     assert pools["a100-small"].path == "cluster.clusters[1].pools[1]"
     assert pools["a100-small"].engine.max_num_seqs == 128 and pools["a100"].engine.max_num_seqs == 256
     assert pools["a100-small"].engine.max_num_batched_tokens == 2048         # the shared key stays
-    assert pools["h100"].latency == {"model": "roofline"}
+    assert pools["h100"].latency.to_dict() == {"model": "roofline"}
 
 
 def test_pd_and_autoscaler_scenarios_parse():
@@ -101,8 +101,8 @@ def test_a_pools_latency_replaces_the_shared_one():
     s = scenario(latency={"model": "blackbox", "beta": [1000, 0, 0]}, workload=WL,
                  cluster={"pools": [{"name": "a"}, {"name": "b", "latency": {"model": "roofline"}}]})
     pools = {p.name: p for p in load_scenario(s).fleet.pools}
-    assert pools["a"].latency == {"model": "blackbox", "beta": [1000, 0, 0]}
-    assert pools["b"].latency == {"model": "roofline"}
+    assert pools["a"].latency.to_dict() == {"model": "blackbox", "beta": [1000, 0, 0]}
+    assert pools["b"].latency.to_dict() == {"model": "roofline"}
 
 
 @pytest.mark.parametrize("section, message", [
@@ -147,7 +147,7 @@ def test_bad_sections_name_the_key(section, message):
 
 
 def test_pool_errors_from_the_builder_keep_their_paths():
-    with pytest.raises(ConfigError, match=r"^cluster\.pools\[0\]\.engine: got 5, expected a mapping of engine keys$"):
+    with pytest.raises(ConfigError, match=r"^cluster\.pools\[0\]\.engine: got 5, expected a mapping$"):
         load_scenario(scenario(workload=WL, cluster={"pools": [{"name": "a", "engine": 5}]}))
     with pytest.raises(ConfigError, match=r"^cluster\.pools\[0\]\.engine\.max_num_seqs: got 0"):
         load_scenario(scenario(workload=WL, cluster={"pools": [{"name": "a", "engine": {"max_num_seqs": 0}}]}))
