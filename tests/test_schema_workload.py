@@ -2,6 +2,7 @@
 one path-qualified message (checked at load, before anything is built), the JSON Schema describes
 every key."""
 import math
+import pickle
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ def test_shipped_scenarios_parse_into_typed_sections():
     assert isinstance(m, MixWorkload) and [(c.name, c.priority, c.slo_class, c.type) for c in m.classes] == [
         ("chat", 0, None, "poisson"), ("batch", 1, None, "poisson")]
     assert isinstance(m.classes[0], TENANTS["poisson"]) and isinstance(m.classes[0].prompt_tokens, NormalLength)
+    assert pickle.loads(pickle.dumps(m)) == m                      # tenant models are importable classes
 
     t = dsim.load_scenario(SCN / "trace_jsonl.yaml").config.workload
     assert isinstance(t, TraceWorkload) and (t.path, t.prefix_tokens, t.start_s, t.hash_block_tokens) == (

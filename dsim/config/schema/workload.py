@@ -98,8 +98,18 @@ class EmpiricalLength(_Dist):
     """The CSV column holding the lengths (None: the file has one length per line, no header)."""
 
 
-LengthDist = Tagged("dist", {"constant": ConstantLength, "uniform": UniformLength, "normal": NormalLength,
-                             "lognormal": LognormalLength, "empirical": EmpiricalLength})
+def _tagged(key: str, members: dict):
+    """``Tagged(key, members)``, refusing a tag that is not a string with today's message (a list or
+    mapping there made Tagged's member lookup raise TypeError, an internal error)."""
+    def tag_is_a_string(v):
+        if isinstance(v, dict) and key in v and not isinstance(v[key], str):
+            raise ConfigError(key, v[key], "a string")
+        return v
+    return Annotated[Tagged(key, members), BeforeValidator(tag_is_a_string)]
+
+
+LengthDist = _tagged("dist", {"constant": ConstantLength, "uniform": UniformLength, "normal": NormalLength,
+                              "lognormal": LognormalLength, "empirical": EmpiricalLength})
 
 
 def _fixed_length(v):
@@ -391,6 +401,7 @@ def _tenant_model(member: type) -> type:
 
 
 TENANTS = {k: _tenant_model(m) for k, m in _SINGLE.items()}
+globals().update({m.__name__: m for m in TENANTS.values()})      # PoissonTenant, ...: importable, so picklable
 
 
 def _not_a_mix(v):
@@ -401,7 +412,7 @@ def _not_a_mix(v):
     return v
 
 
-Tenant = Annotated[Tagged("type", TENANTS), BeforeValidator(_not_a_mix)]
+Tenant = Annotated[_tagged("type", TENANTS), BeforeValidator(_not_a_mix)]
 
 
 class MixWorkload(Section):
@@ -432,7 +443,7 @@ class MixWorkload(Section):
 
 
 TYPES = {**_SINGLE, "mix": MixWorkload}
-WorkloadField = Tagged("type", TYPES)
+WorkloadField = _tagged("type", TYPES)
 
 _ADAPTER: TypeAdapter | None = None
 
