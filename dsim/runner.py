@@ -146,7 +146,7 @@ class Session:
         self.scn = scn
         self.sim = sim = Simulation(scn.seed)
         self.recorders: list = []          # (instance, StepRecorder) when emitting vLLM traces
-        self.workload, wdesc = build_workload(scn.raw["workload"], sim.rng, scn.base_dir)
+        self.workload, wdesc = build_workload(scn.config.workload, sim.rng, scn.base_dir)
         self.workload.apply_slo_targets(scn.slo_classes, scn.slo_ttft_ms, scn.slo_tpot_ms)
         # the requests: during the run, the workload (a list with speculation, whose runtime binds
         # every conversation up front); after it, the fleet's ledger of every request
