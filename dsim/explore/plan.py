@@ -72,6 +72,9 @@ def load_space(source) -> Space:
         if not isinstance(v, list) or not v:
             raise ConfigError(f"{where}: {k}", v, "a non-empty list of candidate values")
         knobs.append((str(k), v))
+    from ..config.schema.keys import check_key
+    for k, _ in knobs:                      # a misspelt knob fails before any candidate is screened
+        check_key(k, f"{where}:")
     return Space(sorted(set(tp)), None if reps == "auto" else sorted(set(reps)), knobs)
 
 

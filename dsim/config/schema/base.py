@@ -215,7 +215,8 @@ def Tagged(key: str, members: dict, default: str | None = None):
     names = tuple(members)
 
     def pick(v):
-        return v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
+        tag = v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
+        return tag if isinstance(tag, str) else None
 
     def check(v):
         if v is None:
@@ -225,6 +226,8 @@ def Tagged(key: str, members: dict, default: str | None = None):
         if not isinstance(v, dict):
             raise ConfigError("", v, "a mapping")
         tag = v.get(key, default)
+        if tag is not None and not isinstance(tag, str):
+            raise ConfigError(key, tag, "one of " + ", ".join(names))
         if tag is None:
             raise ConfigError(key, None, "this key to be set (one of " + ", ".join(names) + ")", show_value=False)
         if tag not in members:

@@ -86,7 +86,7 @@ class ScenarioConfig(Section):
     latency: LatencyField = None
     """The step-time model (shared by every cluster pool): roofline by default."""
     workload: WorkloadField
-    """What arrives: an arrival process with length distributions, a trace, a mix or sessions."""
+    """What arrives: an arrival process with length distributions, a trace, or a mix of tenants."""
     slo: SloConfig = Field(default_factory=SloConfig)
     """Latency targets for goodput and SLO attainment."""
     horizon_s: Float(0, lo_open=True) | None = None
