@@ -105,6 +105,8 @@ def _type(p: dict, defs: dict) -> str:
     if "$ref" in p:
         return "mapping (below)"
     t = p.get("type")
+    if isinstance(t, list):                   # {"type": ["string", "integer"]}
+        return " or ".join(_type({**p, "type": x}, defs) for x in t)
     if t == "array":
         return f"list of {_type(p.get('items') or {}, defs) or 'values'}"
     if t == "object":
@@ -119,7 +121,7 @@ def _type(p: dict, defs: dict) -> str:
         return "null"
     if t:
         return {"boolean": "true/false"}.get(t, t)
-    return p.get("description", "").split(":")[0] and "any" or "any"
+    return "any"
 
 
 def _value(v) -> str:
