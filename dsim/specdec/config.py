@@ -16,8 +16,8 @@ from ..config.errors import ConfigError
 from ..config.files import check_expansion, read_text
 from ..config.model import load_model
 from ..config.schema.speculation import SIBLING_ACCEPTANCE  # noqa: F401  (tests and experiments import it here)
-from ..config.schema.speculation import (BundleAcceptance, GeometricAcceptance, SpeculationConfig, check_finite,
-                                         names)
+from ..config.schema.speculation import BundleAcceptance, GeometricAcceptance, SpeculationConfig, names
+from ..config.schema.speculation_gamma import check_finite
 from . import gamma as G
 from .acceptance import GeometricAcceptance as Geometric, load_curves
 from .devices import load_draft_profile
