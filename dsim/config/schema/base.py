@@ -214,9 +214,11 @@ def Tagged(key: str, members: dict, default: str | None = None):
     from pydantic import BeforeValidator, Discriminator, Tag
     names = tuple(members)
 
+    # pydantic puts the member's tag in an error's location; "key=value" cannot be mistaken for one of
+    # the user's keys when _walk drops it (a bare "prompt_tokens" tag could)
     def pick(v):
         tag = v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
-        return tag if isinstance(tag, str) else None
+        return f"{key}={tag}" if isinstance(tag, str) else None
 
     def check(v):
         if v is None:
@@ -233,7 +235,7 @@ def Tagged(key: str, members: dict, default: str | None = None):
         if tag not in members:
             raise ConfigError(key, tag, "one of " + ", ".join(names))
         return v
-    union = Union[tuple(Annotated[m, Tag(t)] for t, m in members.items())]
+    union = Union[tuple(Annotated[m, Tag(f"{key}={t}")] for t, m in members.items())]
     return Annotated[union, Discriminator(pick), BeforeValidator(check)]
 
 
