@@ -575,6 +575,7 @@ BASES = {      # a working invocation of each subcommand; {o} = output path
     ("sweep",): lambda d: ["sweep", QUICK, "--grid", "workload.rate=5,10", "--quiet", "--out", str(d / "o")] + N30,
     ("capacity",): lambda d: ["capacity", QUICK, "--no-band", "--out", str(d / "o")] + SLO + N30,
     ("examples",): lambda d: ["examples", str(d / "o")],
+    ("schema",): lambda d: ["schema", "--markdown"],
     ("report",): lambda d: ["report", str(_run_dir(d))],
     ("plan",): lambda d: ["plan", QUICK, "--gpus", "2", "--space", str(SCN / "spaces" / "small.yaml"), "--no-band",
                           "--out", str(d / "o")] + SLO + N30,

@@ -4,6 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dsim.config.schema.docstrings import described_schema
+
 from dsim import ConfigError
 from dsim.config.scenario import load_scenario
 from dsim.config.schema.base import parse
@@ -157,7 +159,7 @@ def test_pool_errors_from_the_builder_keep_their_paths():
 
 
 def test_json_schema_describes_every_key():
-    js = ClusterConfig.model_json_schema()
+    js = described_schema(ClusterConfig)
     props = js["properties"]
     assert set(props) == {"router", "affinity", "pools", "clusters", "disaggregation", "admission", "controllers"}
     assert all(p.get("description") for p in props.values())

@@ -107,8 +107,9 @@ def test_a_pools_own_section_is_parsed_under_its_path():
 
 
 def test_json_schema_documents_every_key():
-    from pydantic import TypeAdapter
-    js = TypeAdapter(LatencyField).json_schema()
+    from dsim.config.schema.docstrings import described_schema
+    from dsim.config.schema.scenario import ScenarioConfig
+    js = described_schema(ScenarioConfig)
     defs = js["$defs"]
     assert {d["properties"]["model"].get("const") for n, d in defs.items() if n.endswith("Latency")} == set(KINDS)
     for name, model in {**{m.__name__: m for m in KINDS.values()}, "HostOverrides": HostOverrides,

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from dsim.config.schema.docstrings import described_schema
 import simpy
 
 import dsim
@@ -117,7 +119,7 @@ def test_joins_is_the_builders_graph(raw):
 
 
 def test_json_schema_describes_every_key():
-    js = NetworkConfig.model_json_schema()
+    js = described_schema(NetworkConfig)
     defs = js["$defs"]
     for props in [js["properties"]] + [d["properties"] for d in defs.values()]:
         for key, p in props.items():
@@ -130,4 +132,4 @@ def test_json_schema_describes_every_key():
     assert defs["Clos"]["properties"]["attach"]["additionalProperties"]["type"] == "integer"
     assert js["properties"]["outage_policy"]["enum"] == ["wait", "failover"]
     from dsim.config.schema.scenario import ScenarioConfig
-    assert "NetworkConfig" in ScenarioConfig.model_json_schema()["$defs"]
+    assert "NetworkConfig" in described_schema(ScenarioConfig)["$defs"]

@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+from dsim.config.schema.docstrings import described_schema
+
 from dsim import load_scenario
 from dsim.config import hardware as hw
 from dsim.config.engine import load_engine
@@ -111,15 +113,15 @@ def test_profile_files_are_checked_by_the_hardware_section(tmp_path, monkeypatch
 
 def test_json_schema_describes_every_key():
     for model in (EngineSection, OffloadSection, HardwareSection, ModelSection):
-        js = model.model_json_schema()
+        js = described_schema(model)
         for key, prop in js["properties"].items():
             assert prop.get("description"), f"{model.__name__}.{key}: no description"
-    props = EngineSection.model_json_schema()["properties"]
+    props = described_schema(EngineSection)["properties"]
     assert (props["max_num_seqs"]["default"], props["max_num_seqs"]["minimum"]) == (256, 1)
     assert "None: 2048 with chunked prefill" in props["max_num_batched_tokens"]["description"]
-    assert set(HardwareSection.model_json_schema()["required"]) == {"peak_tflops_bf16", "hbm_gb_s"}
+    assert set(described_schema(HardwareSection)["required"]) == {"peak_tflops_bf16", "hbm_gb_s"}
     from dsim.config.schema.scenario import ScenarioConfig
-    top = ScenarioConfig.model_json_schema()
+    top = described_schema(ScenarioConfig)
     assert "EngineSection" in str(top["properties"]["engine"])
     named = top["properties"]["hardware"]["anyOf"][0]["oneOf"]
     assert named[0]["description"].startswith("A device profile") and named[1]["$ref"].endswith("HardwareSection")

@@ -5,6 +5,8 @@ import inspect
 from pathlib import Path
 
 import pytest
+
+from dsim.config.schema.docstrings import described_schema
 import yaml
 
 from dsim.config.errors import ConfigError
@@ -142,7 +144,7 @@ def test_gamma_schema_defaults_are_the_policies_own(member, cls):
 
 
 def test_json_schema_documents_every_key():
-    js = ScenarioConfig.model_json_schema()
+    js = described_schema(ScenarioConfig)
     defs = js["$defs"]
     top = defs["SpeculationConfig"]["properties"]
     for key in ("mode", "drafter", "acceptance", "gamma", "mode_switch", "drafts", "tree", "portfolio", "verify_order"):

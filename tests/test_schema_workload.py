@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dsim.config.schema.docstrings import described_schema
+
 import dsim
 from dsim.config.errors import ConfigError
 from dsim.config.schema.scenario import ScenarioConfig
@@ -92,7 +94,7 @@ def test_bad_workloads_are_refused_at_load_with_the_path(workload, message):
 
 
 def test_json_schema_describes_every_key():
-    js = ScenarioConfig.model_json_schema()
+    js = described_schema(ScenarioConfig)
     refs = {r["$ref"].rsplit("/", 1)[1] for r in js["properties"]["workload"]["oneOf"]}
     assert refs == {m.__name__ for m in TYPES.values()}
     for name in list(refs) + [m.__name__ for m in TENANTS.values()] + ["SharedPrefix", "Stage", "UniformLength"]:

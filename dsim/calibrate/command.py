@@ -30,7 +30,7 @@ def replica_context(run, base=None, overrides=()):
     from ..latency.base import LatencyContext
     from .cosim import replay_scenario
     scn = replay_scenario(run, base, overrides, None, Path("unused.jsonl") if run.trace_rows is not None else None)
-    scn["workload"] = {"type": "poisson", "rate": 1.0, "num_requests": 1}
+    scn["workload"] = {"type": "poisson", "rate": 1.0, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1}
     scn.pop("cluster", None)
     s = load_scenario(scn)
     return LatencyContext(s.model, s.device, s.engine, s.engine.kv_blocks(s.model, s.device))

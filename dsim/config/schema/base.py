@@ -8,8 +8,8 @@ a user sees still comes from :class:`~dsim.config.errors.ConfigError`.
 
 Rules for a section model (subclass :class:`Section`):
 - every field has a type from this module (or a nested Section / list / mapping of them), a
-  default, and a one-line docstring below it (it becomes the field's description in the schema
-  and the reference);
+  default, and a one-line docstring below it (``dsim schema`` puts it into the JSON Schema and the
+  reference as the field's description: dsim.config.schema.docstrings);
 - a field whose default depends on other fields is ``Optional`` with default None, and its
   docstring says what None resolves to; the builder that owns the concern resolves it;
 - cross-field rules raise ``ConfigError(field, value, expected)`` with a path *relative to the
@@ -29,8 +29,10 @@ from ..fields import check_number, unknown_key_hint
 class Section(BaseModel):
     """One mapping of the scenario: unknown keys are errors (with did-you-mean), None means {}."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
-                              protected_namespaces=(), populate_by_name=True, arbitrary_types_allowed=True)
+    # defer_build: a model's validator is compiled when first used (most sections' models are only
+    # reached through ScenarioConfig's), not when the class is created
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=(), populate_by_name=True,
+                              defer_build=True, arbitrary_types_allowed=True)
 
     @model_validator(mode="before")
     @classmethod
