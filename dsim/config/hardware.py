@@ -10,10 +10,11 @@ from functools import lru_cache
 import yaml
 
 from .errors import ConfigError
+from .files import package_folder
 from .fields import Section
 
 GIB = 1 << 30
-PROFILE_DIRS = [Path(str(resources.files("dsim").joinpath("data/device_profiles")))]   # package data
+PROFILE_DIRS = [package_folder("dsim.device_profiles")]   # the repository's device_profiles/ (setup.py)
 
 
 @dataclass(frozen=True)
@@ -130,5 +131,5 @@ def resolve_profile(value, path: str, profiles: dict, build, what: str):
 
 
 def load_device(value, path: str = "hardware") -> DeviceProfile:
-    """A profile name from dsim/data/device_profiles/, or an inline mapping with the same keys."""
+    """A profile name from device_profiles/gpus.yaml, or an inline mapping with the same keys."""
     return resolve_profile(value, path, _profiles(), _build, "device profile")

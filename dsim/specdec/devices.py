@@ -22,11 +22,12 @@ from functools import lru_cache
 import yaml
 
 from ..config.fields import Section
+from ..config.files import package_folder
 from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
 
-DRAFT_PROFILE_DIR = Path(str(resources.files("dsim").joinpath("data/device_profiles/drafts")))   # package data
+DRAFT_PROFILE_DIR = package_folder("dsim.device_profiles") / "drafts"   # device_profiles/drafts/
 KINDS = ("phone", "laptop", "edge")
 
 
@@ -85,7 +86,7 @@ def _build(name: str, d, path: str) -> DraftProfile:
 
 
 def load_draft_profile(value, path: str) -> DraftProfile:
-    """A profile name from dsim/data/device_profiles/drafts/, or an inline mapping with the same keys."""
+    """A profile name from device_profiles/drafts/, or an inline mapping with the same keys."""
     return resolve_profile(value, path, _profiles(), _build, "draft device profile")
 
 
