@@ -431,9 +431,10 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
     if spread is not None:
         summary["model_spread"] = spread
     if ses.spec is not None:
-        summary["speculation"] = ses.spec.summary(reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
-                                                                "tpot_ms": scn.slo_tpot_ms,
-                                                                "tvt_ms": scn.slo_tvt_ms})
+        from .metrics.speculation import spec_summary
+        summary["speculation"] = spec_summary(ses.spec, reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
+                                                                       "tpot_ms": scn.slo_tpot_ms,
+                                                                       "tvt_ms": scn.slo_tvt_ms})
     m = scn.model
     manifest = {
         "dsim_version": __version__,

@@ -362,8 +362,3 @@ class SpecRuntime(Conversations, DraftingModes):
                 self.targets[n].override = ov
         return names
 
-    # ---- report ----------------------------------------------------------------------------------------
-    def summary(self, reqs, t_end: float, slo: dict) -> dict:
-        from .report import spec_summary
-        return spec_summary(self, reqs, t_end, slo)
-
