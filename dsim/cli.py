@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key before checking it (repeatable)")
+    sc = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors) or its key reference")
+    sc.add_argument("--markdown", action="store_true", help="the key reference as Markdown "
+                    "(docs/scenario-reference.md) instead of JSON Schema")
     e = sub.add_parser("examples", help="copy the shipped scenarios (and the data they read) into a new folder")
     e.add_argument("dir", nargs="?", default=None, metavar="DIR", help="a new or empty folder (default: "
                    "./dsim-examples)")
@@ -305,16 +308,22 @@ def _lut(args) -> int:
     from .latency.base import LatencyContext
     from .latency.registry import build_latency
     from .config.errors import ConfigError
+    from .config.schema.latency import parse_latency
     if args.tp < 1:
         raise ConfigError("--tp", args.tp, "an integer >= 1")
-    model = load_model(args.model, "--model", Path.cwd())
+    # --model is a catalogue name or a config.json path (the scenario's {config: path})
+    model_arg = args.model
+    if model_arg.endswith(".json") or Path(model_arg).is_file():
+        from .config.schema.model import ModelSection
+        model_arg = ModelSection(config=model_arg)
+    model = load_model(model_arg, "--model", Path.cwd())
     device = load_device(args.hardware, "--hardware")
     from .config.limits import MAX_SEQS, MAX_TOKENS
     contexts = _int_list(args.contexts, "--contexts", MAX_TOKENS) if args.contexts else list(lut.CONTEXTS)
     mbs = _int_list(args.microbatches, "--microbatches", MAX_SEQS) if args.microbatches else list(lut.MICROBATCHES)
     engine = EngineConfig(tensor_parallel_size=args.tp, max_num_batched_tokens=max(8192, max(contexts)))
     doc = apply_overrides({"latency": {"model": args.latency}}, args.overrides)
-    step, _, desc = build_latency(doc["latency"], LatencyContext(model, device, engine, 1 << 20))
+    step, _, desc = build_latency(parse_latency(doc["latency"]), LatencyContext(model, device, engine, 1 << 20))
     # a LUT holds GPU time: the replica that reads it adds its engine's host costs itself
     step = getattr(step, "gpu", step)
     rows = lut.export_rows(step, model, device, args.tp, contexts, mbs,
@@ -416,6 +425,10 @@ def _main(argv=None) -> int:
             return 2
         if args.cmd == "examples":
             return _examples(args)
+        if args.cmd == "schema":
+            from .config.schema import reference
+            sys.stdout.write(reference.markdown() if args.markdown else reference.json_text())
+            return 0
         if args.cmd in ("run", "validate", "sweep", "capacity", "plan"):
             from .shipped import resolve
             args.scenario = resolve(args.scenario)

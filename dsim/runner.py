@@ -146,7 +146,7 @@ class Session:
         self.scn = scn
         self.sim = sim = Simulation(scn.seed)
         self.recorders: list = []          # (instance, StepRecorder) when emitting vLLM traces
-        self.workload, wdesc = build_workload(scn.raw["workload"], sim.rng, scn.base_dir)
+        self.workload, wdesc = build_workload(scn.config.workload, sim.rng, scn.base_dir)
         self.workload.apply_slo_targets(scn.slo_classes, scn.slo_ttft_ms, scn.slo_tpot_ms)
         # the requests: during the run, the workload (a list with speculation, whose runtime binds
         # every conversation up front); after it, the fleet's ledger of every request
@@ -157,9 +157,9 @@ class Session:
             raise ConfigError("engine.scheduling_policy", "edf", "a TTFT target to order by: slo.ttft_ms, "
                               "slo.classes.*.ttft_ms or a ttft_slo_ms trace column")
         self.network = None
-        if scn.raw.get("network") is not None:
+        if scn.config.network is not None:
             from .network.fabric import build_network
-            self.network = build_network(scn.raw["network"], sim.env, sim.rng.stream("network"))
+            self.network = build_network(scn.config.network, sim.env, sim.rng.stream("network"))
         self.fleet = Fleet(sim, scn, check_invariants, network=self.network,
                            tracer_factory=self._recorder_factory(vllm_traces), keep_steps=keep_steps)
         self.spec = None

@@ -19,6 +19,8 @@ import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dsim.config.schema.base import parse  # noqa: E402
+from dsim.config.schema.network import NetworkConfig  # noqa: E402
 from dsim.network.fabric import build_network  # noqa: E402
 
 LINK = {"links": [{"src": "a", "dst": "b", "rtt_ms": 0.1, "bw_mbps": 100_000}], "serialization_overhead_us": 5}
@@ -26,7 +28,7 @@ LINK = {"links": [{"src": "a", "dst": "b", "rtt_ms": 0.1, "bw_mbps": 100_000}], 
 
 def bench(n: int, senders: int) -> dict:
     env = simpy.Environment()
-    net = build_network(LINK, env, np.random.default_rng(0))
+    net = build_network(parse(NetworkConfig, LINK, "network"), env, np.random.default_rng(0))
     per = n // senders
 
     def sender():

@@ -7,6 +7,8 @@ import simpy
 import dsim
 from dsim import ConfigError
 from dsim.network import fabric
+from dsim.config.schema.base import parse
+from dsim.config.schema.network import NetworkConfig
 from dsim.network.fabric import build_network
 
 from pathlib import Path
@@ -20,8 +22,8 @@ def test_a_transfer_of_days_keeps_its_timeline_in_closed_form():
     """1 MB at 1 kbit/s takes 8,000 s: 8,000 one-second bins per link grew to gigabytes with many
     such transfers (pd_network at 0.001 Mbit/s: MemoryError); whole bins are now one run."""
     env = simpy.Environment()
-    n = build_network({"links": [{"src": "a", "dst": "b", "rtt_ms": 0, "bw_mbps": 0.001}]}, env,
-                      np.random.default_rng(0))
+    cfg = parse(NetworkConfig, {"links": [{"src": "a", "dst": "b", "rtt_ms": 0, "bw_mbps": 0.001}]}, "network")
+    n = build_network(cfg, env, np.random.default_rng(0))
     done = n.send("a", "b", 1e6)
     env.run()
     assert done.value.end == pytest.approx(8000.0)

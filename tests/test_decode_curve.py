@@ -8,6 +8,7 @@ from dsim.config.engine import load_engine
 from dsim.config.hardware import load_device
 from dsim.config.model import load_model
 from dsim.latency.base import BatchShape, LatencyContext, decode_curve
+from dsim.config.schema.latency import parse_latency
 from dsim.latency.registry import build_latency
 from dsim.latency.roofline import RooflineModel
 
@@ -30,7 +31,8 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_curve_equals_step_time_bit_for_bit(case):
     name, latency, engine = CASES[case]
-    step, _, _ = build_latency(latency, LatencyContext(load_model(name), H100, load_engine(engine), 20000))
+    ctx = LatencyContext(load_model(name), H100, load_engine(engine), 20000)
+    step, _, _ = build_latency(parse_latency(latency), ctx)
     rng = np.random.default_rng(7)
     for n in [1, 2, 7, 31, 64, 255, 256, 511, 512, 513, 1000]:
         curve = decode_curve(step, n, n)

@@ -22,7 +22,6 @@ def test_every_gpu_profile_is_dense_and_sourced(name):
 
 def test_a_sparsity_figure_as_the_dense_peak_is_refused():
     raw = dict(_profiles()["L40S"])
-    raw.pop("_file")
     raw["peak_tflops_bf16"] = raw["sparse_tflops_bf16"]          # 733: the with-sparsity number
     with pytest.raises(ConfigError, match=r"hardware\.peak_tflops_bf16: got 733.*sparsity"):
         load_device(raw, "hardware")

@@ -12,6 +12,7 @@ from dsim.config.generations import generation_for, generations
 from dsim.config.hardware import load_device
 from dsim.config.model import catalog_names, load_model, model_from_hf
 from dsim.latency.base import BatchShape, LatencyContext
+from dsim.config.schema.latency import parse_latency
 from dsim.latency.registry import build_latency
 
 FIX = Path(__file__).parent / "fixtures"
@@ -21,7 +22,7 @@ H100 = load_device("H100-SXM")
 
 def _step(latency: dict, engine: dict, b: BatchShape) -> float:
     e = load_engine(engine)
-    step, _, _ = build_latency(latency, LatencyContext(L8, H100, e, 10000))
+    step, _, _ = build_latency(parse_latency(latency), LatencyContext(L8, H100, e, 10000))
     return step.step_time(b)
 
 
@@ -32,7 +33,7 @@ def _gpu(b):
 
 def _tp_step(latency: dict, engine: dict, b: BatchShape, model=L8) -> float:
     e = load_engine(engine)
-    step, _, _ = build_latency(latency, LatencyContext(model, H100, e, 10000))
+    step, _, _ = build_latency(parse_latency(latency), LatencyContext(model, H100, e, 10000))
     return step.step_time(b)
 
 
@@ -94,14 +95,14 @@ def test_fitted_models_pay_only_the_generation_difference():
     u5 = {"model": "unified5"}
     now = _step(u5, {}, DEC)
     e = load_engine({"vllm_version": "0.4.0", "enable_chunked_prefill": True})
-    step, _, _ = build_latency(u5, LatencyContext(L8, H100, e, 10000))
+    step, _, _ = build_latency(parse_latency(u5), LatencyContext(L8, H100, e, 10000))
     old, cur = generation_for("0.4.0").host, generation_for(None).host
     want = now + (old.step_us - cur.step_us + 32 * (old.per_seq_us - cur.per_seq_us)) * 1e-6
     assert step.step_time(DEC) == pytest.approx(want, rel=1e-12)
     assert step.gpu.step_time(DEC) == pytest.approx(now, rel=1e-12)
     # launch gaps are not in the fitted coefficients (their engine captured small steps): paid in full
     eager = load_engine({"enforce_eager": True})
-    step, _, _ = build_latency(u5, LatencyContext(L8, H100, eager, 10000))
+    step, _, _ = build_latency(parse_latency(u5), LatencyContext(L8, H100, eager, 10000))
     assert step.step_time(DEC) - now == pytest.approx(cur.eager_layer_us * 32 * 1e-6, rel=1e-9)
 
 

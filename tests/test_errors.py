@@ -151,10 +151,11 @@ def test_numbers_are_read_the_way_people_write_them(text, want, tmp_path):
     assert _value(text) == want and load_yaml(f"x: {text}\n", "f.yaml") == {"x": want}
     if isinstance(want, float) and want > 0:
         f = tmp_path / "s.yaml"
-        f.write_text(f"model: meta-llama/Llama-3.1-8B\nhardware: H100-SXM\nworkload: {{type: poisson, rate: {text}, "
-                     "num_requests: 5, prompt_tokens: 10, output_tokens: 2}\n")
-        assert load_scenario(f).raw["workload"]["rate"] == want
-        assert load_scenario(f, [f"workload.rate={text}"]).raw["workload"]["rate"] == want
+        # horizon_s: a number with no upper bound (workload.rate, validated at load now, stops at 1e9)
+        f.write_text(f"model: meta-llama/Llama-3.1-8B\nhardware: H100-SXM\nhorizon_s: {text}\nworkload: {{type: "
+                     "poisson, rate: 1, num_requests: 5, prompt_tokens: 10, output_tokens: 2}\n")
+        assert load_scenario(f).raw["horizon_s"] == want and load_scenario(f).config.horizon_s == want
+        assert load_scenario(f, [f"horizon_s={text}"]).raw["horizon_s"] == want
 
 
 def test_round3_inputs_are_path_qualified_errors_not_internal_ones(tmp_path, capsys):
@@ -182,7 +183,8 @@ def test_round3_inputs_are_path_qualified_errors_not_internal_ones(tmp_path, cap
     (lss / "requests.jsonl").write_text("\n".join([rows[0], json.dumps(r)] + rows[2:]) + "\n")
     q = str(root / "scenarios" / "quickstart.yaml")
     cases = [
-        (["run", q, "--set", "workload.type=trace", "--set", f"workload.path={t}", "--set", "workload.num_requests=2"],
+        # the whole section: a trace has no prompt_tokens (quickstart's would be an unknown key)
+        (["run", q, "--set", "workload=" + json.dumps({"type": "trace", "path": str(t), "num_requests": 2})],
          f"{t}:2.arrival_s"),
         (["cosim", str(rate0), "--hardware", "H100-SXM"], f"{rate0}.request_rate"),
         (["cosim", str(neg), "--hardware", "H100-SXM"], f"{neg}.request_rate"),

@@ -198,8 +198,11 @@ def test_plan_sizes_the_closed_form_deployment(tmp_path):
     doc = yaml.safe_load((tmp_path / "p" / "best.yaml").read_text())
     assert doc["cluster"]["pools"][0]["replicas"] == 4 and doc["engine"]["max_num_seqs"] == 8
     assert dsim.run(doc).metrics["p99_ttft_ms"] <= 200                  # the plan's answer, run directly
-    for f in ("plan.md", "top.csv", "pareto.csv", "candidates.csv", "pareto.png"):
+    for f in ("plan.md", "top.csv", "pareto.csv", "candidates.csv", "pareto.png", "deploy/serve.sh"):
         assert (tmp_path / "p" / f).is_file()
+    deploy = yaml.safe_load_all((tmp_path / "p" / "deploy" / "main.k8s.yaml").read_text())
+    assert next(deploy)["spec"]["replicas"] == 4                          # the plan's replica count
+    assert "--max-num-seqs 8" in (tmp_path / "p" / "deploy" / "serve.sh").read_text()
 
 
 def test_plan_bad_space_is_a_path_qualified_error(tmp_path):

@@ -141,7 +141,7 @@ def test_duplicate_rows_and_unknown_select_keys_are_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"dup.csv:4: one row per .*line 2"):
         dsim.run(scenario(latency={"model": "lut", "path": str(p)}))
     good = synthetic(tmp_path)
-    with pytest.raises(ConfigError, match=r"latency.select.gpu: got 'gpu'"):
+    with pytest.raises(ConfigError, match=r"latency.select.gpu: unknown key \(known keys here: dtype, hardware, model"):
         dsim.run(scenario(latency={"model": "lut", "path": str(good), "select": {"gpu": "gpu"}}))
 
 

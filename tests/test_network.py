@@ -6,6 +6,8 @@ import pytest
 import simpy
 
 from dsim import ConfigError
+from dsim.config.schema.base import parse
+from dsim.config.schema.network import NetworkConfig
 from dsim.network.fabric import build_network
 
 MB = 1e6 / 8            # bytes/s per Mb/s
@@ -13,7 +15,7 @@ MB = 1e6 / 8            # bytes/s per Mb/s
 
 def net(raw, seed=0):
     env = simpy.Environment()
-    return env, build_network(raw, env, np.random.default_rng(seed))
+    return env, build_network(parse(NetworkConfig, raw, "network"), env, np.random.default_rng(seed))
 
 
 LINK = {"links": [{"src": "a", "dst": "b", "rtt_ms": 10, "bw_mbps": 80}]}   # 10 MB/s, 5 ms one way

@@ -6,7 +6,7 @@ import pytest
 
 import dsim
 from dsim.config.errors import ConfigError
-from dsim.config.fields import Section
+from dsim.config.schema.workload import parse_workload
 from dsim.core.rng import PartitionedRNG
 from dsim.workload.arrivals import generate_arrivals
 from dsim.workload.generator import build_requests
@@ -16,8 +16,14 @@ AZURE = Path(__file__).resolve().parents[1] / "scenarios/data/azure-llm-2023/Azu
 
 
 def arrivals(**kw):
-    kind = kw.pop("type")
-    return generate_arrivals(Section(kw, "workload"), kind, np.random.default_rng(0))
+    return generate_arrivals(parse_workload({"prompt_tokens": 1, "output_tokens": 1, **kw}), np.random.default_rng(0))
+
+
+def lengths(spec, n, rng):
+    """``spec`` as the typed prompt_tokens of a workload, sampled."""
+    typed = parse_workload({"type": "constant", "rate": 1, "num_requests": 1, "prompt_tokens": spec,
+                            "output_tokens": 1}).prompt_tokens
+    return sample_lengths(typed, "x", n, rng, None)
 
 
 def test_poisson_and_gamma_rates_and_burstiness():
@@ -53,15 +59,15 @@ def test_ramp_density_grows_linearly():
 
 def test_length_distributions(tmp_path):
     rng = np.random.default_rng(1)
-    n = sample_lengths({"dist": "normal", "mean": 256, "std": 100, "min": 2, "max": 800}, "x", 50000, rng, None)
+    n = lengths({"dist": "normal", "mean": 256, "std": 100, "min": 2, "max": 800}, 50000, rng)
     assert n.min() >= 2 and n.max() <= 800 and n.mean() == pytest.approx(256, rel=0.02)
-    ln = sample_lengths({"dist": "lognormal", "mean": 500, "std": 300}, "x", 100000, rng, None)
+    ln = lengths({"dist": "lognormal", "mean": 500, "std": 300}, 100000, rng)
     assert ln.mean() == pytest.approx(500, rel=0.02) and ln.std() == pytest.approx(300, rel=0.05)
-    u = sample_lengths({"dist": "uniform", "low": 3, "high": 5}, "x", 1000, rng, None)
+    u = lengths({"dist": "uniform", "low": 3, "high": 5}, 1000, rng)
     assert set(u.tolist()) == {3, 4, 5}
     f = tmp_path / "lens.csv"
     f.write_text("a,len\n1,7\n2,9\n")
-    e = sample_lengths({"dist": "empirical", "path": str(f), "column": "len"}, "x", 1000, rng, None)
+    e = lengths({"dist": "empirical", "path": str(f), "column": "len"}, 1000, rng)
     assert set(e.tolist()) == {7, 9}
 
 

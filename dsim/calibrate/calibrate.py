@@ -301,8 +301,9 @@ def physical_issues(lat: dict, ctx) -> list:
     """What in a fitted latency mapping is faster than the hardware: a decode step of one request
     below one read of the weights at peak bandwidth, a prefill above peak FLOP/s."""
     from ..latency.base import BatchShape
+    from ..config.schema.latency import parse_latency
     from ..latency.registry import build_latency
-    step, _, _ = build_latency(copy.deepcopy(lat), ctx)
+    step, _, _ = build_latency(parse_latency(lat), ctx)
     gpu = getattr(step, "gpu", step)
     m, d = ctx.model, ctx.device
     tp = ctx.engine.tensor_parallel_size

@@ -197,6 +197,8 @@ def replica_contexts(tr, base: dict | None):
     from ..config.engine import load_engine
     from ..config.hardware import load_device
     from ..config.model import load_model
+    from ..config.schema.base import parse
+    from ..config.schema.engine import EngineSection
     from ..latency.base import LatencyContext
     base = base or {}
     out = {}
@@ -213,17 +215,18 @@ def replica_contexts(tr, base: dict | None):
         blocks = next((s["summary"].get("kv.blocks_total_gpu") for s in steps.values() if s["summary"]), None)
         m = load_model(model, "model")
         d = load_device(hw, "hardware")
-        e = load_engine(eng, "engine")
+        e = load_engine(parse(EngineSection, eng, "engine"), "engine")
         m = m.with_kv_cache_dtype(e.kv_cache_dtype)
         out[rep] = LatencyContext(m, d, e, int(blocks or e.kv_blocks(m, d)))
     return out
 
 
 def _step_models(ctxs: dict, kind: str) -> dict:
+    from ..config.schema.latency import parse_latency
     from ..latency.registry import build_latency
     out = {}
     for rep, ctx in ctxs.items():
-        step, _, _ = build_latency({"model": kind}, ctx)
+        step, _, _ = build_latency(parse_latency({"model": kind}), ctx)
         out[rep] = step
     return out
 

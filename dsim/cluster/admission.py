@@ -5,7 +5,7 @@ report; nothing is dropped silently.
 """
 from __future__ import annotations
 
-from ..config.fields import Section
+from ..config.errors import ConfigError
 
 
 class Always:
@@ -62,27 +62,17 @@ class SLOGuard:
         return "admission:slo_guard" if pred > self.ttft_s else None
 
 
-POLICIES = ("always", "token_bucket", "queue_cap", "slo_guard")
-
-
-def build_admission(raw, path: str, slo_ttft_ms):
-    if raw is None:
+def build_admission(spec, path: str, slo_ttft_ms):
+    """The policy of a typed ``schema.cluster.AdmissionField`` (None: admit everything);
+    ``slo_guard`` without ``ttft_ms`` takes the scenario's ``slo.ttft_ms``."""
+    if spec is None or spec.policy == "always":
         return Always()
-    if isinstance(raw, str):
-        raw = {"policy": raw}
-    s = Section(raw, path)
-    kind = s.str("policy", choices=POLICIES)
-    if kind == "always":
-        a = Always()
-    elif kind == "token_bucket":
-        rate = s.num("rate", lo=0, lo_open=True)
-        a = TokenBucket(rate, s.num("burst", max(1.0, rate), lo=1))
-    elif kind == "queue_cap":
-        a = QueueCap(s.int("max_waiting", lo=0))
-    else:
-        ttft = s.num("ttft_ms", slo_ttft_ms, lo=0, lo_open=True)
-        if ttft is None:
-            s.raw("ttft_ms")       # raises: required when the scenario has no slo.ttft_ms
-        a = SLOGuard(ttft)
-    s.done()
-    return a
+    if spec.policy == "token_bucket":
+        return TokenBucket(spec.rate, spec.burst if spec.burst is not None else max(1.0, spec.rate))
+    if spec.policy == "queue_cap":
+        return QueueCap(spec.max_waiting)
+    ttft = spec.ttft_ms if spec.ttft_ms is not None else slo_ttft_ms
+    if ttft is None:
+        raise ConfigError(f"{path}.ttft_ms", None, "this key to be set (the scenario has no slo.ttft_ms)",
+                          show_value=False)
+    return SLOGuard(ttft)

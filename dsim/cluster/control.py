@@ -13,8 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.errors import ConfigError
-from ..config.fields import Section
-from ..config.limits import MIN_TIMER_S
 from ..metrics.measures import ledger_latencies
 from ..core.invariant import check
 
@@ -190,20 +188,14 @@ class ReactiveAutoscaler(Controller):
         return []
 
 
-def build_controllers(raw_list, fleet, path: str = "cluster.controllers") -> list:
-    """``controllers: [{type: autoscaler, pool: h100, interval_s: 5, ...}]``."""
+def build_controllers(specs, fleet, path: str = "cluster.controllers") -> list:
+    """The controllers of typed ``schema.cluster.ControllerField`` specs (``controllers: [{type:
+    autoscaler, pool: h100, interval_s: 5, ...}]``; their pools were checked with the section)."""
     out = []
-    for i, raw in enumerate(raw_list):
-        s = Section(raw, f"{path}[{i}]")
-        kind = s.str("type", choices=("autoscaler",))
-        pool = s.str("pool", choices=list(fleet.pools))
-        c = ReactiveAutoscaler(pool, s.num("interval_s", 5.0, lo=MIN_TIMER_S),
-                               s.num("scale_out_waiting", 4.0, lo=0), s.num("scale_out_kv", 0.9, lo=0, hi=1),
-                               s.num("scale_in_kv", 0.2, lo=0, hi=1), s.num("scale_in_busy", 1.0, lo=0, hi=1),
-                               s.num("cooldown_s", 30.0, lo=0))
-        s.done()
-        check(kind == "autoscaler")
-        out.append(c)
+    for s in specs:
+        check(s.type == "autoscaler" and s.pool in fleet.pools, f"{path}: a controller of an unknown kind or pool")
+        out.append(ReactiveAutoscaler(s.pool, s.interval_s, s.scale_out_waiting, s.scale_out_kv, s.scale_in_kv,
+                                      s.scale_in_busy, s.cooldown_s))
     return out
 
 

@@ -11,7 +11,6 @@ finished (completed or rejected); ``check_conservation`` verifies it.
 from __future__ import annotations
 
 from ..config.errors import ConfigError
-from ..config.fields import Section
 from ..core.request import COMPLETED, REJECTED, ROUTED
 from .admission import build_admission
 from .pool import DRAINING, READY, RETIRED, Pool, Replica  # noqa: F401 (Replica: for readers of this module)
@@ -36,7 +35,7 @@ class Cluster:
         self.name = spec.name
         self.pools = [Pool(fleet, p, self) for p in spec.pools]
         path = spec.path or "cluster"
-        self.router = RouterSlot(fleet, spec.router, f"{path}.router", f"router.{spec.name}")
+        self.router = RouterSlot(fleet, spec.router, f"router.{spec.name}")
         self.affinity = spec.affinity
         self.sessions: dict = {}        # session -> replica (entry); for decode: dec_sessions
         self.dec_sessions: dict = {}
@@ -45,17 +44,15 @@ class Cluster:
         self.transfer = None
         self.migration = None           # KV path of live migrations (built on first use)
         if self.disagg:
-            d = Section(spec.disaggregation, f"{path}.disaggregation")
-            self.decode_router = RouterSlot(fleet, d.raw("decode_router", "least_outstanding"),
-                                            d.sub("decode_router"), f"router.{spec.name}.decode")
+            d, where = spec.disaggregation, f"{path}.disaggregation"
+            self.decode_router = RouterSlot(fleet, d.decode_router, f"router.{spec.name}.decode")
             if network is not None:
-                if "kv_transfer" in d.data:
-                    raise ConfigError(d.sub("kv_transfer"), d.data["kv_transfer"],
+                if d.kv_transfer is not None:
+                    raise ConfigError(f"{where}.kv_transfer", d.kv_transfer.to_dict(),
                                       "no kv_transfer when the scenario has a network: section (the KV moves over it)")
                 self.transfer = NetworkTransfer(network, self)
             else:
-                self.transfer = build_transfer(d.raw("kv_transfer", {}), d.sub("kv_transfer"), fleet.sim.env)
-            d.done()
+                self.transfer = build_transfer(d.kv_transfer, fleet.sim.env)
             models = {p.spec.model.name for p in self.pools}
             if len(models) > 1:
                 raise ConfigError(f"{path}.pools", sorted(models),
@@ -168,7 +165,7 @@ class Fleet:
         self.pools = {p.name: p for c in self.clusters for p in c.pools}
         self.global_router = None
         if len(self.clusters) > 1:
-            self.global_router = RouterSlot(self, self.spec.global_router, "cluster.router", "router.global")
+            self.global_router = RouterSlot(self, self.spec.global_router, "router.global")
             self.cluster_views = [ClusterView(c) for c in self.clusters]
         self.admission = build_admission(self.spec.admission, "cluster.admission", scn.slo_ttft_ms)
         _check_parallel_groups(self.spec, scn)
@@ -310,7 +307,7 @@ class Fleet:
         if cluster.migration is None:
             net = getattr(self, "network", None)
             cluster.migration = (NetworkTransfer(net, cluster) if net is not None
-                                 else build_transfer({}, "kv_transfer", self.sim.env))
+                                 else build_transfer(None, self.sim.env))
         nbytes = r.num_computed * src.pool.spec.model.kv_bytes_per_token
         self.migrated_bytes += nbytes
         ev = cluster.migration.send(src.name, dst.name, nbytes, src.pool.name, dst.pool.name)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import math
 
 from ..config.errors import ConfigError
-from ..config.fields import Section
-from ..config.limits import MIN_TIMER_S
 
 
 class Router:
@@ -187,25 +185,17 @@ ROUTERS = {cls.name: cls for cls in (RandomRouter, RoundRobin, LeastOutstanding,
                                      WeightedPowerOfTwo, LeastKV, PrefixAffinity, SemiClairvoyant)}
 
 
-def build_router(raw, path: str, rng):
-    """``router: jsq`` or ``router: {policy: prefix_affinity, max_queue_gap: 8, staleness_s: 0.5}``.
-    Returns (router, staleness_s)."""
-    if isinstance(raw, str):
-        raw = {"policy": raw}
-    s = Section(raw, path)
-    kind = s.str("policy", choices=sorted(ROUTERS))
-    stale = s.num("staleness_s", 0.0, lo=0)
-    if 0 < stale < MIN_TIMER_S:
-        raise ConfigError(s.sub("staleness_s"), stale, f"0 (fresh views) or a period >= {MIN_TIMER_S:g} s")
+def build_router(spec, rng):
+    """The router of a typed spec (``schema.cluster.RouterField``: ``router: jsq`` or ``router:
+    {policy: prefix_affinity, max_queue_gap: 8, staleness_s: 0.5}``).  Returns (router, staleness_s)."""
+    kind = spec.policy
     if kind == "prefix_affinity":
-        r = PrefixAffinity(rng, s.num("max_queue_gap", None, lo=0))
+        r = PrefixAffinity(rng, spec.max_queue_gap)
     elif kind == "semi_clairvoyant":
-        est = s.str("estimate", "lognormal", choices=("exact", "lognormal", "mean"))
-        r = SemiClairvoyant(rng, est, s.num("sigma", 0.5, lo=0), s.num("mean_output_tokens", 256, lo=1))
+        r = SemiClairvoyant(rng, spec.estimate, spec.sigma, spec.mean_output_tokens)
     else:
         r = ROUTERS[kind](rng)
-    s.done()
-    return r, stale
+    return r, spec.staleness_s
 
 
 def check_router_name(name: str, path: str) -> None:

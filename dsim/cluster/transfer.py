@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..config.fields import Section
-from ..config.limits import MIN_BW_MBPS
-
 
 class TransferRecord(NamedTuple):
     """One message's journey (the value of a send event), shared with dsim.network."""
@@ -49,10 +46,10 @@ class DirectTransfer:
                 "latency_ms": self.latency_s * 1e3, "bandwidth_gb_s": self.bw / 1e9}
 
 
-def build_transfer(raw, path: str, env) -> DirectTransfer:
-    """``kv_transfer: {latency_ms: 0.1, bandwidth_gb_s: 25}`` (defaults: one 200 Gb/s RDMA NIC)."""
-    s = Section(raw or {}, path)
-    lat = s.num("latency_ms", 0.1, lo=0)
-    bw = s.num("bandwidth_gb_s", 25.0, lo=MIN_BW_MBPS / 8e3)          # >= 1 kbit/s, as network links
-    s.done()
-    return DirectTransfer(env, lat / 1e3, bw * 1e9)
+def build_transfer(spec, env) -> DirectTransfer:
+    """The path of a typed ``schema.cluster.KvTransferConfig`` (None: its defaults, one 200 Gb/s
+    RDMA NIC: ``{latency_ms: 0.1, bandwidth_gb_s: 25}``)."""
+    if spec is None:
+        from ..config.schema.cluster import KvTransferConfig
+        spec = KvTransferConfig()
+    return DirectTransfer(env, spec.latency_ms / 1e3, spec.bandwidth_gb_s * 1e9)

@@ -79,8 +79,8 @@ class ClusterView:
 class RouterSlot:
     """A router with its (possibly stale) views of a changing candidate list."""
 
-    def __init__(self, fleet, raw, path: str, stream: str):
-        self.router, self.staleness = build_router(raw, path, fleet.sim.rng.stream(stream))
+    def __init__(self, fleet, spec, stream: str):
+        self.router, self.staleness = build_router(spec, fleet.sim.rng.stream(stream))
         self.policy = self.router.name
         self.views: dict = {}
         if self.staleness > 0:

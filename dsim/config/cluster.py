@@ -1,6 +1,8 @@
 """The ``cluster:`` section: clusters of replica pools, each pool with its own model, hardware,
-engine, latency model and replica count.  Routers, admission, disaggregation and controllers are
-kept raw here and validated by ``dsim.cluster`` when the fleet is built (like ``latency``).
+engine, latency model and replica count.  The section is declared in dsim.config.schema.cluster and
+validated there, once, when the scenario is loaded; this module loads each pool's model, hardware
+and engine (merged over the top-level ones) and keeps routers, admission, disaggregation and
+controllers as their typed sections for ``dsim.cluster`` to build when the fleet runs.
 
 Without a ``cluster:`` section a scenario is one pool of one replica built from the top-level
 ``model``, ``hardware``, ``engine`` and ``latency`` keys.
@@ -11,13 +13,8 @@ from dataclasses import dataclass, field
 
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
-from .limits import MAX_REPLICAS
-from .fields import Section
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
-
-ROLES = ("mixed", "prefill", "decode")
-CLUSTER_KEYS = ("router", "admission", "pools", "clusters", "disaggregation", "controllers", "affinity")
 
 
 @dataclass
@@ -27,7 +24,7 @@ class PoolSpec:
     model: ModelSpec
     device: DeviceProfile
     engine: EngineConfig
-    latency: dict
+    latency: object                         # typed latency section (schema.latency) or None: roofline
     replicas: int
     role: str = "mixed"
     min_replicas: int = 1
@@ -44,19 +41,19 @@ class PoolSpec:
 @dataclass
 class ClusterSpec:
     name: str
-    router: object                          # raw router spec (str or mapping)
+    router: object                          # a typed router (schema.cluster.RouterField)
     pools: list
     affinity: str = "none"
-    disaggregation: dict | None = None
+    disaggregation: object = None           # schema.cluster.DisaggregationConfig when P/D, else None
     path: str = ""
 
 
 @dataclass
 class FleetSpec:
     clusters: list
-    global_router: object = None            # raw; only used with several clusters
-    admission: object = None
-    controllers: list = field(default_factory=list)
+    global_router: object = None            # typed router; only used with several clusters
+    admission: object = None                # schema.cluster.AdmissionField (None: always)
+    controllers: list = field(default_factory=list)     # schema.cluster.AutoscalerConfig, ...
     declared: bool = False                  # the scenario has a cluster: section
 
     @property
@@ -81,99 +78,52 @@ def check_tp(model: ModelSpec, engine: EngineConfig, path: str) -> None:
 
 
 def single_pool(model, device, engine, latency) -> FleetSpec:
+    from .schema.cluster import PlainRouter
     pool = PoolSpec("default", "default", model, device, engine, latency, 1, path="")
-    return FleetSpec([ClusterSpec("default", "round_robin", [pool])], declared=False)
+    return FleetSpec([ClusterSpec("default", PlainRouter(policy="round_robin"), [pool])], declared=False)
 
 
-def _pool(data, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
-    s = Section(data, path)
-    name = s.str("name")
-    m_raw = s.raw("model", top.get("model"))
+def _pool(p, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
+    """Load one pool (a typed ``schema.cluster.PoolConfig`` at ``path``) over the top-level sections."""
+    m_raw = p.model if p.model is not None else top.get("model")
     if m_raw is None:
         raise ConfigError(f"{path}.model", None, "a model here or at the top level", show_value=False)
-    h_raw = s.raw("hardware", top.get("hardware"))
+    h_raw = p.hardware if p.hardware is not None else top.get("hardware")
     if h_raw is None:
         raise ConfigError(f"{path}.hardware", None, "a hardware profile here or at the top level", show_value=False)
-    model = load_model(m_raw, f"{path}.model" if "model" in data else "model", base_dir)
-    device = load_device(h_raw, f"{path}.hardware" if "hardware" in data else "hardware")
-    eng = dict(top.get("engine") or {})
-    e_raw = s.raw("engine", {})
-    if not isinstance(e_raw, dict):
-        raise ConfigError(f"{path}.engine", e_raw, "a mapping of engine keys")
-    eng.update(e_raw)
-    engine = load_engine(eng, f"{path}.engine")
+    model = load_model(m_raw, f"{path}.model" if p.model is not None else "model", base_dir)
+    device = load_device(h_raw, f"{path}.hardware" if p.hardware is not None else "hardware")
+    engine = load_engine(_merge(top.get("engine"), p.engine, f"{path}.engine"), f"{path}.engine")
     check_tp(model, engine, f"{path}.engine")
     model = model.with_kv_cache_dtype(engine.kv_cache_dtype, f"{path}.engine.kv_cache_dtype")
-    lat = s.raw("latency", top.get("latency") or {})
-    if not isinstance(lat, dict):
-        raise ConfigError(f"{path}.latency", lat, "a latency mapping, e.g. {model: roofline}")
-    replicas = s.int("replicas", 1, lo=1, hi=MAX_REPLICAS)
-    role = s.str("role", "mixed", choices=ROLES)
-    lo = s.int("min_replicas", 1, lo=1)
-    hi = s.int("max_replicas", None, lo=1, hi=MAX_REPLICAS)
-    if hi is not None and hi < max(lo, replicas):
-        raise ConfigError(f"{path}.max_replicas", hi, f">= replicas ({replicas}) and min_replicas ({lo})")
-    if lo > replicas:
-        raise ConfigError(f"{path}.min_replicas", lo, f"<= replicas ({replicas})")
-    weight = s.num("router_weight", None, lo=0, lo_open=True)
-    cold = s.num("cold_start_s", 0.0, lo=0)
-    s.done()
-    return PoolSpec(name, cluster, model, device, engine, lat, replicas, role, lo, hi, weight, cold, path)
+    # a pool's latency replaces the shared one (its keys depend on its model: they are not merged)
+    lat = p.latency if p.latency is not None else top.get("latency")      # None: roofline defaults
+    return PoolSpec(p.name, cluster, model, device, engine, lat, p.replicas, p.role, p.min_replicas, p.max_replicas,
+                    p.router_weight, p.cold_start_s, path)
 
 
-def _cluster(s: Section, name: str, path: str, top: dict, base_dir) -> ClusterSpec:
-    router = s.raw("router", "round_robin")
-    affinity = s.str("affinity", "none", choices=("none", "session"))
-    pools_raw = s.raw("pools")
-    if not isinstance(pools_raw, list) or not pools_raw:
-        raise ConfigError(s.sub("pools"), pools_raw, "a non-empty list of pools")
-    pools = [_pool(p, f"{s.sub('pools')}[{i}]", name, top, base_dir) for i, p in enumerate(pools_raw)]
-    roles = {p.role for p in pools}
-    disagg = s.raw("disaggregation", None)
-    if "prefill" in roles or "decode" in roles:
-        if "mixed" in roles or roles != {"prefill", "decode"}:
-            raise ConfigError(s.sub("pools"), sorted(roles),
-                              "prefill/decode disaggregation: at least one prefill pool and one decode pool, "
-                              "and no mixed pool in the same cluster")
-        if disagg is None:
-            disagg = {}
-    elif disagg is not None:
-        raise ConfigError(s.sub("disaggregation"), disagg, "pools with role: prefill and role: decode")
-    return ClusterSpec(name, router, pools, affinity, disagg, path)
+def _merge(shared, own, path: str):
+    """``merged(shared, own)`` with a problem of the combination reported at the pool's ``path``."""
+    from pydantic import ValidationError
+    from .schema.base import merged, translate
+    try:
+        return merged(shared, own)
+    except ValidationError as e:
+        raise translate(e, {**shared.to_dict(), **own.to_dict()}, path) from None
 
 
-def load_fleet(data, top: dict, base_dir, path: str = "cluster") -> FleetSpec:
-    """Validate the ``cluster:`` section (pools fully; policies are checked when built)."""
-    s = Section(data, path)
-    admission = s.raw("admission", None)
-    controllers = s.raw("controllers", [])
-    if not isinstance(controllers, list):
-        raise ConfigError(s.sub("controllers"), controllers, "a list of controllers")
-    clusters_raw = s.raw("clusters", None)
-    if clusters_raw is None:
-        clusters = [_cluster(s, "default", path, top, base_dir)]
-        global_router = None
-    else:
-        if "pools" in s.data:
-            raise ConfigError(s.sub("pools"), None, "either pools (one cluster) or clusters, not both",
-                              show_value=False)
-        if not isinstance(clusters_raw, list) or not clusters_raw:
-            raise ConfigError(s.sub("clusters"), clusters_raw, "a non-empty list of clusters")
-        global_router = s.raw("router", "round_robin")
-        clusters = []
-        for i, c in enumerate(clusters_raw):
-            cp = f"{s.sub('clusters')}[{i}]"
-            cs = Section(c, cp)
-            name = cs.str("name")
-            clusters.append(_cluster(cs, name, cp, top, base_dir))
-            cs.done()
-    s.done()
-    seen: dict = {}
-    for kind, items in (("cluster", clusters), ("pool", [p for c in clusters for p in c.pools])):
-        seen.clear()
-        for it in items:
-            if it.name in seen:
-                raise ConfigError(f"{it.path}.name" if it.path else path, it.name,
-                                  f"a unique {kind} name (also used at {seen[it.name]})")
-            seen[it.name] = it.path or path
-    return FleetSpec(clusters, global_router, admission, controllers, declared=True)
+def load_fleet(cfg, top: dict, base_dir, path: str = "cluster") -> FleetSpec:
+    """Build the fleet of a ``cluster:`` section: ``cfg`` is the typed section
+    (``schema.cluster.ClusterConfig``), ``top`` the scenario's top-level model, hardware, engine and
+    latency (the pools' defaults)."""
+    from .schema.cluster import DisaggregationConfig
+    clusters = []
+    for where, name, c in cfg.cluster_list():
+        cp = f"{path}.{where}" if where else path
+        pools = [_pool(p, f"{cp}.pools[{j}]", name, top, base_dir) for j, p in enumerate(c.pools)]
+        disagg = c.disaggregation
+        if disagg is None and c.disaggregated:
+            disagg = DisaggregationConfig()
+        clusters.append(ClusterSpec(name, c.router, pools, c.affinity, disagg, cp))
+    global_router = cfg.router if cfg.clusters is not None else None
+    return FleetSpec(clusters, global_router, cfg.admission, list(cfg.controllers), declared=True)

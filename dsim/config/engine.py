@@ -1,13 +1,15 @@
-"""vLLM engine knobs (the subset that changes scheduling and memory), with vLLM's defaults."""
+"""vLLM engine knobs (the subset that changes scheduling and memory), with vLLM's defaults.
+
+The scenario's ``engine:`` keys are declared in dsim.config.schema.engine (EngineSection);
+:func:`load_engine` resolves the defaults that depend on the generation and TP and checks the rules
+between keys on the combination a replica runs with."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .errors import ConfigError
-from .fields import Section
 from .hardware import DeviceProfile
-from .limits import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS
-from .model import KV_CACHE_DTYPES, ModelSpec
+from .model import ModelSpec
 
 GIB = 1024 ** 3
 
@@ -26,16 +28,11 @@ class OffloadConfig:
         return int(self.cpu_gb * 1e9 // (model.kv_bytes_per_token * engine.block_size))
 
 
-def load_offload(raw, path: str) -> "OffloadConfig | None":
-    """``engine.kv_offload: {cpu_gb, policy, overlap}`` (None when absent)."""
-    if raw is None:
+def load_offload(cfg) -> "OffloadConfig | None":
+    """``engine.kv_offload`` (an OffloadSection, validated by the schema) as the runtime config."""
+    if cfg is None:
         return None
-    s = Section(raw, path)
-    cfg = OffloadConfig(cpu_gb=s.num("cpu_gb", lo=0, lo_open=True, hi=1e6),
-                        policy=s.str("policy", "write_through", choices=OFFLOAD_POLICIES),
-                        overlap=s.bool("overlap", True))
-    s.done()
-    return cfg
+    return OffloadConfig(cpu_gb=cfg.cpu_gb, policy=cfg.policy, overlap=cfg.overlap)
 
 
 # dsim.serving.policies implements them
@@ -123,63 +120,66 @@ class EngineConfig:
 ASYNC_SCHEDULING_SINCE = (0, 13, 0)
 
 
-def _async_default(version, gen, tp: int, data: dict) -> bool:
+def _async_default(version, gen, tp: int, pp: int) -> bool:
     """vLLM's default: on since ASYNC_SCHEDULING_SINCE for a V1 engine whose workers run in other
     processes (TP > 1, no pipeline parallelism); off with one in-process worker (UniProcExecutor)."""
     from .generations import parse_version
-    if gen.scheduler != "v1" or tp <= 1 or int(data.get("pipeline_parallel_size", 1) or 1) > 1:
+    if gen.scheduler != "v1" or tp <= 1 or pp > 1:
         return False
-    return version is None or parse_version(str(version)) >= ASYNC_SCHEDULING_SINCE
+    return version is None or parse_version(version) >= ASYNC_SCHEDULING_SINCE
 
 
-def load_engine(data, path: str = "engine") -> EngineConfig:
-    """Validate the ``engine`` mapping (seed 004, BC-2)."""
+def _given(value, default):
+    return default if value is None else value
+
+
+def load_engine(cfg=None, path: str = "engine") -> EngineConfig:
+    """The engine a replica runs: ``cfg`` (an EngineSection, or a mapping parsed into one) with the
+    defaults that depend on the generation and TP resolved, and the rules between keys checked on
+    this combination (a pool's keys over the shared ones; neither part need pass them alone)."""
     from .generations import generation_for
-    s = Section(data, path)
-    version = s.raw("vllm_version", None)
-    if version is not None and not isinstance(version, (str, int, float)):
-        raise ConfigError(s.sub("vllm_version"), version, 'a vLLM version string such as "0.6.3"')
-    gen = generation_for(None if version is None else str(version), s.sub("vllm_version"))
-    v0 = gen.scheduler == "v0"
+    from .schema.base import parse
+    from .schema.engine import EngineSection
+    if not isinstance(cfg, EngineSection):
+        cfg = parse(EngineSection, cfg, path)
+    version = cfg.vllm_version
+    gen = generation_for(version, f"{path}.vllm_version")
     # V0 engines default to whole-prompt prefill steps and a token budget of max(max_model_len, 2048)
-    chunked = s.bool("enable_chunked_prefill", not v0)
-    max_len = s.int("max_model_len", 8192, lo=1)
-    tp = s.int("tensor_parallel_size", 1, lo=1)
-    blocks = s.int("num_gpu_blocks", None, lo=1, hi=MAX_BLOCKS)
-    override = s.int("num_gpu_blocks_override", None, lo=1, hi=MAX_BLOCKS)     # vLLM's --num-gpu-blocks-override
+    chunked = _given(cfg.enable_chunked_prefill, gen.scheduler != "v0")
+    tp, max_len = cfg.tensor_parallel_size, cfg.max_model_len
+    blocks, override = cfg.num_gpu_blocks, cfg.num_gpu_blocks_override      # vLLM's --num-gpu-blocks-override
     if blocks is not None and override is not None:
         raise ConfigError(f"{path}.num_gpu_blocks_override", override, "only one of num_gpu_blocks and "
                           "num_gpu_blocks_override (vLLM's name for the same setting)")
+    if cfg.given("age_weight") and cfg.scheduling_policy != "age_weighted":
+        raise ConfigError(f"{path}.age_weight", cfg.age_weight,
+                          "only with scheduling_policy: age_weighted (the other policies do not age)")
     e = EngineConfig(
         tensor_parallel_size=tp,
-        pipeline_parallel_size=s.int("pipeline_parallel_size", 1, lo=1, hi=1024),
-        data_parallel_size=s.int("data_parallel_size", 1, lo=1, hi=1024),
-        max_num_seqs=s.int("max_num_seqs", 256, lo=1, hi=MAX_SEQS),
-        max_num_batched_tokens=s.int("max_num_batched_tokens", 2048 if chunked else max(max_len, 2048), lo=1,
-                                     hi=MAX_TOKENS),
+        pipeline_parallel_size=cfg.pipeline_parallel_size,
+        data_parallel_size=cfg.data_parallel_size,
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=_given(cfg.max_num_batched_tokens, 2048 if chunked else max(max_len, 2048)),
         enable_chunked_prefill=chunked,
-        enable_prefix_caching=s.bool("enable_prefix_caching", True),
-        block_size=s.int("block_size", 16, lo=1, hi=MAX_TOKENS),
-        gpu_memory_utilization=s.num("gpu_memory_utilization", 0.9, lo=0, hi=1, lo_open=True),
+        enable_prefix_caching=cfg.enable_prefix_caching,
+        block_size=cfg.block_size,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
         max_model_len=max_len,
         num_gpu_blocks=blocks if override is None else override,
-        long_prefill_token_threshold=s.int("long_prefill_token_threshold", 0, lo=0, hi=MAX_TOKENS),
-        non_torch_memory_gb=s.num("non_torch_memory_gb", 0.9, lo=0),
-        enable_expert_parallel=s.bool("enable_expert_parallel", False),
-        vllm_version=None if version is None else str(version),
-        enforce_eager=s.bool("enforce_eager", not gen.cuda_graphs),
-        scheduling_policy=s.str("scheduling_policy", "fcfs", choices=SCHEDULING_POLICIES),
-        age_weight=s.num("age_weight", 1.0, lo=0, hi=1e6),
-        kv_offload=load_offload(s.raw("kv_offload", None), f"{path}.kv_offload"),
-        kv_cache_dtype=s.str("kv_cache_dtype", "auto", choices=tuple(KV_CACHE_DTYPES)),
-        executor=s.str("executor", gen.executor if tp > 1 else "uniproc", choices=EXECUTORS),
-        engine_use_ray=s.bool("engine_use_ray", bool(gen.engine_use_ray)),
-        async_scheduling=s.bool("async_scheduling", _async_default(version, gen, tp, s.data)),
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        non_torch_memory_gb=cfg.non_torch_memory_gb,
+        enable_expert_parallel=cfg.enable_expert_parallel,
+        vllm_version=version,
+        enforce_eager=_given(cfg.enforce_eager, not gen.cuda_graphs),
+        scheduling_policy=cfg.scheduling_policy,
+        age_weight=cfg.age_weight,
+        kv_offload=load_offload(cfg.kv_offload),
+        kv_cache_dtype=cfg.kv_cache_dtype,
+        executor=_given(cfg.executor, gen.executor if tp > 1 else "uniproc"),
+        engine_use_ray=_given(cfg.engine_use_ray, bool(gen.engine_use_ray)),
+        async_scheduling=_given(cfg.async_scheduling,
+                                _async_default(version, gen, tp, cfg.pipeline_parallel_size)),
     )
-    if "age_weight" in s.data and e.scheduling_policy != "age_weighted":
-        raise ConfigError(f"{path}.age_weight", s.data["age_weight"],
-                          "only with scheduling_policy: age_weighted (the other policies do not age)")
-    s.done()
     if e.executor == "uniproc" and tp > 1:
         raise ConfigError(f"{path}.executor", e.executor, "ray or mp when tensor_parallel_size > 1 (an "
                           "in-process worker drives one GPU)")

@@ -11,7 +11,6 @@ import yaml
 
 from .errors import ConfigError
 from .files import package_folder
-from .fields import Section
 
 GIB = 1 << 30
 PROFILE_DIRS = [package_folder("dsim.device_profiles")]   # the repository's device_profiles/ (setup.py)
@@ -64,12 +63,13 @@ class DeviceProfile:
 
 @lru_cache(maxsize=None)
 def _profiles() -> dict[str, dict]:
+    """Every profile in the profile files, by name, as written (validated when one is used)."""
     out: dict[str, dict] = {}
     for d in PROFILE_DIRS:
         for f in sorted(d.glob("*.yaml")):
             data = yaml.safe_load(f.read_text()) or {}
             for k, v in data.items():
-                out[str(k)] = dict(v, _file=str(f))
+                out[str(k)] = v
     return out
 
 
@@ -81,38 +81,27 @@ def _tera(v: float | None) -> float | None:
     return None if v is None else v * 1e12
 
 
-def _build(name: str, d: dict, path: str) -> DeviceProfile:
-    s = Section({k: v for k, v in d.items() if k != "_file"}, path)
-    # memory in GiB (what CUDA reports) or in GB (1e9 B, datasheets); exactly one of them
-    gib, gb = s.num("memory_gib", None, lo=0, lo_open=True), s.num("memory_gb", None, lo=0, lo_open=True)
-    if (gib is None) == (gb is None):
-        raise ConfigError(s.sub("memory_gib"), None, "device memory: memory_gib (GiB, as CUDA reports it) "
-                          "or memory_gb (1e9 bytes), exactly one", show_value=False)
-    p = DeviceProfile(
+def _build(name: str, h) -> DeviceProfile:
+    """The runtime profile from a HardwareSection (validated: bounds, memory, dense peak)."""
+    return DeviceProfile(
         name=name,
-        peak_flops=s.num("peak_tflops_bf16", lo=0, lo_open=True) * 1e12,
-        hbm_bytes_s=s.num("hbm_gb_s", lo=0, lo_open=True) * 1e9,
-        memory_bytes=gib * GIB if gib is not None else gb * 1e9,
-        interconnect=s.str("interconnect", ""),
-        interconnect_bytes_s=s.num("interconnect_gb_s", 32, lo=0, lo_open=True) * 1e9,
-        interconnect_latency_s=s.num("interconnect_latency_us", 10, lo=0) * 1e-6,
-        tdp_w=s.num("tdp_w", 700, lo=0, lo_open=True),
-        pcie_bytes_s=s.num("pcie_gb_s", 32, lo=0, lo_open=True) * 1e9,
-        pcie_efficiency=s.num("pcie_efficiency", 0.75, lo=0, hi=1, lo_open=True),
-        idle_w=s.num("idle_w", None, lo=0),
-        usd_per_gpu_hour=s.num("usd_per_gpu_hour", None, lo=0),
-        weight_load_gb_s=s.num("weight_load_gb_s", None, lo=0, lo_open=True),
-        peak_flops_fp8=_tera(s.num("peak_tflops_fp8", None, lo=0, lo_open=True)),
-        peak_ops_int8=_tera(s.num("peak_tops_int8", None, lo=0, lo_open=True)),
-        sparse_flops_bf16=_tera(s.num("sparse_tflops_bf16", None, lo=0, lo_open=True)),
-        source=s.str("source", ""),
+        peak_flops=h.peak_tflops_bf16 * 1e12,
+        hbm_bytes_s=h.hbm_gb_s * 1e9,
+        memory_bytes=h.memory_gib * GIB if h.memory_gib is not None else h.memory_gb * 1e9,
+        interconnect=h.interconnect,
+        interconnect_bytes_s=h.interconnect_gb_s * 1e9,
+        interconnect_latency_s=h.interconnect_latency_us * 1e-6,
+        tdp_w=h.tdp_w,
+        pcie_bytes_s=h.pcie_gb_s * 1e9,
+        pcie_efficiency=h.pcie_efficiency,
+        idle_w=h.idle_w,
+        usd_per_gpu_hour=h.usd_per_gpu_hour,
+        weight_load_gb_s=h.weight_load_gb_s,
+        peak_flops_fp8=_tera(h.peak_tflops_fp8),
+        peak_ops_int8=_tera(h.peak_tops_int8),
+        sparse_flops_bf16=_tera(h.sparse_tflops_bf16),
+        source=h.source,
     )
-    s.done()
-    if p.sparse_flops_bf16 is not None and p.peak_flops > p.sparse_flops_bf16 / 2 * (1 + 1e-9):
-        raise ConfigError(s.sub("peak_tflops_bf16"), p.peak_flops / 1e12,
-                          f"the dense figure, at most half the with-sparsity sparse_tflops_bf16 "
-                          f"({p.sparse_flops_bf16 / 1e12:g}): a datasheet's sparsity figure is not a dense peak")
-    return p
 
 
 def resolve_profile(value, path: str, profiles: dict, build, what: str):
@@ -130,6 +119,17 @@ def resolve_profile(value, path: str, profiles: dict, build, what: str):
     raise ConfigError(path, value, f"a {what} name or a mapping")
 
 
+def _parsed(name: str, mapping, path: str) -> DeviceProfile:
+    from .schema.base import parse
+    from .schema.hardware import HardwareSection
+    return _build(name, parse(HardwareSection, mapping, path))
+
+
 def load_device(value, path: str = "hardware") -> DeviceProfile:
-    """A profile name from device_profiles/gpus.yaml, or an inline mapping with the same keys."""
-    return resolve_profile(value, path, _profiles(), _build, "device profile")
+    """A profile name from device_profiles/gpus.yaml or an inline device (a HardwareSection, or a
+    mapping parsed into one).  A profile in a file is checked by the same HardwareSection as an
+    inline device, its errors at ``hardware[<name>].<key>``."""
+    from .schema.hardware import HardwareSection
+    if isinstance(value, HardwareSection):
+        return _build(value.name if value.name is not None else "custom", value)
+    return resolve_profile(value, path, _profiles(), _parsed, "device profile")

@@ -419,7 +419,8 @@ def model_from_hf(cfg: dict, name: str = "", path: str = "model", source: str = 
 
 
 def load_model(value, path: str = "model", base_dir: Path | None = None) -> ModelSpec:
-    """Resolve the scenario's ``model`` key: a catalogue name or ``{config: path/to/config.json}``."""
+    """Resolve the scenario's ``model``: a catalogue name, or a ModelSection (a mapping is parsed into
+    one) naming a HuggingFace config.json, relative to ``base_dir``."""
     if isinstance(value, str):
         stem = catalog_stem(value)
         if stem is None:
@@ -431,19 +432,18 @@ def load_model(value, path: str = "model", base_dir: Path | None = None) -> Mode
                               + ") or {config: path/to/config.json}" + hint)
         f = CATALOG_DIR / f"{stem}.json"
         return model_from_hf(json.loads(f.read_text()), name=value, path=path, source=f"catalog:{f.stem}")
+    from .schema.base import parse
+    from .schema.model import ModelSection
     if isinstance(value, dict):
-        unknown = set(value) - {"config", "name"}
-        if unknown:
-            k = sorted(unknown)[0]
-            raise ConfigError(f"{path}.{k}", value[k], "no such key (known: config, name)")
-        if "config" not in value:
-            raise ConfigError(f"{path}.config", None, "a path to a HuggingFace config.json", show_value=False)
-        p = Path(str(value["config"]))
-        if base_dir is not None and not p.is_absolute():
-            p = base_dir / p
-        if not p.exists():
-            raise ConfigError(f"{path}.config", str(value["config"]), "an existing config.json file")
-        cfg = parse_json(read_text(p), str(p))
-        # errors in the file name the file and its key (p.hidden_size), not only the scenario key
-        return model_from_hf(cfg, name=str(value.get("name", p.parent.name)), path=str(p), source=str(p))
-    raise ConfigError(path, value, "a catalogue model name or {config: path/to/config.json}")
+        value = parse(ModelSection, value, path)
+    if not isinstance(value, ModelSection):
+        raise ConfigError(path, value, "a catalogue model name or {config: path/to/config.json}")
+    p = Path(value.config)
+    if base_dir is not None and not p.is_absolute():
+        p = base_dir / p
+    if not p.exists():
+        raise ConfigError(f"{path}.config", value.config, "an existing config.json file")
+    cfg = parse_json(read_text(p), str(p))
+    # errors in the file name the file and its key (p.hidden_size), not only the scenario key
+    return model_from_hf(cfg, name=value.name if value.name is not None else p.parent.name, path=str(p),
+                         source=str(p))

@@ -133,15 +133,12 @@ def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
     if cfg.cluster is None:
         model = load_model(cfg.model, "model", base_dir)
         device = load_device(cfg.hardware, "hardware")
-        engine = load_engine(cfg.engine or {}, "engine")
+        engine = load_engine(cfg.engine, "engine")
         check_tp(model, engine, "engine")
         model = model.with_kv_cache_dtype(engine.kv_cache_dtype)
-        fleet = single_pool(model, device, engine, cfg.latency or {})
+        fleet = single_pool(model, device, engine, cfg.latency)
     else:
         top = {"model": cfg.model, "hardware": cfg.hardware, "engine": cfg.engine, "latency": cfg.latency}
-        for k in ("engine", "latency"):
-            if top[k] is not None and not isinstance(top[k], dict):
-                raise ConfigError(k, top[k], f"a mapping of {k} keys (shared by the cluster's pools)")
         fleet = load_fleet(cfg.cluster, top, base_dir)
         first = fleet.pools[0]
         model, device, engine = first.model, first.device, first.engine

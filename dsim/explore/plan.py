@@ -72,6 +72,9 @@ def load_space(source) -> Space:
         if not isinstance(v, list) or not v:
             raise ConfigError(f"{where}: {k}", v, "a non-empty list of candidate values")
         knobs.append((str(k), v))
+    from ..config.schema.keys import check_key
+    for k, _ in knobs:                      # a misspelt knob fails before any candidate is screened
+        check_key(k, f"{where}:")
     return Space(sorted(set(tp)), None if reps == "auto" else sorted(set(reps)), knobs)
 
 
@@ -92,7 +95,7 @@ def _workload_stats(scn) -> dict:
     from ..core.simulation import Simulation
     from ..metrics.console import offered_load
     from ..workload.generator import build_requests
-    reqs, _ = build_requests(scn.raw["workload"], Simulation(scn.seed).rng, scn.base_dir)
+    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed).rng, scn.base_dir)
     w = offered_load(reqs)
     n = max(1, len(reqs))
     return {"rate": w["rate"], "prompt": sum(r.prompt_len for r in reqs) / n,
@@ -377,6 +380,10 @@ def _write(res: dict, out: Path, base) -> None:
         write_atomic(out / "best.yaml", "# written by dsim plan: the best configuration found; slo: the plan's "
                      f"targets ({slo}) as per-request goodput targets; file paths relative to this folder\n"
                      + yaml.safe_dump(paths_relative_to(res["best_scenario"], out), sort_keys=False))
+        from .deploy import deployment_files
+        best = load_scenario(res["best_scenario"])
+        for name, text in deployment_files(best).items():
+            write_atomic(out / "deploy" / name, text)
     from ..metrics.plots import run_title
     title = f"{run_title(base.name, res.get('overrides'))}: {base.model.name} on {base.device.name}"
     _pareto_plot(res, out / "pareto.png", title)

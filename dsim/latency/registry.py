@@ -1,7 +1,8 @@
 """Builds the step-time and queueing models named by a scenario's ``latency`` section.
 
-Each builder reads its own keys from the section (unknown keys are errors) and returns
-(step-time model, queueing model, description for the manifest).
+The section arrives typed and validated (dsim.config.schema.latency: one model per kind); each
+builder here turns its kind's keys into (step-time model, queueing model, description for the
+manifest), resolving the defaults that depend on the replica and reading the files it names.
 """
 from __future__ import annotations
 
@@ -9,89 +10,71 @@ from pathlib import Path
 
 from ..config.errors import ConfigError
 from ..config.limits import MAX_FILE_BYTES
-from ..config.fields import Section, check_number
 from ..config.generations import HostCosts, by_name
 from .base import AlphaModel, LatencyContext
 from .blackbox import BlackboxModel
-from .credibility import BAND_COLUMNS, credibility_warnings
+from .credibility import credibility_warnings
 from .scaled import ScaledStepModel
 from .calibrated_tps import CalibratedTPSModel
 from .host import FITTED_ON, HostStepModel, resolve_host
 from .roofline import RooflineModel
 
 
-def _coeffs(s: Section, key: str, n: int, default=None, unit: str = "microseconds"):
-    """A list of n coefficients, each >= 0: a negative one makes steps or delays take negative time."""
-    v = s.raw(key, default)
-    if not isinstance(v, (list, tuple)) or len(v) != n:
-        raise ConfigError(s.sub(key), v, f"a list of {n} numbers ({unit})")
-    return [check_number(x, f"{s.sub(key)}[{i}]", lo=0) for i, x in enumerate(v)]
-
-
-def _alpha(s: Section, default=(0.0, 0.0, 0.0)) -> AlphaModel:
-    return AlphaModel(*_coeffs(s, "alpha", 3, list(default)))
-
-
-def _path(s: Section, key: str, ctx: LatencyContext, default=None) -> Path | None:
-    v = s.str(key, default)
+def _path(v: str | None, where: str, ctx: LatencyContext) -> Path | None:
+    """The file a latency key names, relative to the scenario's folder; it must exist."""
     if v is None:
         return None
     p = Path(v).expanduser()
     if not p.is_absolute() and ctx.base_dir is not None:
         p = Path(ctx.base_dir) / p
     if not p.is_file():
-        raise ConfigError(s.sub(key), v, f"an existing regular file (looked for {p})")
+        raise ConfigError(where, v, f"an existing regular file (looked for {p})")
     if p.stat().st_size > MAX_FILE_BYTES:
-        raise ConfigError(s.sub(key), v, f"a file under {MAX_FILE_BYTES >> 30} GiB")
+        raise ConfigError(where, v, f"a file under {MAX_FILE_BYTES >> 30} GiB")
     return p
 
 
-def _efficiencies(s: Section, defaults: dict) -> dict:
-    return {k: s.num(k, d, lo=0, hi=1, lo_open=k.endswith("efficiency")) for k, d in defaults.items()}
-
-
-def _gpu_alpha(s: Section, ctx) -> AlphaModel:
+def _gpu_alpha(lat, ctx) -> AlphaModel:
     """GPU-only models: the API-server costs default to the engine generation's."""
-    return _alpha(s, ctx.engine.generation.alpha_us)
+    return AlphaModel(*(lat.alpha if lat.alpha is not None else ctx.engine.generation.alpha_us))
 
 
-def _roofline(s, ctx):
-    kw = _efficiencies(s, RooflineModel.DEFAULTS)
-    return RooflineModel(ctx.model, ctx.device, ctx.engine.tensor_parallel_size, **kw), _gpu_alpha(s, ctx), kw
+def _roofline(lat, ctx, path):
+    kw = {k: getattr(lat, k) for k in RooflineModel.DEFAULTS}
+    return RooflineModel(ctx.model, ctx.device, ctx.engine.tensor_parallel_size, **kw), _gpu_alpha(lat, ctx), kw
 
 
-def _blackbox(s, ctx):
-    beta = _coeffs(s, "beta", 3)
-    return BlackboxModel(*beta), _alpha(s), {"beta_us": beta}
+def _blackbox(lat, ctx, path):
+    return BlackboxModel(*lat.beta), AlphaModel(*lat.alpha), {"beta_us": lat.beta}
 
 
-def _unified5(s, ctx):
+def _unified5(lat, ctx, path):
     from .unified5 import Unified5Model
-    beta0, alpha0 = list(Unified5Model.BETA), list(Unified5Model.ALPHA_US)
-    cpath = _path(s, "coefficients", ctx)
+    beta, alpha = list(Unified5Model.BETA), list(Unified5Model.ALPHA_US)
+    cpath = _path(lat.coefficients, f"{path}.coefficients", ctx)
     if cpath is not None:       # a file written by ``dsim fit --model unified5``; inline keys still win
         from .unified5 import load_unified5_coeffs
-        beta0, alpha0 = load_unified5_coeffs(cpath, s.sub("coefficients"))
-    beta = _coeffs(s, "beta", 5, beta0, "b1-b3 dimensionless, b4-b5 microseconds")
-    a = _coeffs(s, "alpha", 3, alpha0)
+        beta, alpha = load_unified5_coeffs(cpath, f"{path}.coefficients")
+    beta = lat.beta if lat.beta is not None else beta
+    a = lat.alpha if lat.alpha is not None else alpha
     e = ctx.engine
     step = Unified5Model(ctx.model, ctx.device, e.tensor_parallel_size, beta, e.enable_expert_parallel)
     # seed 003 alpha: a0 before queueing, a1 after the last token (E2E only), a2 per output token
     return step, AlphaModel(a[0], 0.0, a[2], post_us=a[1]), {"beta": beta, "expert_parallel": step.ep > 1}
 
 
-def _physics(s, ctx):
+def _physics(lat, ctx, path):
     from .physics import DEFAULT_COEFFS, PhysicsConfig, PhysicsModel, load_coefficients
-    p = _path(s, "coefficients", ctx)
-    coeffs = load_coefficients(p or DEFAULT_COEFFS, s.sub("coefficients"))
-    if s.raw("beta", None) is not None or s.raw("alpha", None) is not None:   # inline keys win (dsim calibrate)
+    p = _path(lat.coefficients, f"{path}.coefficients", ctx)
+    coeffs = load_coefficients(p or DEFAULT_COEFFS, f"{path}.coefficients")
+    if lat.beta is not None or lat.alpha is not None:   # inline keys win (dsim calibrate)
         from dataclasses import replace
-        coeffs = replace(coeffs, beta=tuple(_coeffs(s, "beta", len(coeffs.beta), list(coeffs.beta), "see BETA_NAMES")),
-                         alpha=tuple(_coeffs(s, "alpha", len(coeffs.alpha), list(coeffs.alpha), "see ALPHA_NAMES")))
+        coeffs = replace(coeffs, beta=tuple(lat.beta if lat.beta is not None else coeffs.beta),
+                         alpha=tuple(lat.alpha if lat.alpha is not None else coeffs.alpha))
     e, d = ctx.engine, ctx.device
     # the CPU tier's size when the replica has one (engine.kv_offload), else what the scenario says
     tier = e.kv_offload.capacity_blocks(ctx.model, e) if getattr(e, "kv_offload", None) is not None else 0
-    cpu_blocks = s.int("cpu_offload_blocks", tier, lo=0)
+    cpu_blocks = lat.cpu_offload_blocks if lat.cpu_offload_blocks is not None else tier
     cfg = PhysicsConfig.build(
         ctx.model, peak_flops=d.peak_flops, hbm_bytes_s=d.hbm_bytes_s, interconnect_bytes_s=d.interconnect_bytes_s,
         pcie_bytes_s=d.pcie_bytes_s, pcie_efficiency=d.pcie_efficiency, tp=e.tensor_parallel_size,
@@ -107,60 +90,41 @@ def _physics(s, ctx):
     return m, m, desc
 
 
-def _lut(s, ctx):
+def _lut(lat, ctx, path):
     from .lut import LutModel, LutTable, read_lut, select_rows
-    p = _path(s, "path", ctx)
-    if p is None:
-        raise ConfigError(s.sub("path"), None, "the LUT CSV to read (latency.path)", show_value=False)
-    sel = s.raw("select", {})
-    if not isinstance(sel, dict):
-        raise ConfigError(s.sub("select"), sel, "a mapping of LUT columns to values")
-    rows = select_rows(read_lut(p), sel, s.path)
-    tail = s.bool("tail", False)
-    phase = s.str("decode_phase", "fused_decode", choices=("fused_decode", "draft_decode", "verify"))
-    k = s.int("fanout_k", 1, lo=1)
-    step = LutModel(LutTable(rows, str(p)), phase, k, tail, ctx.rng)
-    return step, _gpu_alpha(s, ctx), {"path": str(p), "select": sel, "tail": tail, "decode_phase": phase, "fanout_k": k}
+    p = _path(lat.path, f"{path}.path", ctx)
+    sel = lat.select.to_dict()
+    rows = select_rows(read_lut(p), sel, path)
+    step = LutModel(LutTable(rows, str(p)), lat.decode_phase, lat.fanout_k, lat.tail, ctx.rng)
+    return step, _gpu_alpha(lat, ctx), {"path": str(p), "select": sel, "tail": lat.tail,
+                                        "decode_phase": lat.decode_phase, "fanout_k": lat.fanout_k}
 
 
-def _vidur(s, ctx):
+def _vidur(lat, ctx, path):
     from .vidur import VidurModel
-    kw = _efficiencies(s, VidurModel.DEFAULTS)
-    comm = s.str("tp_comm", "profile", choices=("profile", "roofline"))
+    kw = {k: getattr(lat, k) for k in VidurModel.DEFAULTS}
     e = ctx.engine
     step = VidurModel(ctx.model, ctx.device, e.tensor_parallel_size, max_tokens=e.max_num_batched_tokens,
-                      tp_comm=comm, **kw)
-    return step, _gpu_alpha(s, ctx), dict(kw, profile=step.profile, tp_comm=step.comm)
+                      tp_comm=lat.tp_comm, **kw)
+    return step, _gpu_alpha(lat, ctx), dict(kw, profile=step.profile, tp_comm=step.comm)
 
 
-def _calibrated_tps(s, ctx):
-    d = CalibratedTPSModel.DEFAULTS
-    kw = {k: (s.bool(k, v) if isinstance(v, bool) else s.num(k, v, lo=0, lo_open=k.startswith("base")))
-          for k, v in d.items()}
-    return CalibratedTPSModel(ctx.engine.tensor_parallel_size, **kw), _alpha(s), kw
+def _calibrated_tps(lat, ctx, path):
+    kw = {k: getattr(lat, k) for k in CalibratedTPSModel.DEFAULTS}
+    return CalibratedTPSModel(ctx.engine.tensor_parallel_size, **kw), AlphaModel(*lat.alpha), kw
 
 
 MODELS = {"roofline": _roofline, "blackbox": _blackbox, "unified5": _unified5, "physics": _physics,
           "lut": _lut, "vidur": _vidur, "calibrated_tps": _calibrated_tps}
 
 
-def _host_overrides(s: Section) -> dict:
-    h = s.section("host", {})
+def _host_overrides(lat) -> dict:
+    """latency.host: the values written, as HostCosts holds them."""
     out = {}
     for k in HostCosts.__dataclass_fields__:
-        if k == "cudagraph_decode_only":
-            v = h.raw(k, None)
-            if v is not None:
-                out[k] = h.bool(k)
-        elif k == "cudagraph_max_tokens":
-            v = h.int(k, None, lo=0)
-            if v is not None:
-                out[k] = v
-        else:
-            v = h.num(k, None, lo=0)
-            if v is not None:
-                out[k] = float(v)
-    h.done()
+        v = getattr(lat.host, k)
+        if v is not None:
+            out[k] = v if k in ("cudagraph_decode_only", "cudagraph_max_tokens") else float(v)
     return out
 
 
@@ -188,61 +152,44 @@ def _with_host(kind, step, queueing, ctx, overrides, desc):
 UNIFIED5_DEFAULT_HARDWARE = "H100-SXM"
 
 
-def _held_out_errors(s: Section) -> dict | None:
-    """latency.held_out_errors: error column (dsim.metrics.band.BAND_COLUMNS) -> signed relative errors."""
-    raw = s.raw("held_out_errors", None)
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise ConfigError(s.sub("held_out_errors"), raw, "a mapping of error column -> list of numbers")
-    out = {}
-    for k, v in raw.items():
-        p = f"{s.sub('held_out_errors')}.{k}"
-        if k not in BAND_COLUMNS:
-            raise ConfigError(p, k, "one of " + ", ".join(BAND_COLUMNS))
-        if not isinstance(v, list):
-            raise ConfigError(p, v, "a list of relative errors")
-        for i, x in enumerate(v):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (-1 < x < float("inf")):
-                raise ConfigError(f"{p}[{i}]", x, "a finite relative error > -1")
-        out[k] = [float(x) for x in v]
-    return out
-
-
-def build_latency(data, ctx: LatencyContext, path: str = "latency"):
+def build_latency(lat, ctx: LatencyContext, path: str = "latency"):
     """Return (step-time model, queueing model, description dict for the manifest).
 
-    The model gives GPU time; the engine generation's host costs are added on top (one layer for
-    every model, dsim.latency.host), with ``latency.host`` overriding single values."""
-    s = Section(data, path)
-    kind = s.str("model", "roofline", choices=MODELS)
-    overrides = _host_overrides(s)
-    fitted_on = s.str("fitted_on", None)        # written by dsim calibrate: the GPU the fit is valid for
-    held_out = _held_out_errors(s)              # written by dsim calibrate: its errors on runs it did not fit
-    scale = s.num("scale", 1.0, lo=0, lo_open=True)     # every step x scale (error-band ends, what-ifs)
-    step, queueing, desc = MODELS[kind](s, ctx)
-    s.done()
+    ``lat`` is the typed latency section (dsim.config.schema.latency; ``parse_latency`` turns a
+    mapping into one), None for all defaults; ``path`` is where it sits in the scenario (for the
+    errors of the files it names).  The model gives GPU time; the engine generation's host costs
+    are added on top (one layer for every model, dsim.latency.host), with ``latency.host``
+    overriding single values."""
+    from ..config.schema.latency import LatencyCommon, parse_latency
+    if lat is None:
+        lat = parse_latency(None, path)
+    elif not isinstance(lat, LatencyCommon):
+        raise TypeError(f"build_latency takes a typed latency section (parse_latency(mapping)), not {lat!r}")
+    kind = lat.model
+    fitted_on = lat.fitted_on        # written by dsim calibrate: the GPU the fit is valid for
+    held_out = lat.held_out_errors   # written by dsim calibrate: its errors on runs it did not fit
+    step, queueing, desc = MODELS[kind](lat, ctx, path)
     desc = dict(model=kind, **desc)
     if fitted_on is not None:
         desc["calibrated"] = True
     if held_out:
         desc["held_out_errors"] = held_out
-    if kind == "unified5" and "beta" not in s.data and "coefficients" not in s.data:
+    if kind == "unified5" and not lat.given("beta") and not lat.given("coefficients"):
         fitted_on = fitted_on or UNIFIED5_DEFAULT_HARDWARE
     if fitted_on is not None:
         desc["fitted_on"] = fitted_on
         if fitted_on != ctx.device.name and "warning" not in desc:
             desc["warning"] = (f"{kind} coefficients were fitted on {fitted_on}, this replica runs on "
                                f"{ctx.device.name}: expect larger errors (calibrate on this GPU)")
-    shipped = {"unified5": "beta" not in s.data and "coefficients" not in s.data,
-               "physics": "coefficients" not in s.data}.get(kind, True)
+    shipped = {"unified5": not lat.given("beta") and not lat.given("coefficients"),
+               "physics": not lat.given("coefficients")}.get(kind, True)
     warn = credibility_warnings(kind, getattr(step, "beta", None), shipped)
     if warn:
         desc["warning"] = "; ".join(([desc["warning"]] if desc.get("warning") else []) + warn)
-    step, queueing = _with_host(kind, step, queueing, ctx, overrides, desc)
-    if scale != 1.0:
-        step = ScaledStepModel(step, scale)
-        desc["scale"] = scale
+    step, queueing = _with_host(kind, step, queueing, ctx, _host_overrides(lat), desc)
+    if lat.scale != 1.0:
+        step = ScaledStepModel(step, lat.scale)
+        desc["scale"] = lat.scale
     if isinstance(queueing, AlphaModel):
         desc["alpha_us"] = list(queueing.us[:3])
         if queueing.post:

@@ -16,6 +16,7 @@ them, and b1..b3 absorb them.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import yaml
@@ -109,6 +110,7 @@ def load_unified5_coeffs(path: Path, where: str) -> tuple[list, list]:
                           f"{SPEC_VERSION!r} in a unified5_coefficients mapping")
     beta, alpha = body.get("beta"), body.get("alpha")
     for k, v, n in (("beta", beta, 5), ("alpha", alpha, 3)):
-        if not isinstance(v, list) or len(v) != n or not all(isinstance(x, (int, float)) for x in v):
-            raise ConfigError(f"{path}: unified5_coefficients.{k}", v, f"a list of {n} numbers")
+        if not isinstance(v, list) or len(v) != n or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < math.inf for x in v):
+            raise ConfigError(f"{path}: unified5_coefficients.{k}", v, f"a list of {n} finite numbers >= 0")
     return [float(x) for x in beta], [float(x) for x in alpha]

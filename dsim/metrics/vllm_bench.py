@@ -21,18 +21,17 @@ from ..core.request import PENDING
 def header(scn) -> dict:
     """``model_id``, ``request_rate`` ("inf" when all requests arrive at once, None for a trace or
     a class mix), ``burstiness`` (vLLM's gamma shape: 1 / cv^2) and ``max_concurrency``."""
-    w = scn.raw.get("workload") or {}
-    kind = w.get("type")
-    rate = w.get("rate") if kind in ("poisson", "gamma", "constant") else None
-    if isinstance(rate, (int, float)) and math.isinf(rate):
+    w = scn.config.workload
+    rate = w.rate if w.type in ("poisson", "gamma", "constant") else None
+    if rate is not None and math.isinf(rate):
         rate = "inf"
     burst = None
-    if kind == "poisson":
+    if w.type == "poisson":
         burst = 1.0
-    elif kind == "gamma" and isinstance(w.get("cv"), (int, float)) and w["cv"] > 0:
-        burst = 1.0 / float(w["cv"]) ** 2
+    elif w.type == "gamma" and w.cv is not None:
+        burst = 1.0 / float(w.cv) ** 2
     return {"model_id": scn.model.name, "request_rate": rate, "burstiness": burst,
-            "max_concurrency": w.get("max_concurrency")}
+            "max_concurrency": w.max_concurrency}
 
 
 def peaks(led) -> dict:

@@ -18,11 +18,15 @@ import heapq
 import math
 from simpy.events import NORMAL
 
+from typing import TYPE_CHECKING
+
 from ..config.errors import ConfigError
-from ..config.fields import Section
-from ..config.limits import FLOW_WORK_PER_MSG, MAX_FLOW_WORK, MAX_TIME_S
+from ..config.limits import FLOW_WORK_PER_MSG, MAX_FLOW_WORK
 from ..cluster.transfer import TransferRecord
 from .topology import Topology, build_topology
+
+if TYPE_CHECKING:                       # pydantic is imported when a scenario is loaded, not with dsim
+    from ..config.schema.network import NetworkConfig
 
 
 LONG_RUN_BINS = 1_000           # a settled stretch longer than this many timeline bins is kept as a run
@@ -54,16 +58,10 @@ class _Flow:
 class _Jitter:
     """Additive RTT jitter (ms) or multiplicative bandwidth factor, distribution named in YAML."""
 
-    def __init__(self, raw, path, kind):
-        s = Section(raw, path)
+    def __init__(self, cfg, kind):
         self.kind = kind
-        if kind == "rtt":
-            self.dist = s.str("dist", choices=("normal", "uniform", "exponential"))
-            self.scale = s.num("scale_ms", lo=0, hi=MAX_TIME_S * 1e3) / 1e3
-        else:
-            self.dist = s.str("dist", choices=("lognormal", "normal", "uniform"))
-            self.scale = s.num("scale_pct", lo=0, hi=300) / 100    # beyond, a factor underflows to 0
-        s.done()
+        self.dist = cfg.dist
+        self.scale = cfg.scale_ms / 1e3 if kind == "rtt" else cfg.scale_pct / 100
 
     def sample(self, rng) -> float:
         d, x = self.dist, self.scale
@@ -554,37 +552,17 @@ class Network:
                 "outage_wait_s": self.waited_s, "outages": self.outages, "links": links}
 
 
-def build_network(raw, env, rng, path: str = "network") -> Network:
-    s = Section(raw, path)
-    topo = build_topology(s, path)
-    overhead = s.num("serialization_overhead_us", 0.0, lo=0) / 1e6
-    loss = s.num("loss_pct", 0.0, lo=0, hi=99) / 100
-    rto = s.num("retransmit_timeout_ms", 200.0, lo=0) / 1e3
-    max_retries = s.int("max_retries", None, lo=0)
-    j = s.section("jitter", {})
-    rtt = _Jitter(j.raw("rtt"), j.sub("rtt"), "rtt") if "rtt" in j.data else None
-    bw = _Jitter(j.raw("bandwidth"), j.sub("bandwidth"), "bw") if "bandwidth" in j.data else None
-    j.done()
-    policy = s.str("outage_policy", "wait", choices=("wait", "failover"))
-    bin_s = s.num("timeline_bin_s", 1.0, lo=0, lo_open=True)
-    fails = s.raw("failures", [])
-    s.done()
-    net = Network(env, topo, rng, overhead, loss, rto, max_retries, rtt, bw, policy, bin_s)
+def build_network(cfg: NetworkConfig, env, rng, path: str = "network") -> Network:
+    """The fabric a validated ``network`` section declares (parse a mapping first:
+    ``parse(NetworkConfig, raw, "network")``), with its outages scheduled on ``env``."""
+    topo = build_topology(cfg, path)
+    j = cfg.jitter
+    rtt = _Jitter(j.rtt, "rtt") if j.rtt is not None else None
+    bw = _Jitter(j.bandwidth, "bw") if j.bandwidth is not None else None
+    net = Network(env, topo, rng, cfg.serialization_overhead_us / 1e6, cfg.loss_pct / 100,
+                  cfg.retransmit_timeout_ms / 1e3, cfg.max_retries, rtt, bw, cfg.outage_policy, cfg.timeline_bin_s)
     net.path = path
-    if not isinstance(fails, list):
-        raise ConfigError(f"{path}.failures", fails, "a list of {link: [a, b], start_s, end_s}")
-    for i, row in enumerate(fails):
-        p = f"{path}.failures[{i}]"
-        r = Section(row, p)
-        pair = r.raw("link")
-        if not isinstance(pair, list) or len(pair) != 2 or not topo.g.has_edge(*map(str, pair)):
-            raise ConfigError(f"{p}.link", pair, "[a, b]: two devices joined by a link of the topology")
-        start = r.num("start_s", lo=0)
-        end = r.num("end_s", lo=0)
-        r.done()
-        if end <= start:
-            raise ConfigError(f"{p}.end_s", end, f"> start_s ({start})")
-        net.outages.append({"link": [str(pair[0]), str(pair[1])], "start_s": start, "end_s": end})
-        env.process(net._outage(frozenset(map(str, pair)), start, end))
+    for f in cfg.failures:                 # each joins two devices of the topology (checked at load)
+        net.outages.append({"link": list(f.link), "start_s": f.start_s, "end_s": f.end_s})
+        env.process(net._outage(frozenset(f.link), f.start_s, f.end_s))
     return net
-

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..config.errors import ConfigError
-from ..config.fields import Section
-from ..config.limits import MAX_NODES, MAX_TIME_S, MIN_BW_MBPS
+from typing import TYPE_CHECKING
 
-BW_RULE = f"a bandwidth >= {MIN_BW_MBPS:g} Mb/s (1 kbit/s)"
+from ..config.errors import ConfigError
+
+if TYPE_CHECKING:                       # pydantic is imported when a scenario is loaded, not with dsim
+    from ..config.schema.network import NetworkConfig
 
 MBPS = 1e6 / 8          # bytes/s per Mb/s
 
@@ -84,81 +85,45 @@ class Topology:
         return min((self.g.edges[u, v]["bw"] for u, v in zip(p, p[1:])), default=float("inf"))
 
 
-def _edge(g, u, v, latency_s, bw_mbps, where):
-    if not bw_mbps >= MIN_BW_MBPS:
-        raise ConfigError(where, bw_mbps, BW_RULE)
-    g.add_edge(u, v, latency_s=latency_s, bw=bw_mbps * MBPS, key=where)
-
-
-def build_topology(s: Section, path: str) -> Topology:
-    """One of ``links``, ``clos`` or ``complete`` under ``network``."""
-    kinds = [k for k in ("links", "clos", "complete") if k in s.data]
-    if len(kinds) != 1:
-        raise ConfigError(path, sorted(s.data), "exactly one of links, clos or complete", show_value=bool(kinds))
-    kind = kinds[0]
+def build_topology(cfg: NetworkConfig, path: str) -> Topology:
+    """The graph of the one topology the (validated) ``network`` section declares.  Each edge keeps
+    the scenario key that set its bandwidth (named if the run's fabric work explodes)."""
     g = nx.Graph()
+    kind = cfg.kind
     if kind == "links":
-        rows = s.raw("links")
-        if not isinstance(rows, list) or not rows:
-            raise ConfigError(s.sub("links"), rows, "a non-empty list of {src, dst, rtt_ms, bw_mbps}")
-        for i, row in enumerate(rows):
-            p = f"{s.sub('links')}[{i}]"
-            r = Section(row, p)
-            u, v = r.str("src"), r.str("dst")
-            if u == v:
-                raise ConfigError(f"{p}.dst", v, "a device other than src")
-            if g.has_edge(u, v):
-                raise ConfigError(p, [u, v], "one link per pair of devices")
-            _edge(g, u, v, r.num("rtt_ms", lo=0, hi=MAX_TIME_S * 1e3) / 2e3, r.num("bw_mbps"), f"{p}.bw_mbps")
-            r.done()
-        return Topology(g, kind, s.sub("links"))
-    c = s.section(kind)
+        for i, lk in enumerate(cfg.links):
+            g.add_edge(lk.src, lk.dst, latency_s=lk.rtt_ms / 2e3, bw=lk.bw_mbps * MBPS,
+                       key=f"{path}.links[{i}].bw_mbps")
+        return Topology(g, kind, f"{path}.links")
+    where = f"{path}.{kind}"
     if kind == "complete":
-        lat = c.num("rtt_ms", lo=0, hi=MAX_TIME_S * 1e3) / 2e3
-        bw = c.num("bw_mbps") * MBPS
-        if not bw >= MIN_BW_MBPS * MBPS:
-            raise ConfigError(c.sub("bw_mbps"), bw / MBPS, BW_RULE)
-        devices = c.raw("devices", [])
-        if not isinstance(devices, list):
-            raise ConfigError(c.sub("devices"), devices, "a list of device names")
-        c.done()
+        c = cfg.complete
+        lat, bw = c.rtt_ms / 2e3, c.bw_mbps * MBPS
 
         def attach(dev):
             for other in list(g.nodes):
-                g.add_edge(dev, other, latency_s=lat, bw=bw, key=c.sub("bw_mbps"))
+                g.add_edge(dev, other, latency_s=lat, bw=bw, key=f"{where}.bw_mbps")
             g.add_node(dev)
-        for d in devices:
-            attach(str(d))
-        return Topology(g, kind, c.path, attach)
+        for d in c.devices:
+            attach(d)
+        return Topology(g, kind, where, attach)
     # leaf-spine: every leaf connects to every spine; devices hang off one leaf each
-    spines = c.int("spine_count", lo=1, hi=MAX_NODES)
-    leaves = c.int("leaf_count", lo=1, hi=MAX_NODES)
-    hop = c.num("hop_latency_ms", lo=0) / 1e3
-    edge_lat = c.num("device_edge_latency_ms", lo=0) / 1e3
-    fabric_bw = c.num("spine_bw_mbps", 400_000) * MBPS
-    edge_bw = c.num("edge_bw_mbps", 400_000) * MBPS
-    for key, v in (("spine_bw_mbps", fabric_bw), ("edge_bw_mbps", edge_bw)):
-        if not v >= MIN_BW_MBPS * MBPS:
-            raise ConfigError(c.sub(key), v / MBPS, BW_RULE)
-    attach_map = c.raw("attach", {})
-    if not isinstance(attach_map, dict):
-        raise ConfigError(c.sub("attach"), attach_map, "a mapping device -> leaf index")
-    c.done()
+    c = cfg.clos
+    leaves, hop, edge_lat = c.leaf_count, c.hop_latency_ms / 1e3, c.device_edge_latency_ms / 1e3
+    fabric_bw, edge_bw = c.spine_bw_mbps * MBPS, c.edge_bw_mbps * MBPS
     for j in range(leaves):
         g.add_node(f"leaf{j}", device=False)
-    for i in range(spines):
+    for i in range(c.spine_count):
         g.add_node(f"spine{i}", device=False)
         for j in range(leaves):
-            g.add_edge(f"leaf{j}", f"spine{i}", latency_s=hop, bw=fabric_bw, key=c.sub("spine_bw_mbps"))
+            g.add_edge(f"leaf{j}", f"spine{i}", latency_s=hop, bw=fabric_bw, key=f"{where}.spine_bw_mbps")
     counter = [0]
 
     def attach(dev, leaf=None):
         if leaf is None:
             leaf = counter[0] % leaves
             counter[0] += 1
-        g.add_edge(dev, f"leaf{leaf}", latency_s=edge_lat, bw=edge_bw, key=c.sub("edge_bw_mbps"))
-    for dev, leaf in attach_map.items():
-        if isinstance(leaf, bool) or not isinstance(leaf, int) or not 0 <= leaf < leaves:
-            raise ConfigError(f"{c.sub('attach')}.{dev}", leaf, f"a leaf index in 0..{leaves - 1}")
-        attach(str(dev), leaf)
-    return Topology(g, kind, c.path, attach)
+        g.add_edge(dev, f"leaf{leaf}", latency_s=edge_lat, bw=edge_bw, key=f"{where}.edge_bw_mbps")
+    for dev, leaf in c.attach.items():
+        attach(dev, leaf)
+    return Topology(g, kind, where, attach)

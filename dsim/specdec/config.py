@@ -1,33 +1,30 @@
 """The ``speculation`` section of a scenario: modes, drafter, acceptance, gamma policy, draft devices.
 
-Parsed once at load time so a typo fails before anything runs (path-qualified ConfigError); the
-runtime (dsim.specdec.runtime) builds live objects from the parsed description.  Keys are
-documented in docs/specdec.md.
+The section is declared and validated at the door (dsim.config.schema.speculation); ``load_spec``
+turns the typed section into a SpecConfig, doing what needs files or catalogues (drafter models,
+acceptance curves and bundles, the latency head file, named device profiles), each path-qualified
+as the key it came from.  The runtime (dsim.specdec.runtime) builds live objects from the
+SpecConfig.  Keys are documented in docs/specdec.md.
 """
 from __future__ import annotations
 
-import math
 from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.errors import ConfigError
-from ..config.limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
-from ..config.fields import Section, check_number
 from ..config.files import check_expansion, read_text
 from ..config.model import load_model
+from ..config.schema.speculation import SIBLING_ACCEPTANCE  # noqa: F401  (tests and experiments import it here)
+from ..config.schema.speculation import BundleAcceptance, GeometricAcceptance, SpeculationConfig, names
+from ..config.schema.speculation_gamma import check_finite
 from . import gamma as G
-from .acceptance import GeometricAcceptance, load_curves
+from .acceptance import GeometricAcceptance as Geometric, load_curves
 from .devices import load_draft_profile
 from .portfolio import load_portfolio
 from .tree import TreeSpec
 
-SIBLING_ACCEPTANCE = 0.48   # fits EAGLE-1 tree vs chain on MT-bench, greedy (experiments/tree_vs_chain.py)
-
-MODES = ("off", "fused", "distributed", "hybrid")
 SHIPPED_CURVES = Path(str(resources.files("dsim").joinpath("data/acceptance/published_curves.yaml")))   # package data
-DEFAULT_CURVE = "draft-model-llama-3.1-8b-instruct-cnn-dm-gsm8k-humaneval-held-out"
-POLICIES = ("static", "acceptance_backoff", "specpp", "latency_head", "backpressure", "pid", "bandit")
 PER_TARGET = ("latency_head", "backpressure", "pid", "bandit")   # one controller per target replica
 
 
@@ -93,132 +90,54 @@ def build_policy(name: str, params: dict, mode: str, acceptance, memo=None):
     return cls(**p)
 
 
-_POLICY_KEYS = {
-    "static": ("k",),
-    "acceptance_backoff": ("k0", "k_min", "k_max"),
-    "specpp": ("threshold", "k_min", "k_max"),
-    "latency_head": ("head", "weights", "bias", "hidden", "k_max", "smoothing", "fused_below", "default_k", "history",
-                     "fused_k",
-                     "queue_capacity"),
-    "backpressure": ("k0", "k_min", "k_max", "queue_high", "queue_low", "kv_high", "confident"),
-    "pid": ("k0", "k_min", "k_max", "target_queue", "kp", "ki", "kd"),
-    "bandit": ("k_min", "k_max", "c"),
-}
+def _relative(f: str, base_dir) -> Path:
+    return Path(f) if Path(f).is_absolute() or base_dir is None else Path(base_dir) / f
 
 
-def _acceptance(raw, path: str, base_dir):
-    s = Section(raw if raw is not None else {}, path)
-    kinds = [k for k in ("curve", "geometric", "bundle") if k in s.data]
-    if len(kinds) > 1:
-        raise ConfigError(path, sorted(s.data), "one of curve, geometric or bundle")
-    if "geometric" in s.data:
-        rate = s.num("geometric", lo=0, hi=1)
-        s.done()
-        return GeometricAcceptance(rate), {"model": "geometric", "rate": rate}
-    if "bundle" in s.data:
+def _acceptance(cfg, path: str, base_dir):
+    """The acceptance model of a validated ``acceptance`` section (curve | geometric | bundle)."""
+    if isinstance(cfg, GeometricAcceptance):
+        return Geometric(cfg.geometric), {"model": "geometric", "rate": cfg.geometric}
+    if isinstance(cfg, BundleAcceptance):
         from .bundle import load_bundle
-        f = s.str("bundle")
-        p = Path(f) if Path(f).is_absolute() or base_dir is None else Path(base_dir) / f
-        drafter = s.str("drafter", None)
-        verifier = s.str("verifier", None)
-        s.done()
-        b = load_bundle(p, s.sub("bundle"))
-        return b.acceptance(drafter=drafter, verifier=verifier), {"model": "bundle", "file": str(f), **b.meta_short()}
-    name = s.str("curve", DEFAULT_CURVE)
-    f = s.str("curves", None)
-    s.done()
-    p = SHIPPED_CURVES if f is None else (Path(f) if Path(f).is_absolute() or base_dir is None else Path(base_dir) / f)
+        b = load_bundle(_relative(cfg.bundle, base_dir), f"{path}.bundle")
+        return (b.acceptance(drafter=cfg.drafter, verifier=cfg.verifier),
+                {"model": "bundle", "file": str(cfg.bundle), **b.meta_short()})
+    name, f = cfg.curve, cfg.curves
+    p = SHIPPED_CURVES if f is None else _relative(f, base_dir)
     curves = load_curves(p)
     if name not in curves:
-        raise ConfigError(s.sub("curve"), name, f"a curve of {p.name} ({', '.join(sorted(curves)[:6])}, ...)")
+        raise ConfigError(f"{path}.curve", name, f"a curve of {p.name} ({', '.join(sorted(curves)[:6])}, ...)")
     return curves[name], {"model": "curve", "curve": name, "file": str(f or "dsim/data/acceptance/published_curves.yaml")}
 
 
-def _think(raw, path: str) -> tuple:
-    if raw is None:
-        return ("constant", 0.0, 0.0)
-    s = Section(raw, path)
-    dist = s.str("dist", "exponential", choices=("lognormal", "exponential", "constant"))
-    mean = s.num("mean_s", lo=0, hi=MAX_TIME_S)
-    sigma = s.num("sigma", 1.0, lo=0, hi=100)
-    s.done()
-    return (dist, mean, sigma)
-
-
-def _windows(raw, path: str, what: str, width: int = 2) -> list:
-    if raw is None:
+def _groups(rows, path: str) -> list:
+    """Draft device groups of validated ``drafts`` rows, with their device profiles resolved."""
+    if rows is None:
         return []
-    if not isinstance(raw, list):
-        raise ConfigError(path, raw, f"a list of {what}")
     out = []
-    for i, row in enumerate(raw):
-        if (not isinstance(row, list) or len(row) != width
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= MAX_TIME_S * 1e3
-                           for x in row)):
-            raise ConfigError(f"{path}[{i}]", row, what)
-        out.append(tuple(float(x) for x in row))
+    for i, (g, name) in enumerate(zip(rows, names(rows, "drafts"))):
+        prof = load_draft_profile(g.profile, f"{path}[{i}].profile")
+        t = g.think_time
+        think = ("constant", 0.0, 0.0) if t is None else (t.dist, t.mean_s, t.sigma)
+        out.append(DraftGroup(name, prof, g.count, g.rtt_ms, g.bw_mbps, g.cohort, g.closed_loop, think,
+                              list(g.available or ()), list(g.rtt_schedule or ()), g.max_batch, g.max_wait_ms / 1e3))
     return out
-
-
-def _groups(raw, path: str) -> list:
-    if raw is None:
-        return []
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(path, raw, "a non-empty list of draft device groups")
-    out, names = [], set()
-    for i, row in enumerate(raw):
-        p = f"{path}[{i}]"
-        s = Section(row, p)
-        name = s.str("name", f"drafts{i}")
-        if name in names:
-            raise ConfigError(s.sub("name"), name, "a name used by one group only")
-        names.add(name)
-        prof = load_draft_profile(s.raw("profile"), s.sub("profile"))
-        count = s.int("count", 1, lo=1, hi=MAX_DEVICES)
-        rtt = s.num("rtt_ms", lo=0, hi=MAX_TIME_S * 1e3)
-        bw = s.num("bw_mbps", lo=MIN_BW_MBPS)
-        cohort = s.str("cohort", None)
-        closed = s.bool("closed_loop", False)
-        think = _think(s.raw("think_time", None), s.sub("think_time"))
-        avail = _windows(s.raw("available", None), s.sub("available"), "[start_s, end_s] with end after start")
-        for j, (a, b) in enumerate(avail):
-            if b <= a:
-                raise ConfigError(f"{s.sub('available')}[{j}]", [a, b], "[start_s, end_s] with end after start")
-        sched = _windows(s.raw("rtt_schedule", None), s.sub("rtt_schedule"), "[t_s, rtt_ms]")
-        max_batch = s.int("max_batch", 1, lo=1, hi=4096)
-        max_wait = s.num("max_wait_ms", 0.0, lo=0, hi=MAX_TIME_S * 1e3) / 1e3
-        if max_wait and max_batch == 1:
-            raise ConfigError(s.sub("max_wait_ms"), max_wait * 1e3, "0 unless max_batch > 1 (nothing to wait for)")
-        s.done()
-        out.append(DraftGroup(name, prof, count, rtt, bw, cohort, closed, think, avail, sched, max_batch, max_wait))
-    return out
-
-
-def _tree(raw, path: str):
-    """``speculation.tree``: EAGLE-style tree drafts; the gamma policy's k is the tree's depth."""
-    if raw is None:
-        return None
-    s = Section(raw, path)
-    topk = s.int("topk", 4, lo=1, hi=64)
-    tokens = s.int("tokens", 16, lo=1, hi=1024)
-    sib = s.num("sibling_acceptance", SIBLING_ACCEPTANCE, lo=0, hi=1)
-    s.done()
-    return TreeSpec(topk, tokens, sib)
 
 
 SHIPPED_HEAD = Path(str(resources.files("dsim").joinpath("data/heads/latency_head.yaml")))   # package data
 _HEAD_KEYS = ("weights", "bias", "hidden", "k_max", "smoothing", "fused_below", "fused_k")
 
 
-def _head_params(params: dict, g, base_dir) -> dict:
+def _head_params(params: dict, where_gamma: str, base_dir) -> dict:
     """latency_head parameters: ``head: FILE`` (written by dsim specdec train-head) or, with neither
     a file nor weights, the shipped trained head; keys given beside it override the file's."""
     f = params.pop("head", None)
     if f is None and "weights" in params:
         return params
     import yaml
-    p = SHIPPED_HEAD if f is None else (Path(f) if Path(f).is_absolute() or base_dir is None else Path(base_dir) / f)
-    where = g.sub("head") if f is not None else g.path
+    p = SHIPPED_HEAD if f is None else _relative(f, base_dir)
+    where = f"{where_gamma}.head" if f is not None else where_gamma
     if not p.exists():
         raise ConfigError(where, f, "a head file written by dsim specdec train-head")
     text = read_text(p)
@@ -232,98 +151,46 @@ def _head_params(params: dict, g, base_dir) -> dict:
         raise ConfigError(where, f, "a head file with a latency_head: {weights, bias, ...} section")
     for k in ("weights", "bias", "hidden", "smoothing", "fused_below"):
         if head.get(k) is not None:          # hidden: null is a linear head
-            _finite(head[k], f"{p}: latency_head.{k}")
+            check_finite(head[k], f"{p}: latency_head.{k}")
     return {**{k: head[k] for k in _HEAD_KEYS if k in head}, **params}
 
 
-def _finite(v, where: str) -> None:
-    """Every number of a head's weights finite: a NaN bias made every decision NaN, clamped to k_max
-    without a word."""
-    if isinstance(v, (list, tuple)):
-        for i, x in enumerate(v):
-            _finite(x, f"{where}[{i}]")
-    elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ConfigError(where, v, "a finite number")
+def _policy_params(gamma) -> dict:
+    """The parameters written in the scenario (the policy's own defaults fill the rest); a
+    latency_head key written as null means "the head file's", except hidden (null: a linear head)."""
+    return {k: v for k, v in gamma.to_dict().items() if k != "policy" and (v is not None or k == "hidden")}
 
 
-def load_spec(raw, path: str = "speculation", base_dir=None, target_model=None) -> SpecConfig:
-    """Parse and validate the ``speculation`` section (ConfigError names the bad key)."""
-    s = Section(raw, path)
-    if isinstance(raw, dict) and raw.get("mode") is False:      # YAML 1.1 reads a bare `off` as false
-        raw = s.data = dict(raw, mode="off")
-    mode = s.str("mode", "fused", choices=MODES)
-    drafter = load_model(s.raw("drafter", "meta-llama/Llama-3.2-1B"), s.sub("drafter"), base_dir)
-    fused = s.raw("fused_drafter", None)
-    fused_drafter = drafter if fused is None else load_model(fused, s.sub("fused_drafter"), base_dir)
-    acc, acc_desc = _acceptance(s.raw("acceptance", None), s.sub("acceptance"), base_dir)
-    temp = s.num("temperature", 0.0, lo=0)
-    g = Section(s.raw("gamma", {}), s.sub("gamma"))
-    policy = g.str("policy", "static", choices=POLICIES)
-    params = {}
-    for k in _POLICY_KEYS[policy]:
-        if k in g.data:
-            params[k] = g.raw(k)
-            if k in ("k", "k0", "k_min", "k_max", "default_k", "fused_k"):
-                check_number(params[k], g.sub(k), lo=1, hi=MAX_SPEC_K, integer=True)
-            elif isinstance(params[k], float):
-                check_number(params[k], g.sub(k))          # finite
-    g.done()
+def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, target_model=None) -> SpecConfig:
+    """Build the SpecConfig of a validated ``speculation`` section (ConfigError names the bad key)."""
+    mode = cfg.mode
+    drafter = load_model(cfg.drafter, f"{path}.drafter", base_dir)
+    fused_drafter = (drafter if cfg.fused_drafter is None
+                     else load_model(cfg.fused_drafter, f"{path}.fused_drafter", base_dir))
+    acc, acc_desc = _acceptance(cfg.acceptance, f"{path}.acceptance", base_dir)
+    policy, gpath = cfg.gamma.policy, f"{path}.gamma"
+    params = _policy_params(cfg.gamma)
+    head_file = params.get("head")
     if policy == "latency_head":
-        for k in ("weights", "bias", "hidden"):
-            if params.get(k) is not None:
-                _finite(params[k], g.sub(k))
-        head_file = params.get("head")
-        params = _head_params(params, g, base_dir)
+        params = _head_params(params, gpath, base_dir)
     try:
         probe = build_policy(policy, params, mode, acc)
     except (TypeError, ValueError) as e:
         if policy == "latency_head":     # a head's weights are thousands of numbers: name the file, not them
-            raise ConfigError(g.sub("head") if head_file is not None else s.sub("gamma"), head_file,
+            raise ConfigError(f"{gpath}.head" if head_file is not None else gpath, head_file,
                               f"valid {policy} parameters ({e})", show_value=head_file is not None) from None
-        raise ConfigError(s.sub("gamma"), params, f"valid {policy} parameters ({e})") from None
-    k_max = probe.k_max
-    sw = Section(s.raw("mode_switch", {}), s.sub("mode_switch"))
-    switch = {"policy": sw.str("policy", "rtt_load", choices=("rtt_load", "gamma_policy")),
-              "max_rtt_ms": sw.num("max_rtt_ms", 60.0, lo=0),
-              "max_verify_queue": sw.int("max_verify_queue", 64, lo=0)}
-    sw.done()
-    if switch["policy"] == "gamma_policy" and policy != "latency_head":
-        raise ConfigError(s.sub("mode_switch.policy"), "gamma_policy", "rtt_load unless gamma.policy is latency_head")
-    pv = Section(s.raw("partial_verification", {}), s.sub("partial_verification"))
-    partial = {"mode": pv.str("mode", "all", choices=("all", "first_token", "sampled")),
-               "sample_rate": pv.num("sample_rate", 1.0, lo=0, hi=1),
-               "rollback_penalty_ms": pv.num("rollback_penalty_ms", 0.0, lo=0)}
-    pv.done()
-    ka = Section(s.raw("kv_admission", {}), s.sub("kv_admission"))
-    spill = ka.num("max_kv_utilization_pct", None, lo=0, hi=100, lo_open=True)
-    ka.str("spill_mode", "fused", choices=("fused",))
-    ka.done()
-    cs = Section(s.raw("cold_start", {}), s.sub("cold_start"))
-    cold = {"load_s": cs.num("load_s", None, lo=0),
-            "warm_retention_s": cs.num("warm_retention_s", 600.0, lo=0),
-            "initially_warm": cs.bool("initially_warm", True)}
-    cs.done()
-    tok = s.num("token_bytes", 4.0, lo=0)
-    bundle = s.num("bundle_bytes_per_token", 8.0, lo=0)
-    header = s.num("header_bytes", 64.0, lo=0)
-    gateway = s.str("gateway", "gateway")
-    groups = _groups(s.raw("drafts", None), s.sub("drafts"))
-    tree = _tree(s.raw("tree", None), s.sub("tree"))
-    verify_order = s.str("verify_order", "fcfs", choices=("fcfs", "edf"))
-    portfolio = load_portfolio(s.raw("portfolio", None), s.sub("portfolio"), base_dir, load_model, _acceptance,
+        raise ConfigError(gpath, params, f"valid {policy} parameters ({e})") from None
+    groups = _groups(cfg.drafts, f"{path}.drafts")
+    t = cfg.tree
+    tree = None if t is None else TreeSpec(t.topk, t.tokens, t.sibling_acceptance)
+    portfolio = load_portfolio(cfg.portfolio, f"{path}.portfolio", base_dir, load_model, _acceptance,
                                None if target_model is None else target_model.vocab_size)
-    s.done()
-    if tree is not None or portfolio is not None:
-        what = "tree drafts" if tree is not None else "a drafter portfolio"
-        for i, g in enumerate(groups):
-            if g.max_batch > 1:
-                raise ConfigError(f"{s.sub('drafts')}[{i}].max_batch", g.max_batch,
-                                  f"1 with {what} (batched drafting is modelled for one drafter's chains only)")
-    if mode in ("distributed", "hybrid") and not groups:
-        raise ConfigError(s.sub("drafts"), None, f"draft devices: mode {mode} drafts on them", show_value=False)
     if target_model is not None and drafter.vocab_size != target_model.vocab_size:
-        raise ConfigError(s.sub("drafter"), drafter.name,
+        raise ConfigError(f"{path}.drafter", drafter.name,
                           f"a drafter sharing the target's vocabulary ({target_model.vocab_size} tokens, "
                           f"not {drafter.vocab_size})")
-    return SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, temp, policy, params, k_max, switch, partial,
-                      spill, cold, tok, bundle, header, gateway, groups, tree, portfolio, verify_order)
+    return SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, cfg.temperature, policy, params, probe.k_max,
+                      cfg.mode_switch.model_dump(), cfg.partial_verification.model_dump(),
+                      cfg.kv_admission.max_kv_utilization_pct, cfg.cold_start.model_dump(), cfg.token_bytes,
+                      cfg.bundle_bytes_per_token, cfg.header_bytes, cfg.gateway, groups, tree, portfolio,
+                      cfg.verify_order)

@@ -21,14 +21,12 @@ from functools import lru_cache
 
 import yaml
 
-from ..config.fields import Section
 from ..config.files import package_folder
 from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
 
 DRAFT_PROFILE_DIR = package_folder("dsim.device_profiles") / "drafts"   # device_profiles/drafts/
-KINDS = ("phone", "laptop", "edge")
 
 
 @dataclass(frozen=True)
@@ -68,25 +66,29 @@ def _profiles() -> dict:
     return out
 
 
+def _from_spec(name: str, spec) -> DraftProfile:
+    """A DraftProfile from a validated profile (dsim.config.schema.speculation.DraftDeviceProfile)."""
+    return DraftProfile(name=name, **{k: getattr(spec, k) for k in type(spec).model_fields if k != "name"})
+
+
 def _build(name: str, d, path: str) -> DraftProfile:
-    s = Section(d, path)
-    p = DraftProfile(
-        name=name, kind=s.str("kind", choices=KINDS),
-        peak_tflops=s.num("peak_tflops", lo=0, lo_open=True), mem_gb_s=s.num("mem_gb_s", lo=0, lo_open=True),
-        memory_gb=s.num("memory_gb", lo=0, lo_open=True), weight_bits=s.int("weight_bits", 16, lo=2, hi=32),
-        compute_efficiency=s.num("compute_efficiency", 0.5, lo=0, hi=1, lo_open=True),
-        memory_efficiency=s.num("memory_efficiency", 0.6, lo=0, hi=1, lo_open=True),
-        step_overhead_ms=s.num("step_overhead_ms", 1.0, lo=0), power_w=s.num("power_w", lo=0),
-        joules_per_token=s.num("joules_per_token", None, lo=0),
-        throttle_after_s=s.num("throttle_after_s", None, lo=0),
-        throttle_factor=s.num("throttle_factor", 1.0, lo=0, hi=1, lo_open=True),
-        cooldown_s=s.num("cooldown_s", 60.0, lo=0), source=s.str("source", ""))
-    s.done()
-    return p
+    """A named profile of the profile files, validated by the schema model inline profiles use."""
+    from ..config.schema.base import parse
+    from ..config.schema.speculation import DraftDeviceProfile
+    return _from_spec(name, parse(DraftDeviceProfile, d, path))
 
 
 def load_draft_profile(value, path: str) -> DraftProfile:
-    """A profile name from device_profiles/drafts/, or an inline mapping with the same keys."""
+    """A profile name from device_profiles/drafts/, or an inline profile: a validated
+    ``InlineDraftProfile`` (a scenario's, parsed at the door) or a mapping with the same keys."""
+    from pydantic import BaseModel
+    if isinstance(value, BaseModel):
+        return _from_spec(value.name, value)
+    if isinstance(value, dict):
+        from ..config.schema.base import parse
+        from ..config.schema.speculation import InlineDraftProfile
+        spec = parse(InlineDraftProfile, value, path)
+        return _from_spec(spec.name, spec)
     return resolve_profile(value, path, _profiles(), _build, "draft device profile")
 
 

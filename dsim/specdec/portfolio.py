@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.errors import ConfigError
-from ..config.fields import Section
-from ..config.limits import MAX_SPEC_K
 from .acceptance import tokens_per_step
 
 
@@ -57,42 +55,22 @@ class Portfolio:
         return self.escalate_below is not None and idx < len(self.drafters) - 1 and acc_est < self.escalate_below
 
 
-def load_portfolio(raw, path: str, base_dir, load_model, load_acceptance, target_vocab) -> Portfolio | None:
-    """Parse ``speculation.portfolio`` (path-qualified ConfigError on any bad key)."""
-    if raw is None:
+def load_portfolio(cfg, path: str, base_dir, load_model, load_acceptance, target_vocab) -> Portfolio | None:
+    """Build ``speculation.portfolio`` from its validated section (dsim.config.schema.speculation:
+    PromptTokensPortfolio | AcceptancePortfolio, or None): loads each drafter's model and acceptance
+    and checks its vocabulary against the target's (path-qualified ConfigError)."""
+    if cfg is None:
         return None
-    s = Section(raw, path)
-    rows = s.raw("drafters")
-    if not isinstance(rows, list) or len(rows) < 2:
-        raise ConfigError(s.sub("drafters"), rows, "a list of at least two drafters, smallest first")
-    out, names = [], set()
-    for i, row in enumerate(rows):
-        d = Section(row, f"{s.sub('drafters')}[{i}]")
-        name = d.str("name", f"drafter{i}")
-        if name in names:
-            raise ConfigError(d.sub("name"), name, "a name used by one drafter only")
-        names.add(name)
-        model = load_model(d.raw("drafter"), d.sub("drafter"), base_dir)
+    from ..config.schema.speculation import names
+    out = []
+    for i, (d, name) in enumerate(zip(cfg.drafters, names(cfg.drafters, "drafter"))):
+        where = f"{path}.drafters[{i}]"
+        model = load_model(d.drafter, f"{where}.drafter", base_dir)
         if target_vocab is not None and model.vocab_size != target_vocab:
-            raise ConfigError(d.sub("drafter"), model.name,
+            raise ConfigError(f"{where}.drafter", model.name,
                               f"a drafter sharing the target's vocabulary ({target_vocab} tokens, not {model.vocab_size})")
-        acc, desc = load_acceptance(d.raw("acceptance", None), d.sub("acceptance"), base_dir)
-        d.done()
+        acc, desc = load_acceptance(d.acceptance, f"{where}.acceptance", base_dir)
         out.append(Drafter(name, model, acc, desc))
-    choose = s.str("choose", "prompt_tokens", choices=("prompt_tokens", "acceptance"))
-    thresholds = ()
-    min_tps, k = 0.0, 4
-    if choose == "prompt_tokens":
-        th = s.raw("prompt_tokens", [])
-        if (not isinstance(th, list) or len(th) != len(out) - 1
-                or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in th)
-                or list(th) != sorted(th)):
-            raise ConfigError(s.sub("prompt_tokens"), th, f"{len(out) - 1} ascending positive token counts "
-                              "(one boundary between each pair of drafters)")
-        thresholds = tuple(th)
-    else:
-        min_tps = s.num("min_tokens_per_step", lo=1, hi=MAX_SPEC_K + 1)
-        k = s.int("k", 4, lo=1, hi=MAX_SPEC_K)
-    esc = s.num("escalate_below", None, lo=0, hi=1)
-    s.done()
-    return Portfolio(tuple(out), choose, thresholds, min_tps, k, esc)
+    if cfg.choose == "prompt_tokens":
+        return Portfolio(tuple(out), cfg.choose, tuple(cfg.prompt_tokens), 0.0, 4, cfg.escalate_below)
+    return Portfolio(tuple(out), cfg.choose, (), cfg.min_tokens_per_step, cfg.k, cfg.escalate_below)

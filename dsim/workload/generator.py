@@ -19,14 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from ..config.errors import ConfigError
-from ..config.fields import Section
-from ..config.limits import MAX_GROUPS, MAX_REQUESTS, MAX_TOKENS
+from ..config.schema.workload import parse_workload
 from ..core.request import Request
-from .arrivals import ARRIVALS, generate_arrivals
+from .arrivals import generate_arrivals
 from .lengths import sample_lengths
 from .traces import read_trace
-
-TYPES = ARRIVALS + ("trace", "mix")
 
 # Segment ids: groups' system prompts are 1..G; questions get ids from here up; a trace's content
 # block ids (Mooncake hash_ids) from _HASH_BASE up.
@@ -96,72 +93,62 @@ def _narrow(a) -> np.ndarray:
     return a.astype(np.int32) if a.size and int(a.max()) < 2**31 else a
 
 
-def build_requests(data, rng, base_dir: Path | None, path: str = "workload") -> tuple[list, dict]:
+def build_requests(wl, rng, base_dir: Path | None, path: str = "workload") -> tuple[list, dict]:
     """Return (requests sorted by arrival, a description for the manifest)."""
-    wl, desc = build_workload(data, rng, base_dir, path)
-    return list(wl), desc
+    w, desc = build_workload(wl, rng, base_dir, path)
+    return list(w), desc
 
 
-def build_workload(data, rng, base_dir: Path | None, path: str = "workload") -> tuple[Workload, dict]:
-    """Return (the Workload, a description for the manifest)."""
-    s = Section(data, path)
-    kind = s.str("type", choices=TYPES)
-    desc: dict = {"type": kind}
-    cap = s.int("max_concurrency", None, lo=1)
-    if cap is not None:
-        desc["max_concurrency"] = cap
-    if kind == "mix":
-        reqs = _mix(s, rng, base_dir, desc)
-        s.done()
-        return Workload(reqs), desc
-    if kind == "trace":
-        reqs = _from_trace(s, base_dir, desc)
-        s.done()
-        return Workload(reqs), desc
-    arrivals = generate_arrivals(s, kind, rng.stream("workload.arrivals"))
+def build_workload(wl, rng, base_dir: Path | None, path: str = "workload") -> tuple[Workload, dict]:
+    """Return (the Workload, a description for the manifest).
+
+    ``wl`` is the typed section (``Scenario.config.workload``); a mapping, as Python callers and
+    recorded runs hold one, is validated first.  ``path`` names the section in the errors that only
+    the data can raise (a trace's rows, a file of lengths)."""
+    wl = parse_workload(wl, path)
+    desc: dict = {"type": wl.type}
+    if wl.max_concurrency is not None:
+        desc["max_concurrency"] = wl.max_concurrency
+    if wl.type == "mix":
+        return Workload(_mix(wl, rng, base_dir, desc, path)), desc
+    if wl.type == "trace":
+        return Workload(_from_trace(wl, base_dir, desc, path)), desc
+    arrivals = generate_arrivals(wl, rng.stream("workload.arrivals"), path)
     n = len(arrivals)
-    sp = s.raw("shared_prefix", None)
-    if sp is not None:
-        wl = Workload(_shared_prefix(Section(sp, s.sub("shared_prefix")), arrivals, rng, s, base_dir, desc))
+    if wl.shared_prefix is not None:
+        w = Workload(_shared_prefix(wl, arrivals, rng, base_dir, desc, path))
     else:
-        prompts = sample_lengths(s.raw("prompt_tokens"), s.sub("prompt_tokens"), n,
-                                 rng.stream("workload.prompt_tokens"), base_dir)
-        outputs = sample_lengths(s.raw("output_tokens"), s.sub("output_tokens"), n,
-                                 rng.stream("workload.output_tokens"), base_dir)
-        wl = Workload(arrivals=arrivals, prompts=prompts, outputs=outputs)
-    s.done()
-    desc["num_requests"] = len(wl)
-    return wl, desc
+        prompts = sample_lengths(wl.prompt_tokens, f"{path}.prompt_tokens", n, rng.stream("workload.prompt_tokens"),
+                                 base_dir)
+        outputs = sample_lengths(wl.output_tokens, f"{path}.output_tokens", n, rng.stream("workload.output_tokens"),
+                                 base_dir)
+        w = Workload(arrivals=arrivals, prompts=prompts, outputs=outputs)
+    desc["num_requests"] = len(w)
+    return w, desc
 
 
-def _from_trace(s: Section, base_dir, desc) -> list:
-    raw = s.str("path")
-    p = Path(raw)
+def _from_trace(wl, base_dir, desc, path: str) -> list:
+    p = Path(wl.path)
     if base_dir is not None and not p.is_absolute():
         p = base_dir / p
-    rows = read_trace(p, s.sub("path"))
-    scale = s.num("time_scale", None, lo=0, lo_open=True)
-    rate = s.num("rate", None, lo=0, lo_open=True)
-    if scale is not None and rate is not None:
-        raise ConfigError(s.sub("rate"), rate, "either rate or time_scale, not both", show_value=False)
-    limit = s.int("num_requests", None, lo=1, hi=MAX_REQUESTS)
-    start = s.num("start_s", 0.0, lo=0)
+    rows = read_trace(p, f"{path}.path")
+    scale, rate, start = wl.time_scale, wl.rate, wl.start_s
     if start:
         rows = [r for r in rows if r[0] >= start]
-    if limit is not None:
-        rows = rows[:limit]
+    if wl.num_requests is not None:
+        rows = rows[:wl.num_requests]
     if not rows:
-        raise ConfigError(s.sub("start_s"), start, "a start before the trace's last arrival")
+        raise ConfigError(f"{path}.start_s", start, "a start before the trace's last arrival")
     t0 = rows[0][0] if start else 0.0
     if rate is not None:
         # rescale time so the selected requests' mean rate, (n - 1) / span, is exactly ``rate``
         span = rows[-1][0] - rows[0][0]
         if len(rows) < 2 or span <= 0:
-            raise ConfigError(s.sub("rate"), rate, "a trace slice with arrivals at two different times")
+            raise ConfigError(f"{path}.rate", rate, "a trace slice with arrivals at two different times")
         scale = rate * span / (len(rows) - 1)
         t0 = rows[0][0]
     scale = scale or 1.0
-    block = s.int("hash_block_tokens", 512, lo=1)
+    block = wl.hash_block_tokens
     out = []
     for i, (t, pr, o, g, rid, ids, service) in enumerate(rows):
         r = Request(i, (t - t0) / scale, pr, o, None, g, rid)
@@ -172,7 +159,7 @@ def _from_trace(s: Section, base_dir, desc) -> list:
         out.append(r)
     # a trace says which requests share a prefix but not how long it is: requests of one group
     # share their first ``prefix_tokens`` tokens (default: the shortest prompt of the group)
-    pref = s.int("prefix_tokens", None, lo=1)
+    pref = wl.prefix_tokens
     groups: dict = {}
     for r in out:
         if r.prefix_group >= 0:
@@ -206,27 +193,16 @@ def _hash_segments(ids, prompt_len: int, block: int, rid: int) -> tuple:
     return tuple(segs)
 
 
-def _shared_prefix(sp: Section, arrivals: np.ndarray, rng, s: Section, base_dir, desc) -> list:
+def _shared_prefix(wl, arrivals: np.ndarray, rng, base_dir, desc, path: str) -> list:
+    sp = wl.shared_prefix
     n = len(arrivals)
-    groups = sp.int("num_groups", lo=1, hi=MAX_GROUPS)
-    users = sp.int("users_per_group", 1, lo=1, hi=MAX_GROUPS // groups)
-    sys_len = sp.int("system_prompt_len", lo=1, hi=MAX_TOKENS)
-    multi = sp.bool("multi_turn", False)
-    max_ctx = sp.int("max_context_tokens", 4096, lo=2)
-    pool = sp.bool("question_pool", False)
-    order = sp.str("order", "random", choices=("random", "cycle", "shuffled_cycle"))
-    sp.done()
+    groups, users, sys_len = sp.num_groups, sp.users_per_group, sp.system_prompt_len
+    multi, max_ctx, pool, order = sp.multi_turn, sp.max_context_tokens, sp.question_pool, sp.order
     slots = groups * users
-    if pool and multi:
-        raise ConfigError(sp.sub("question_pool"), True, "false with multi_turn (a pool re-sends fixed prompts)")
-    if order != "random" and not pool:
-        raise ConfigError(sp.sub("order"), order, "random unless question_pool is true")
     # a pool draws one question per (group, user) slot; otherwise one per request
     n_q = slots if pool else n
-    q = sample_lengths(s.raw("prompt_tokens"), s.sub("prompt_tokens"), n_q, rng.stream("workload.prompt_tokens"),
-                       base_dir)
-    o = sample_lengths(s.raw("output_tokens"), s.sub("output_tokens"), n_q, rng.stream("workload.output_tokens"),
-                       base_dir)
+    q = sample_lengths(wl.prompt_tokens, f"{path}.prompt_tokens", n_q, rng.stream("workload.prompt_tokens"), base_dir)
+    o = sample_lengths(wl.output_tokens, f"{path}.output_tokens", n_q, rng.stream("workload.output_tokens"), base_dir)
     if order == "random":
         pick = rng.stream("workload.prefix").integers(0, slots, n)
     else:
@@ -272,36 +248,15 @@ class _PrefixedRNG:
 _GROUP_SHIFT = 1 << 48
 
 
-def _mix(s: Section, rng, base_dir, desc) -> list:
+def _mix(wl, rng, base_dir, desc, path: str) -> list:
     """Several tenants, each a complete workload of its own (any type but mix), merged by arrival.
     Requests are renumbered in arrival order; prompt contents never collide across tenants."""
-    classes = s.raw("classes")
-    if not isinstance(classes, list) or not classes:
-        raise ConfigError(s.sub("classes"), classes, "a non-empty list of workloads, each with a name")
     parts = []
-    names: set = set()
-    for k, c in enumerate(classes):
-        path = f"{s.sub('classes')}[{k}]"
-        if not isinstance(c, dict):
-            raise ConfigError(path, c, "a workload mapping with a name")
-        c = dict(c)
-        name = c.pop("name", None)
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{path}.name", name, "a non-empty tenant name")
-        if name in names:
-            raise ConfigError(f"{path}.name", name, "a unique tenant name")
-        names.add(name)
-        if c.get("type") == "mix":
-            raise ConfigError(f"{path}.type", "mix", "a workload type other than mix")
-        prio = c.pop("priority", None)          # None: the requests keep their own (a trace's column)
-        if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) > 1_000_000):
-            raise ConfigError(f"{path}.priority", prio, "an integer in [-1e6, 1e6] (lower is served first)")
-        cls = c.pop("slo_class", None)
-        if cls is not None and (not isinstance(cls, str) or not cls):
-            raise ConfigError(f"{path}.slo_class", cls, "the name of a class of slo.classes")
-        reqs, d = build_requests(c, _PrefixedRNG(rng, f"workload.{name}."), base_dir, path)
-        parts.append((name, reqs, (prio, cls)))
-        desc.setdefault("classes", {})[name] = d
+    for k, c in enumerate(wl.classes):
+        # c.priority None: the requests keep their own (a trace's column)
+        reqs, d = build_requests(c, _PrefixedRNG(rng, f"workload.{c.name}."), base_dir, f"{path}.classes[{k}]")
+        parts.append((c.name, reqs, (c.priority, c.slo_class)))
+        desc.setdefault("classes", {})[c.name] = d
     order = sorted(((r.arrival, k, j) for k, (_, reqs, _) in enumerate(parts) for j, r in enumerate(reqs)))
     new_id = {(k, j): i for i, (_, k, j) in enumerate(order)}
     out = []

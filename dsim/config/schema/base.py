@@ -214,8 +214,11 @@ def Tagged(key: str, members: dict, default: str | None = None):
     from pydantic import BeforeValidator, Discriminator, Tag
     names = tuple(members)
 
+    # pydantic puts the member's tag in an error's location; "key=value" cannot be mistaken for one of
+    # the user's keys when _walk drops it (a bare "prompt_tokens" tag could)
     def pick(v):
-        return v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
+        tag = v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
+        return f"{key}={tag}" if isinstance(tag, str) else None
 
     def check(v):
         if v is None:
@@ -225,12 +228,14 @@ def Tagged(key: str, members: dict, default: str | None = None):
         if not isinstance(v, dict):
             raise ConfigError("", v, "a mapping")
         tag = v.get(key, default)
+        if tag is not None and not isinstance(tag, str):
+            raise ConfigError(key, tag, "one of " + ", ".join(names))
         if tag is None:
             raise ConfigError(key, None, "this key to be set (one of " + ", ".join(names) + ")", show_value=False)
         if tag not in members:
             raise ConfigError(key, tag, "one of " + ", ".join(names))
         return v
-    union = Union[tuple(Annotated[m, Tag(t)] for t, m in members.items())]
+    union = Union[tuple(Annotated[m, Tag(f"{key}={t}")] for t, m in members.items())]
     return Annotated[union, Discriminator(pick), BeforeValidator(check)]
 
 

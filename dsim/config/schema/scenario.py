@@ -6,7 +6,7 @@ model's JSON Schema and ``docs/scenario-reference.md`` is generated from it.
 """
 from __future__ import annotations
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..errors import ConfigError
 from .base import Bool, Float, Int, Section, Str, parse
@@ -51,7 +51,7 @@ class OutputConfig(Section):
     plots: Bool = True
     """Write plots/*.png (latency CDFs, queue and KV use over time)."""
     timeline: Bool = False
-    """Write timeline.csv: one row per engine step (batch composition, KV blocks, step time)."""
+    """Write timeline.json, a Chrome/Perfetto trace of every replica's steps and requests."""
     percentiles: list[Float(0, 100, lo_open=True)] = [50, 90, 95, 99]
     """Latency percentiles reported in summary.json, each in (0, 100] (sorted, duplicates dropped)."""
 
@@ -86,14 +86,14 @@ class ScenarioConfig(Section):
     latency: LatencyField = None
     """The step-time model (shared by every cluster pool): roofline by default."""
     workload: WorkloadField
-    """What arrives: an arrival process with length distributions, a trace, a mix or sessions."""
-    slo: SloConfig = SloConfig()
+    """What arrives: an arrival process with length distributions, a trace, or a mix of tenants."""
+    slo: SloConfig = Field(default_factory=SloConfig)
     """Latency targets for goodput and SLO attainment."""
     horizon_s: Float(0, lo_open=True) | None = None
     """Stop admitting arrivals after this many simulated seconds (None: the workload decides)."""
     drain: Bool = True
     """After the horizon, finish the requests already admitted."""
-    output: OutputConfig = OutputConfig()
+    output: OutputConfig = Field(default_factory=OutputConfig)
     """What a run writes."""
     cluster: ClusterField = None
     """Pools of replicas, routers, admission, P/D disaggregation and controllers (None: one replica)."""

@@ -1,7 +1,440 @@
-"""The ``speculation``: section of a scenario (declared schema; see dsim.config.schema.base for the rules)."""
+"""The ``speculation``: section of a scenario (declared schema; see dsim.config.schema.base for the rules).
+
+Everything a scenario can say about speculative decoding is declared here: the mode, the drafters
+(``drafter``/``fused_drafter`` are model references resolved by dsim.config.model.load_model), the
+acceptance model, the sub-sections read by the runtime, the draft device groups with their device
+profiles, tree drafts and the drafter portfolio; the gamma policies are in speculation_gamma.  The
+builder (dsim.specdec.config.load_spec) keeps what needs files or catalogues: model configs,
+acceptance curve and bundle files, the latency head file, named device profiles.
+"""
 from __future__ import annotations
 
-from .base import Raw
+from typing import Annotated, Literal, Union
 
-# placeholder until the section is declared field by field: the builder still validates it
-SpeculationField = Raw({"type": "object"})
+from pydantic import (BaseModel, BeforeValidator, Discriminator, PlainValidator, Tag, WithJsonSchema,
+                      field_validator, model_validator)
+
+from ..errors import ConfigError
+from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
+from .base import Bool, Choice, Float, Int, Raw, Section, Str
+from .speculation_gamma import GammaField, K, StaticGamma
+
+MODES = ("off", "fused", "distributed", "hybrid")
+KINDS = ("phone", "laptop", "edge")
+DEFAULT_DRAFTER = "meta-llama/Llama-3.2-1B"
+DEFAULT_CURVE = "draft-model-llama-3.1-8b-instruct-cnn-dm-gsm8k-humaneval-held-out"
+SIBLING_ACCEPTANCE = 0.48   # fits EAGLE-1 tree vs chain on MT-bench, greedy (experiments/tree_vs_chain.py)
+MAX_MS = MAX_TIME_S * 1e3
+
+
+# ---- field types of this section --------------------------------------------------------------------
+
+def _one_of(members: dict, pick, check):
+    """One of several shapes, told apart by ``pick(value) -> tag`` after ``check`` has refused
+    anything that is none of them (the JSON Schema lists every shape).
+
+    Tags here are phrases ("by prompt_tokens"), never a key a user writes: base.translate drops the
+    parts of pydantic's error location that are not keys of the user's mapping, so a tag equal to
+    one of its keys (choose: prompt_tokens beside prompt_tokens: [...]) would be read as that key."""
+    union = Union[tuple(Annotated[m, Tag(t)] for t, m in members.items())]
+    return Annotated[union, Discriminator(pick), BeforeValidator(check)]
+
+
+def _tag_of(members: dict, v) -> str | None:
+    """The tag of a value that is already one of ``members`` (a default, a re-validated section)."""
+    return next((t for t, m in members.items() if isinstance(m, type) and isinstance(v, m)), None)
+
+
+def _yaml_off(v):
+    return "off" if v is False else v         # YAML 1.1 reads a bare `off` as false
+
+
+Mode = Annotated[Choice(*MODES), BeforeValidator(_yaml_off)]
+
+ModelRef = Raw({"anyOf": [{"type": "string", "description": "a catalogue model name"},
+                          {"type": "object", "properties": {"config": {"type": "string"}, "name": {"type": "string"}},
+                           "description": "{config: path/to/config.json, name: optional}"}]})
+
+
+def Windows(what: str, *, ordered: bool = False):
+    """A list of ``[a, b]`` pairs of numbers in [0, MAX_TIME_S x 1e3], read as float tuples
+    (``ordered``: b after a)."""
+    def check(v):
+        if not isinstance(v, list):
+            raise ConfigError("", v, f"a list of {what}")
+        out = []
+        for i, row in enumerate(v):
+            if (not isinstance(row, list) or len(row) != 2
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= MAX_MS
+                               for x in row)
+                    or (ordered and row[1] <= row[0])):
+                raise ConfigError(f"[{i}]", row, what)
+            out.append(tuple(float(x) for x in row))
+        return out
+    pair = {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 2, "maxItems": 2}
+    return Annotated[list, PlainValidator(check), WithJsonSchema({"type": "array", "items": pair})]
+
+
+# ---- acceptance: curve | geometric | bundle, told apart by which key is written -------------------------
+
+class CurveAcceptance(Section):
+    """A published acceptance curve (per draft position, by context length and temperature)."""
+    curve: Str = DEFAULT_CURVE
+    """Name of the curve in the curves file."""
+    curves: Str | None = None
+    """Curves file, relative to the scenario (None: dsim's shipped published_curves.yaml)."""
+
+
+class GeometricAcceptance(Section):
+    """Every draft position accepted with the same probability."""
+    geometric: Float(0, 1)
+    """Per-position acceptance probability, in [0, 1]."""
+
+
+class BundleAcceptance(Section):
+    """An acceptance bundle fitted from logs (docs/acceptance-bundle.md)."""
+    bundle: Str
+    """Bundle file, relative to the scenario."""
+    drafter: Str | None = None
+    """Drafter id inside the bundle (None: the bundle's only or default drafter)."""
+    verifier: Str | None = None
+    """Verifier id inside the bundle (None: the bundle's only or default verifier)."""
+
+
+_ACCEPTANCE = {"a curve": CurveAcceptance, "a geometric rate": GeometricAcceptance, "a bundle": BundleAcceptance}
+_ACCEPTANCE_KEYS = ("curve", "geometric", "bundle")
+
+
+def _acceptance_kind(v) -> str:
+    if isinstance(v, dict):
+        return "a geometric rate" if "geometric" in v else "a bundle" if "bundle" in v else "a curve"
+    return _tag_of(_ACCEPTANCE, v)
+
+
+def _acceptance_shape(v):
+    if v is None:
+        return {}
+    if isinstance(v, BaseModel):
+        return v
+    if not isinstance(v, dict):
+        raise ConfigError("", v, "a mapping")
+    if sum(k in v for k in _ACCEPTANCE_KEYS) > 1:
+        raise ConfigError("", sorted(v), "one of curve, geometric or bundle")
+    return v
+
+
+AcceptanceField = _one_of(_ACCEPTANCE, _acceptance_kind, _acceptance_shape)
+
+
+# ---- sub-sections read by the runtime ----------------------------------------------------------------------
+
+class ModeSwitch(Section):
+    """Hybrid mode: how each round picks distributed or fused drafting."""
+    policy: Choice("rtt_load", "gamma_policy") = "rtt_load"
+    """rtt_load: distributed while the device's RTT and the verify queue are under the bounds below;
+    gamma_policy: as the latency_head gamma policy says."""
+    max_rtt_ms: Float(0) = 60.0
+    """Largest device RTT for distributed drafting, ms (rtt_load)."""
+    max_verify_queue: Int(0) = 64
+    """Longest verify queue for distributed drafting, requests (rtt_load)."""
+
+
+class PartialVerification(Section):
+    """How many of a round's drafts hold KV while waiting to be verified."""
+    mode: Choice("all", "first_token", "sampled") = "all"
+    """all: every draft; first_token: one; sampled: every draft with probability sample_rate, else one."""
+    sample_rate: Float(0, 1) = 1.0
+    """Probability that a round keeps all its drafts (mode sampled)."""
+    rollback_penalty_ms: Float(0) = 0.0
+    """Time added to a round that rejects a draft, ms."""
+
+
+class KvAdmission(Section):
+    """Spill to fused drafting when the target's KV cache is nearly full."""
+    max_kv_utilization_pct: Float(0, 100, lo_open=True) | None = None
+    """KV use above this percentage makes a round fused (None: never spill)."""
+    spill_mode: Choice("fused") = "fused"
+    """Where a spilled round drafts."""
+
+
+class ColdStart(Section):
+    """Loading the fused drafter's weights on a target before it can draft."""
+    load_s: Float(0) | None = None
+    """Load time, s (None: the fused drafter's weight bytes over the GPU's weight-load rate)."""
+    warm_retention_s: Float(0) = 600.0
+    """An idle drafter stays loaded this long, s."""
+    initially_warm: Bool = True
+    """Drafters are loaded at the start of the run."""
+
+
+class TreeDrafts(Section):
+    """EAGLE-style tree drafts: the gamma policy's k is the tree's depth (docs/tree-drafts.md)."""
+    topk: Int(1, 64) = 4
+    """Candidates the drafter keeps at each level."""
+    tokens: Int(1, 1024) = 16
+    """Most likely nodes verified in one step under a tree attention mask."""
+    sibling_acceptance: Float(0, 1) = SIBLING_ACCEPTANCE
+    """Acceptance of a lower-ranked candidate once the higher-ranked ones at its level are rejected."""
+
+
+# ---- draft devices ----------------------------------------------------------------------------------------
+
+class DraftDeviceProfile(Section):
+    """A phone, laptop or edge GPU that drafts (an entry of device_profiles/drafts/*.yaml,
+    or written inline).  Drafting is memory-bound at batch 1, so mem_gb_s matters most."""
+    kind: Choice(*KINDS)
+    """phone | laptop | edge (fairness reports group by it)."""
+    peak_tflops: Float(0, lo_open=True)
+    """Dense FP16 TFLOP/s usable by the drafter."""
+    mem_gb_s: Float(0, lo_open=True)
+    """Memory bandwidth, GB/s."""
+    memory_gb: Float(0, lo_open=True)
+    """Device memory, GB."""
+    weight_bits: Int(2, 32) = 16
+    """Bits per drafter weight as deployed (4 = int4: a quarter of the bf16 bytes)."""
+    compute_efficiency: Float(0, 1, lo_open=True) = 0.5
+    """Achievable fraction of peak_tflops (roofline)."""
+    memory_efficiency: Float(0, 1, lo_open=True) = 0.6
+    """Achievable fraction of mem_gb_s (roofline)."""
+    step_overhead_ms: Float(0) = 1.0
+    """Fixed cost per draft token (runtime, kernel launches), ms."""
+    power_w: Float(0)
+    """Power while drafting, W (energy = power x drafting time unless joules_per_token is given)."""
+    joules_per_token: Float(0) | None = None
+    """Energy per drafted token, J (None: from power_w)."""
+    throttle_after_s: Float(0) | None = None
+    """Continuous drafting before thermal throttling, s (None: never throttles)."""
+    throttle_factor: Float(0, 1, lo_open=True) = 1.0
+    """Speed multiplier once throttled."""
+    cooldown_s: Float(0) = 60.0
+    """Idle time that resets throttling, s."""
+    source: Str = ""
+    """Where the figures come from (datasheet, memory configuration)."""
+
+
+class InlineDraftProfile(DraftDeviceProfile):
+    """A draft device profile written in the scenario."""
+    name: Str = "custom"
+    """Name shown in reports."""
+
+
+_PROFILE = {"a name": Str, "inline": InlineDraftProfile}
+
+
+def _profile_shape(v):
+    if not isinstance(v, (str, dict, BaseModel)):
+        raise ConfigError("", v, "a draft device profile name or a mapping")
+    return v
+
+
+DraftProfileField = _one_of(_PROFILE, lambda v: "a name" if isinstance(v, str) else "inline", _profile_shape)
+
+
+class ThinkTime(Section):
+    """A closed-loop user's pause between a conversation's end and the next one's start."""
+    dist: Choice("lognormal", "exponential", "constant") = "exponential"
+    """Distribution of the pause."""
+    mean_s: Float(0, MAX_TIME_S)
+    """Mean pause, s."""
+    sigma: Float(0, 100) = 1.0
+    """Shape of the lognormal (sigma of the underlying normal)."""
+
+
+class DraftGroup(Section):
+    """``count`` identical draft devices with one access link each."""
+    name: Str | None = None
+    """Group name, unique (None: drafts<i>, i the group's index)."""
+    profile: DraftProfileField
+    """A draft device profile name (phone-flagship, laptop-rtx4060, edge-orin-agx, ...) or an inline profile."""
+    count: Int(1, MAX_DEVICES) = 1
+    """Devices in the group."""
+    rtt_ms: Float(0, MAX_MS)
+    """Round-trip time of a device's access link to the gateway, ms."""
+    bw_mbps: Float(MIN_BW_MBPS)
+    """Bandwidth of a device's access link, Mbit/s."""
+    cohort: Str | None = None
+    """Requests whose tenant (workload mix class) equals this go to this group (None: any request)."""
+    closed_loop: Bool = False
+    """A device opens its next conversation only after the previous one finished plus a think time."""
+    think_time: ThinkTime | None = None
+    """Pause of a closed-loop device (None: none)."""
+    available: Windows("[start_s, end_s] with end after start", ordered=True) | None = None
+    """Windows [start_s, end_s] the devices draft in; drafting pauses outside them (None: always)."""
+    rtt_schedule: Windows("[t_s, rtt_ms]") | None = None
+    """[t_s, rtt_ms] pairs: the access links' RTT from t_s on (None: rtt_ms throughout)."""
+    max_batch: Int(1, 4096) = 1
+    """Rounds a device drafts together (one batch per draft position)."""
+    max_wait_ms: Float(0, MAX_MS) = 0.0
+    """How long a device waits for a batch to fill, ms (only with max_batch > 1)."""
+
+    @model_validator(mode="after")
+    def _waits_for_a_batch(self):
+        if self.max_wait_ms and self.max_batch == 1:
+            raise ConfigError("max_wait_ms", self.max_wait_ms, "0 unless max_batch > 1 (nothing to wait for)")
+        return self
+
+
+def names(rows, prefix: str) -> list[str]:
+    """Each row's ``name``, or ``<prefix><index>`` where it has none."""
+    return [r.name if r.name is not None else f"{prefix}{i}" for i, r in enumerate(rows)]
+
+
+def _unique_names(rows, prefix: str, what: str):
+    seen = set()
+    for i, name in enumerate(names(rows, prefix)):
+        if name in seen:
+            raise ConfigError(f"[{i}].name", name, f"a name used by one {what} only")
+        seen.add(name)
+    return rows
+
+
+# ---- drafter portfolio: chosen per request by prompt length or predicted acceptance -------------------------
+
+class PortfolioDrafter(Section):
+    """One drafter of a portfolio."""
+    name: Str | None = None
+    """Drafter name, unique (None: drafter<i>, i its index)."""
+    drafter: ModelRef
+    """The drafting model: a catalogue name or {config: path/to/config.json}; must share the target's vocabulary."""
+    acceptance: AcceptanceField = CurveAcceptance()
+    """Its acceptance model (as speculation.acceptance)."""
+
+
+class _Portfolio(Section):
+    drafters: list[PortfolioDrafter]
+    """At least two drafters, smallest first."""
+    escalate_below: Float(0, 1) | None = None
+    """Move a conversation one drafter up when its smoothed acceptance falls strictly below this
+    (None: never)."""
+
+    @field_validator("drafters", mode="before")
+    @classmethod
+    def _at_least_two(cls, v):
+        if not isinstance(v, list) or len(v) < 2:
+            raise ConfigError("", v, "a list of at least two drafters, smallest first")
+        return v
+
+    @field_validator("drafters")
+    @classmethod
+    def _unique(cls, v):
+        return _unique_names(v, "drafter", "drafter")
+
+
+class PromptTokensPortfolio(_Portfolio):
+    """A conversation starts on the drafter its prompt length calls for."""
+    choose: Literal["prompt_tokens"] = "prompt_tokens"
+    """How a conversation's first drafter is chosen: prompt_tokens | acceptance."""
+    prompt_tokens: list[Int(1)] = []
+    """Ascending boundaries, one between each pair of drafters: a prompt of at most t_1 tokens gets
+    the first drafter, at most t_2 the second, ..., longer ones the last."""
+
+    @model_validator(mode="after")
+    def _one_boundary_per_pair(self):
+        th = list(self.prompt_tokens)
+        if len(th) != len(self.drafters) - 1 or th != sorted(th):
+            raise ConfigError("prompt_tokens", th, f"{len(self.drafters) - 1} ascending positive token counts "
+                              "(one boundary between each pair of drafters)")
+        return self
+
+
+class AcceptancePortfolio(_Portfolio):
+    """A conversation starts on the first drafter predicted to give enough tokens per verify step."""
+    choose: Literal["acceptance"]
+    """How a conversation's first drafter is chosen (see prompt_tokens)."""
+    min_tokens_per_step: Float(1, MAX_SPEC_K + 1)
+    """Predicted tokens per verify step (at the prompt's length and k) a drafter must reach."""
+    k: K = 4
+    """Drafts per round the prediction assumes."""
+
+
+_PORTFOLIO = {"by prompt_tokens": PromptTokensPortfolio, "by acceptance": AcceptancePortfolio}
+
+
+def _portfolio_kind(v) -> str:
+    return "by " + v.get("choose", "prompt_tokens") if isinstance(v, dict) else _tag_of(_PORTFOLIO, v)
+
+
+def _portfolio_shape(v):
+    """base.Tagged's checks, for a choice whose tags collide with keys (see _one_of)."""
+    if isinstance(v, BaseModel):
+        return v
+    if not isinstance(v, dict):
+        raise ConfigError("", v, "a mapping")
+    if v.get("choose", "prompt_tokens") not in ("prompt_tokens", "acceptance"):
+        raise ConfigError("choose", v["choose"], "one of prompt_tokens, acceptance")
+    return v
+
+
+PortfolioField = _one_of(_PORTFOLIO, _portfolio_kind, _portfolio_shape)
+
+
+# ---- the section --------------------------------------------------------------------------------------------
+
+class SpeculationConfig(Section):
+    """Speculative decoding (docs/specdec.md): drafts on devices (distributed), on the targets
+    (fused) or either per round (hybrid); the targets verify them."""
+    mode: Mode = "fused"
+    """off | fused | distributed | hybrid (YAML's bare `off` is accepted)."""
+    drafter: ModelRef = DEFAULT_DRAFTER
+    """Model drafting on the devices (catalogue name or {config: ...}); must share the target's vocabulary."""
+    fused_drafter: ModelRef | None = None
+    """Model drafting on the targets (None: drafter)."""
+    acceptance: AcceptanceField = CurveAcceptance()
+    """Acceptance model: {curve: NAME, curves: FILE} | {geometric: RATE} | {bundle: FILE, drafter, verifier}."""
+    temperature: Float(0) = 0.0
+    """Sampling temperature the acceptance model is read at."""
+    gamma: GammaField = StaticGamma()
+    """Gamma (draft length) policy and its parameters."""
+    mode_switch: ModeSwitch = ModeSwitch()
+    """Hybrid mode's per-round choice."""
+    partial_verification: PartialVerification = PartialVerification()
+    """Drafts holding KV while awaiting verification."""
+    kv_admission: KvAdmission = KvAdmission()
+    """Spill to fused drafting under KV pressure."""
+    cold_start: ColdStart = ColdStart()
+    """Fused drafter weight loading."""
+    token_bytes: Float(0) = 4.0
+    """Bytes per token id on the wire."""
+    bundle_bytes_per_token: Float(0) = 8.0
+    """Bytes per drafted token in a bundle (id + draft probability)."""
+    header_bytes: Float(0) = 64.0
+    """Bytes of header per message."""
+    gateway: Str = "gateway"
+    """Network node the draft devices' access links end at."""
+    drafts: list[DraftGroup] | None = None
+    """Draft device groups (required by distributed and hybrid modes)."""
+    tree: TreeDrafts | None = None
+    """Tree drafts (None: chains)."""
+    verify_order: Choice("fcfs", "edf") = "fcfs"
+    """Ready rounds a step's token budget serves first: fcfs (admission order) | edf (earliest deadline)."""
+    portfolio: PortfolioField | None = None
+    """Several drafters, chosen per request and escalated mid-decode (None: one drafter)."""
+
+    @field_validator("drafts", mode="before")
+    @classmethod
+    def _non_empty(cls, v):
+        if v is not None and (not isinstance(v, list) or not v):
+            raise ConfigError("", v, "a non-empty list of draft device groups")
+        return v
+
+    @field_validator("drafts")
+    @classmethod
+    def _unique(cls, v):
+        return v if v is None else _unique_names(v, "drafts", "group")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.mode_switch.policy == "gamma_policy" and self.gamma.policy != "latency_head":
+            raise ConfigError("mode_switch.policy", "gamma_policy", "rtt_load unless gamma.policy is latency_head")
+        if self.tree is not None or self.portfolio is not None:
+            what = "tree drafts" if self.tree is not None else "a drafter portfolio"
+            for i, g in enumerate(self.drafts or ()):
+                if g.max_batch > 1:
+                    raise ConfigError(f"drafts[{i}].max_batch", g.max_batch,
+                                      f"1 with {what} (batched drafting is modelled for one drafter's chains only)")
+        if self.mode in ("distributed", "hybrid") and not self.drafts:
+            raise ConfigError("drafts", None, f"draft devices: mode {self.mode} drafts on them", show_value=False)
+        return self
+
+
+SpeculationField = SpeculationConfig | None

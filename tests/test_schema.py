@@ -1,0 +1,92 @@
+"""The declared scenario schema: generated files are current, shipped scenarios validate against the
+JSON Schema an editor uses, and bad ones are refused both by it and by load_scenario."""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import dsim
+from dsim.config.errors import ConfigError
+from dsim.config.files import load_yaml
+from dsim.config.schema import reference
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+SCHEMA_LINE = "# yaml-language-server: $schema=scenario.schema.json"
+
+
+def _read(path: Path) -> dict:
+    return load_yaml(path.read_text(), str(path))
+
+
+def test_committed_json_schema_is_current():
+    on_disk = (ROOT / "scenarios" / "scenario.schema.json").read_text()
+    assert on_disk == reference.json_text(), "stale: run `dsim schema > scenarios/scenario.schema.json`"
+
+
+def test_committed_reference_is_current():
+    on_disk = (ROOT / "docs" / "scenario-reference.md").read_text()
+    assert on_disk == reference.markdown(), "stale: run `dsim schema --markdown > docs/scenario-reference.md`"
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_shipped_scenario_names_the_schema_and_validates(path):
+    assert path.read_text().splitlines()[0] == SCHEMA_LINE
+    jsonschema.validate(_read(path), reference.json_schema())
+
+
+# (key path, value, the path load_scenario's message must start with)
+BAD = [
+    (("sead",), 1, "sead: unknown key; did you mean 'seed'?"),
+    (("seed",), -1, "seed: got -1, expected a number >= 0"),
+    (("drain",), "yes", "drain: got 'yes', expected true or false"),
+    (("slo", "ttft_ms"), 0, "slo.ttft_ms: got 0, expected a number > 0"),
+    (("slo", "tpot"), 5, "slo.tpot: unknown key; did you mean 'tpot_ms'?"),
+    (("output", "percentiles"), [50, 101], "output.percentiles[1]: got 101, expected a number <= 100"),
+    (("output", "plots"), 1, "output.plots: got 1, expected true or false"),
+    (("horizon_s",), "10", "horizon_s: got '10', expected a number"),
+]
+
+
+def _with(data: dict, keys: tuple, value) -> dict:
+    data = copy.deepcopy(data)
+    node = data
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("keys,value,message", BAD, ids=lambda x: ".".join(x) if isinstance(x, tuple) else None)
+def test_bad_scenarios_are_refused_by_both(keys, value, message):
+    base = _read(ROOT / "scenarios" / "quickstart.yaml")
+    bad = _with(base, keys, value)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, reference.json_schema())
+    with pytest.raises(ConfigError) as e:
+        dsim.load_scenario(bad)
+    assert str(e.value).startswith(message)
+
+
+def test_exponent_numbers_load():
+    scn = dsim.load_scenario(ROOT / "scenarios" / "quickstart.yaml", ["horizon_s=1e3"])
+    assert scn.horizon_s == 1000.0
+
+
+def test_schema_command_prints_both(capsys):
+    from dsim.cli import main
+    assert main(["schema"]) == 0
+    assert capsys.readouterr().out == reference.json_text()
+    assert main(["schema", "--markdown"]) == 0
+    assert capsys.readouterr().out == reference.markdown()
+
+
+def test_import_dsim_does_not_import_pydantic():
+    code = "import sys, dsim; print('pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
