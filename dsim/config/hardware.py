@@ -1,9 +1,6 @@
 """Device profiles: datasheet compute, bandwidth, memory and interconnect of one GPU."""
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-
 from dataclasses import dataclass
 from functools import lru_cache
 

@@ -12,9 +12,6 @@ time, or ``joules_per_token`` when the profile gives it.
 """
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
