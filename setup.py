@@ -1,10 +1,17 @@
-"""Build step: the wheel carries the repository's examples (scenarios/, luts/, examples/real/) under
+"""The packages, and a build step.
+
+Packages: every ``dsim*`` folder, plus the repository's top-level ``device_profiles/`` mapped in as
+``dsim.device_profiles`` (package_dir), so a wheel carries it inside the package and an editable
+install's import hook points at the checkout's folder; the repository keeps one copy and dsim reads
+it with importlib.resources either way.
+
+Build step: the wheel carries the repository's examples (scenarios/, luts/, examples/real/) under
 dsim/_examples/, copied at build time so the repository keeps one copy of each file.  Everything
 else about the package is in pyproject.toml."""
 import shutil
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 
 # the folders `dsim examples` copies out; the same list as dsim.shipped.SHIPPED (not imported: the
@@ -28,4 +35,8 @@ class build_py_with_examples(build_py):
             shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*"))
 
 
-setup(cmdclass={"build_py": build_py_with_examples})
+# folders at the top of the repository installed as packages inside dsim (their data: pyproject's package-data)
+MAPPED = {"dsim.device_profiles": "device_profiles"}
+
+setup(packages=find_namespace_packages(where=str(HERE), include=["dsim", "dsim.*"]) + sorted(MAPPED), package_dir=MAPPED,
+      cmdclass={"build_py": build_py_with_examples})

@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | lut | cosim | fit | calibrate | acceptance``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | lut | cosim | report | calibrate | fit | acceptance | specdec``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse

@@ -47,7 +47,7 @@ class Result:
         """The run as vLLM's journey, step and snapshot tracing streams (OTLP JSON lines)."""
         if not self.recorders:
             raise ValueError("run with vllm_traces=True to record the tracing streams")
-        from .calibrate.vllm_traces import write_otlp
+        from .metrics.vllm_traces import write_otlp
         pool_of = {rep.inst: rep.pool for rep in self.fleet.replicas()}
         reps = []
         for inst, rec in self.recorders:
@@ -198,7 +198,7 @@ class Session:
     def _recorder_factory(self, opts):
         if opts is None:
             return None
-        from .calibrate.vllm_traces import StepRecorder
+        from .metrics.vllm_traces import StepRecorder
 
         def make(inst):
             rec = StepRecorder(opts.get("step_rate", 1.0), opts.get("rich_rate", 1.0),
@@ -431,9 +431,10 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
     if spread is not None:
         summary["model_spread"] = spread
     if ses.spec is not None:
-        summary["speculation"] = ses.spec.summary(reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
-                                                                "tpot_ms": scn.slo_tpot_ms,
-                                                                "tvt_ms": scn.slo_tvt_ms})
+        from .metrics.speculation import spec_summary
+        summary["speculation"] = spec_summary(ses.spec, reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
+                                                                       "tpot_ms": scn.slo_tpot_ms,
+                                                                       "tvt_ms": scn.slo_tvt_ms})
     m = scn.model
     manifest = {
         "dsim_version": __version__,

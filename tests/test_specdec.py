@@ -463,16 +463,17 @@ def _mobile_session(n=60):
 
 def test_set_speculation_fixes_k_and_turns_speculation_off():
     from dsim.cluster.control import SetSpeculation, apply_action
+    from dsim.metrics.speculation import spec_summary
     from dsim.metrics.summary import summarize
     ses = _mobile_session()
     apply_action(ses.fleet, SetSpeculation("default", k=2))
     ses.run_to_end()
-    spec = ses.spec.summary(ses.reqs, ses.sim.now, {})
+    spec = spec_summary(ses.spec, ses.reqs, ses.sim.now, {})
     assert spec["rounds"] > 0 and spec["drafted_tokens"] == 2 * spec["rounds"]        # every round drafts 2
     ses = _mobile_session()
     apply_action(ses.fleet, SetSpeculation("default", mode="off"))
     ses.run_to_end()
-    spec = ses.spec.summary(ses.reqs, ses.sim.now, {})
+    spec = spec_summary(ses.spec, ses.reqs, ses.sim.now, {})
     assert spec["drafted_tokens"] == 0 and spec["rounds_by_mode"]["distributed"] == 0
     assert sum(d.tokens for d in ses.spec.devices) == 0                              # no device drafted
     assert summarize(ses.scn, ses.fleet, ses.reqs)["requests"]["completed"] == 60

@@ -1,8 +1,8 @@
 """KV-cache transfer between a prefill and a decode replica.
 
-``send(src, dst, nbytes)`` returns a SimPy event whose value is a transfer record; the network
-layer will provide the same call with shared links, jitter and loss.  This one is a dedicated
-path per transfer: latency + bytes / bandwidth, no contention.
+``send(src, dst, nbytes)`` returns a SimPy event whose value is a transfer record; with a
+``network:`` section the fleet's NetworkTransfer makes the same call over dsim.network's shared
+links (jitter, loss).  This one is a dedicated path per transfer: latency + bytes / bandwidth, no contention.
 """
 from __future__ import annotations
 

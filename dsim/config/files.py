@@ -167,3 +167,18 @@ def input_error(e: BaseException) -> str | None:
     if isinstance(e, ValueError) and "integer string conversion" in str(e):
         return f"an input file holds an integer of more than {sys.get_int_max_str_digits()} digits"
     return None
+
+
+def package_folder(package: str) -> Path:
+    """The folder of a data package dsim ships, read through importlib.resources, never from a path
+    outside the package: ``dsim.device_profiles`` is the repository's top-level device_profiles/,
+    which setup.py maps into the package (a wheel carries it inside dsim/, an editable install's
+    import hook points at the checkout's folder)."""
+    from importlib import resources
+    try:
+        return Path(str(resources.files(package)))
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            f"{package} is not installed: dsim was imported from a folder that is not installed, or from an "
+            f"editable install made before setup.py mapped that folder in; run `pip install -e .` in the "
+            f"checkout (or install the wheel)", name=package) from None

@@ -1,18 +1,16 @@
 """Device profiles: datasheet compute, bandwidth, memory and interconnect of one GPU."""
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-
 from dataclasses import dataclass
 from functools import lru_cache
 
 import yaml
 
 from .errors import ConfigError
+from .files import package_folder
 
 GIB = 1 << 30
-PROFILE_DIRS = [Path(str(resources.files("dsim").joinpath("data/device_profiles")))]   # package data
+PROFILE_DIRS = [package_folder("dsim.device_profiles")]   # the repository's device_profiles/ (setup.py)
 
 
 @dataclass(frozen=True)
@@ -125,7 +123,7 @@ def _parsed(name: str, mapping, path: str) -> DeviceProfile:
 
 
 def load_device(value, path: str = "hardware") -> DeviceProfile:
-    """A profile name from dsim/data/device_profiles/ or an inline device (a HardwareSection, or a
+    """A profile name from device_profiles/gpus.yaml or an inline device (a HardwareSection, or a
     mapping parsed into one).  A profile in a file is checked by the same HardwareSection as an
     inline device, its errors at ``hardware[<name>].<key>``."""
     from .schema.hardware import HardwareSection

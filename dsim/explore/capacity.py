@@ -466,7 +466,7 @@ def _write(rec: dict, out: Path, base, plot: bool = True) -> None:
         capacity_plot(rec["probes"], answer, rec["slos"], out / "capacity.png", title=title,
                       xlabel=rec["vary"])
     write_atomic(out / "capacity.md", card(rec, title))
-    from ..report import write as write_html       # reads capacity.json, as `dsim report` does
+    from ..report import write as write_html       # reads capacity.json and capacity.md, as `dsim report` does
     write_html(out, "capacity")
 
 

@@ -8,10 +8,10 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from ..config.errors import ConfigError
+from ..metrics.writers import write_atomic
 
 
 def ensure_out_dir(out, sub: str | None = None) -> Path:
@@ -80,20 +80,6 @@ class PointStore:
 
     def put(self, key: str, record: dict) -> None:
         write_atomic(self._file(key), json.dumps(record, sort_keys=True) + "\n")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it in: readers see all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def table_csv(rows: list[dict], lead: list[str]) -> str:

@@ -137,6 +137,20 @@ def foreign_entry(folder: Path) -> str | None:
     return None
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it in: readers see all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 class AtomicOutput:
     """Collect a report's files in a temp folder beside ``out``; ``commit`` puts it in place in one
     rename, ``abort`` drops it.

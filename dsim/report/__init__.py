@@ -52,7 +52,7 @@ def build(folder, kind: str | None = None) -> str:
 
 def write(folder, kind: str | None = None) -> Path:
     """Write ``folder/report.html`` atomically (readers see the old file or the new one)."""
-    from ..explore.store import write_atomic
+    from ..metrics.writers import write_atomic
     d = Path(folder)
     text = build(d, kind)
     write_atomic(d / NAME, text)
@@ -69,8 +69,7 @@ def _umask() -> int:
 def rebuild(folder) -> Path:
     """``dsim report DIR``: rebuild report.html of a finished output folder, and list it in the
     folder's file list (.dsim-report) so dsim may replace the folder later."""
-    from ..explore.store import write_atomic
-    from ..metrics.writers import MARKER
+    from ..metrics.writers import MARKER, write_atomic
     d = Path(folder)
     kind = detect(d)
     try:

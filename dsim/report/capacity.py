@@ -1,22 +1,32 @@
 """report.html of a ``dsim capacity`` folder: the answer in words at the top, every probe on
 throughput and SLO-percentile charts (pass / fail marked, the SLOs dashed, the answer dotted).
 
-Reads capacity.json."""
+Reads capacity.json, and the answer's words from capacity.md (``dsim capacity`` writes both)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ..explore.capacity import answer_line
 from ..metrics.plots import run_title
 from . import charts
 from .html import Page
 
 
+def _answer(d: Path) -> str:
+    """The answer in words: the capacity card's bold line (explore.capacity's ``answer_line``)."""
+    f = d / "capacity.md"
+    for ln in (f.read_text().splitlines() if f.is_file() else ()):
+        if ln.startswith("**") and ln.endswith("**") and len(ln) > 4:
+            return ln[2:-2]
+    return ""
+
+
 def build(d: Path) -> str:
     rec = json.loads((d / "capacity.json").read_text())
     page = Page(f"dsim capacity: {run_title(rec.get('scenario', ''), rec.get('overrides'))}", "capacity")
-    page.para(answer_line(rec), "answer")
+    answer_words = _answer(d)
+    if answer_words:
+        page.para(answer_words, "answer")
     crit = rec.get("criteria", {})
     page.para(f"Searched {rec['vary']}; a probe passes when, over {crit.get('window', 'the run')}, every SLO holds ("
               + ", ".join(f"{k} <= {v:g}" for k, v in rec["slos"].items())

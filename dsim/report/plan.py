@@ -2,12 +2,12 @@
 the chart, hoverable with their configuration; pruned ones in the table with the reason), and
 the Pareto front over the configurations that meet the SLOs only.
 
-Reads plan.md (title, answer and budget lines) and candidates.csv."""
+Reads plan.md (title, answer and budget lines) and candidates.csv (the Pareto fronts are its
+front_tokens and front_cost columns)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..explore.pareto import pareto_front
 from . import charts
 from .html import Page
 from .sweep import read_csv
@@ -46,9 +46,9 @@ def build(d: Path) -> str:
     x, y = "efficiency_output_tokens_per_s_per_user", "efficiency_output_tokens_per_s_per_gpu"
     tip = ["configuration", "mark", "gpus", "request_goodput", "efficiency_goodput_per_gpu_s", "p99_ttft_ms",
            "p99_tpot_ms", "efficiency_usd_per_hour", "pessimistic_pass"]
-    front = [ok[i] for i in pareto_front([r for r in ok], [(x, "max"), (y, "max")])] if ok else []
-    front2 = [ok[i] for i in pareto_front(ok, [("request_goodput", "max"), ("efficiency_usd_per_hour", "min")])] \
-        if ok else []
+    # the Pareto fronts dsim plan marked (front_tokens: tokens/s per GPU and per user; front_cost: goodput and $/h)
+    front = [r for r in ok if r.get("front_tokens") is True]
+    front2 = [r for r in ok if r.get("front_cost") is True]
     panels = [charts.points_panel(sims, x, y, tooltip=tip, title="tokens/s per GPU vs per user (dashed: Pareto "
                                   "front of the SLO-meeting ones)", line=False, front=front,
                                   xlabel="output tokens/s per user", ylabel="output tokens/s per GPU"),

@@ -12,20 +12,18 @@ time, or ``joules_per_token`` when the profile gives it.
 """
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 
 import yaml
 
+from ..config.files import package_folder
 from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
 
-DRAFT_PROFILE_DIR = Path(str(resources.files("dsim").joinpath("data/device_profiles/drafts")))   # package data
+DRAFT_PROFILE_DIR = package_folder("dsim.device_profiles") / "drafts"   # device_profiles/drafts/
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ def _build(name: str, d, path: str) -> DraftProfile:
 
 
 def load_draft_profile(value, path: str) -> DraftProfile:
-    """A profile name from dsim/data/device_profiles/drafts/, or an inline profile: a validated
+    """A profile name from device_profiles/drafts/, or an inline profile: a validated
     ``InlineDraftProfile`` (a scenario's, parsed at the door) or a mapping with the same keys."""
     from pydantic import BaseModel
     if isinstance(value, BaseModel):

@@ -23,19 +23,25 @@ import math
 import networkx as nx
 
 from ..config.errors import ConfigError
-from ..core.request import COMPLETED
 from ..latency.roofline import RooflineModel
 from ..network.fabric import Network
 from ..network.topology import MBPS, Topology
 from .acceptance import accepted_run, sample_accepted
 from .config import PER_TARGET, SpecConfig
+from .conversations import Conversations
 from .devices import DraftDevice
 from .gamma import DISTRIBUTED, FUSED, Telemetry
+from .modes import DraftingModes
 from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime:
+class SpecRuntime(Conversations, DraftingModes):
+    """The speculative-decoding run: draft devices and their links, the targets' state, and the
+    rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
+    conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
+    drafted, and the fused drafter's cold starts, ``DraftingModes`` (dsim.specdec.modes)."""
+
     def __init__(self, sim, fleet, network, cfg: SpecConfig, reqs, horizon_s=None, slo_tpot_ms=None,
                  slo_tvt_ms=None):
         self.sim = sim
@@ -119,140 +125,16 @@ class SpecRuntime:
         rep.inst.verify_edf = cfg.verify_order == "edf"
         rep.inst.mixed_drafts = cfg.tree is not None or cfg.portfolio is not None
 
-    def _bind(self, reqs) -> None:
-        """Canonical trace mapping: a request whose tenant names a group's cohort goes to that group,
-        others to every device in turn; a session stays on the device that opened it."""
-        if not self.devices:
-            return
-        by_cohort: dict = {}
-        for d in self.devices:
-            if d.group.cohort is not None:
-                by_cohort.setdefault(d.group.cohort, []).append(d)
-        turn: dict = {}
-        sessions: dict = {}
-        for r in reqs:
-            dev = sessions.get(r.session) if r.session >= 0 else None
-            if dev is None:
-                pool = by_cohort.get(r.tenant, self.devices)
-                key = r.tenant if r.tenant in by_cohort else None
-                i = turn.get(key, 0)
-                dev = pool[i % len(pool)]
-                turn[key] = i + 1
-                if r.session >= 0:
-                    sessions[r.session] = dev
-            dev.requests.append(r)
-
     def _dc(self, replica: str) -> str:
         """The datacenter end of a device's messages: the replica itself when the network has it
         as a node (the gateway -> replica hop is then on the path), else the gateway."""
         return replica if self.net.topo.has(replica) else self.gw
-
-    def _ingress(self, r, rep):
-        """A prompt that reached the gateway crosses the datacenter to the chosen replica."""
-        st = self.states.get(r.rid)
-        if st is None or st.device is None or not self.net.topo.has(rep.name):
-            return None
-        t0 = self.env.now
-        ev = self.net.send(self.gw, rep.name, self.cfg.header_bytes + r.prompt_len * self.cfg.token_bytes, False)
-
-        def hop_done(_e):
-            st.net_s += self.env.now - t0
-        ev.callbacks.append(hop_done)
-        return ev
 
     def _set_rtt(self, grp, t: float, rtt_ms: float):
         yield self.env.timeout(t)
         for d in self.devices:
             if d.group is grp:
                 self.net.set_latency(d.name, self.gw, rtt_ms / 2e3)
-
-    # ---- arrivals ------------------------------------------------------------------------------
-    def _issue(self, dev):
-        env = self.env
-        grp = dev.group
-        for r in dev.requests:
-            t = max(r.arrival, dev.next_free) if grp.closed_loop else r.arrival
-            if self.horizon is not None and t >= self.horizon:
-                self.unissued += 1
-                continue
-            if t > env.now:
-                yield env.timeout(t - env.now)
-            r.arrival = env.now
-            if grp.closed_loop:
-                ev = env.event()
-                self._upload(dev, r, ev)
-                yield ev
-                dev.next_free = r.t_completion + self._think(dev) if r.t_completion is not None else env.now
-            else:
-                self._upload(dev, r, None)
-        self.devices_done += 1
-        self._maybe_done()
-
-    def _issue_direct(self, reqs):
-        """Fused or plain decoding without draft devices: requests reach the target directly."""
-        env = self.env
-        for r in reqs:
-            if self.horizon is not None and r.arrival >= self.horizon:
-                break
-            if r.arrival > env.now:
-                yield env.timeout(r.arrival - env.now)
-            r.arrival = env.now
-            self._start(r, None)
-        self.fleet.arrivals_done = True
-
-    def _think(self, dev) -> float:
-        dist, mean, sigma = dev.group.think
-        if mean <= 0 or dist == "constant":
-            return mean
-        if dist == "exponential":
-            return float(dev.think_rng.exponential(mean))
-        mu = math.log(mean) - sigma * sigma / 2           # lognormal with the given mean
-        return float(dev.think_rng.lognormal(mu, sigma))
-
-    def _maybe_done(self) -> None:
-        if self.devices_done == len(self.devices) and self.uploading == 0:
-            self.fleet.arrivals_done = True
-
-    def _upload(self, dev, r, done_ev) -> None:
-        cfg = self.cfg
-        self.uploading += 1
-        t0 = self.env.now
-        ev = self.net.send(dev.name, self.gw, cfg.header_bytes + r.prompt_len * cfg.token_bytes, False)
-
-        def arrived(_e):
-            self.uploading -= 1
-            self._start(r, dev, done_ev, self.env.now - t0)
-            self._maybe_done()
-        ev.callbacks.append(arrived)
-
-    def _start(self, r, dev, done_ev=None, net_s: float = 0.0) -> SpecState:
-        cfg = self.cfg
-        pol = cfg.make_policy() if cfg.policy not in PER_TARGET else None
-        st = SpecState(self, dev, pol, cfg.mode != "off")
-        st.done_ev = done_ev
-        st.net_s = net_s
-        if cfg.portfolio is not None:
-            st.drafter = cfg.portfolio.first(r.prompt_len, cfg.temperature)
-        self.states[r.rid] = st
-        if st.speculative:
-            r.spec = st
-        self.fleet.arrive(r)
-        return st
-
-    def _finished(self, r) -> None:
-        st = self.states.get(r.rid)
-        if st is None:
-            return
-        if r.state == COMPLETED and st.device is not None:
-            down = self.net.latency_s(self._dc(r.replica), st.device.name) + self.net.overhead_s
-            st.first_at_server = r.t_first_token
-            r.t_first_token += down
-            r.t_last_token += down
-            r.t_completion += down
-            st.net_s += down
-        ev = st.done_ev
-        if ev is not None:
-            ev.succeed()
 
     # ---- the portfolio ---------------------------------------------------------------------------------
     def _acceptance(self, st):
@@ -467,57 +349,6 @@ class SpecRuntime:
         st.deadline = st.t_ready + self.round_budget_s
         inst.wake()
 
-    def _mode(self, st: SpecState, tel: Telemetry, pmode: str, tgt: TargetState) -> str:
-        cfg = self.cfg
-        if cfg.mode == "fused" or st.device is None:
-            return FUSED
-        spill = cfg.kv_spill_pct is not None and tel.kv_utilization * 100 > cfg.kv_spill_pct
-        if spill:
-            self.spills += 1
-            return FUSED
-        if st.device.available_from(self.env.now) == math.inf:
-            return FUSED                 # the device is gone for good: the target finishes alone
-        if cfg.mode == "distributed":
-            return DISTRIBUTED
-        # hybrid
-        now = self.env.now
-        dev_ok = st.device.available_from(now) == now
-        if cfg.switch["policy"] == "gamma_policy":
-            mode = pmode if dev_ok else FUSED
-        else:
-            mode = DISTRIBUTED if (dev_ok and tel.rtt_ms <= cfg.switch["max_rtt_ms"]
-                                   and tel.verify_queue <= cfg.switch["max_verify_queue"]) else FUSED
-        if mode == FUSED and dev_ok and not self._warm(tgt):
-            # the target's drafter is cold: start loading it (pre-warm) and keep drafting on the
-            # device until it is in memory, instead of stalling the round on the load
-            if tgt.loading is None:
-                self._drafter_ready(tgt)
-            self.cold_avoided += 1
-            return DISTRIBUTED
-        return mode
-
-    # ---- cold starts of the fused drafter ---------------------------------------------------------------
-    def _warm(self, tgt: TargetState) -> bool:
-        return self.env.now <= tgt.warm_until
-
-    def _drafter_ready(self, tgt: TargetState):
-        """None if the target's drafter is loaded (keeps it warm), else an event for when it is."""
-        now = self.env.now
-        ret = self.cfg.cold["warm_retention_s"]
-        if self._warm(tgt):
-            if tgt.warm_until != math.inf:
-                tgt.warm_until = now + ret
-            return None
-        if tgt.loading is None:
-            tgt.cold_starts += 1
-            tgt.loading = self.env.timeout(tgt.load_s)
-
-            def loaded(_e):
-                tgt.loading = None
-                tgt.warm_until = self.env.now + ret
-            tgt.loading.callbacks.append(loaded)
-        return tgt.loading
-
     # ---- control ---------------------------------------------------------------------------------------
     def set_override(self, pool: str, mode: str | None, k: int | None) -> list:
         """seed 001's speculative-decoding action: from the next round, the pool's conversations run
@@ -530,9 +361,4 @@ class SpecRuntime:
             if n in self.targets:
                 self.targets[n].override = ov
         return names
-
-    # ---- report ----------------------------------------------------------------------------------------
-    def summary(self, reqs, t_end: float, slo: dict) -> dict:
-        from .report import spec_summary
-        return spec_summary(self, reqs, t_end, slo)
 

@@ -1,6 +1,6 @@
 """The ``hardware``: section of a scenario (declared schema; see dsim.config.schema.base for the rules).
 
-A device is a profile name (dsim/data/device_profiles/*.yaml) or an inline mapping with the same keys.
+A device is a profile name (device_profiles/*.yaml) or an inline mapping with the same keys.
 Every profile in those files is validated by :class:`HardwareSection` too (dsim.config.hardware), so a
 profile file and an inline device accept the same keys with the same bounds and messages.
 """
@@ -68,4 +68,4 @@ class HardwareSection(Section):
 
 
 HardwareField = NameOr(HardwareSection, "a device profile name or a mapping",
-                       "A device profile of dsim/data/device_profiles/ (H100-SXM, A100-80GB, L40S, ...)") | None
+                       "A device profile of device_profiles/ (H100-SXM, A100-80GB, L40S, ...)") | None

@@ -180,7 +180,7 @@ class TreeDrafts(Section):
 # ---- draft devices ----------------------------------------------------------------------------------------
 
 class DraftDeviceProfile(Section):
-    """A phone, laptop or edge GPU that drafts (an entry of dsim/data/device_profiles/drafts/*.yaml,
+    """A phone, laptop or edge GPU that drafts (an entry of device_profiles/drafts/*.yaml,
     or written inline).  Drafting is memory-bound at batch 1, so mem_gb_s matters most."""
     kind: Choice(*KINDS)
     """phone | laptop | edge (fairness reports group by it)."""

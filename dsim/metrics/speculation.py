@@ -1,4 +1,6 @@
-"""The ``speculation`` section of summary.json (seed 002 section 8).
+"""The ``speculation`` section of summary.json (seed 002 section 8), from a finished run's
+speculative-decoding runtime (dsim.specdec.runtime.SpecRuntime: its config, per-request states,
+devices and targets, read as plain attributes).
 
 TVT (time to verify token) of a round: from the moment its drafts are at the target (bundle
 arrived, or the round began for fused drafting) to the end of the verify step; a request's TVT is
@@ -10,8 +12,8 @@ energy from the fleet's energy section.
 from __future__ import annotations
 
 from ..core.request import COMPLETED
-from ..metrics.fleet import jain
-from ..metrics.measures import meets_slo, stats
+from .fleet import jain
+from .measures import meets_slo, stats
 
 
 def _meets(r, st, slo) -> bool:

@@ -1,0 +1,138 @@
+"""Conversations on their way to a target and back, for the speculative-decoding runtime: which
+draft device opens each conversation (cohorts, sessions, turns), the devices' issue loops (open
+loop, or closed loop with think time), the prompt's upload over the device's link and its hop from
+the gateway to the chosen replica, the hand-over to the fleet, and, when a conversation finishes,
+the replica-to-device latency added to its first and last token times (TTFT and E2E are seen on
+the device).  A mixin of ``SpecRuntime`` (dsim.specdec.runtime), which owns the state it reads."""
+from __future__ import annotations
+
+import math
+
+from ..core.request import COMPLETED
+from .config import PER_TARGET
+from .state import SpecState
+
+
+class Conversations:
+    def _bind(self, reqs) -> None:
+        """Canonical trace mapping: a request whose tenant names a group's cohort goes to that group,
+        others to every device in turn; a session stays on the device that opened it."""
+        if not self.devices:
+            return
+        by_cohort: dict = {}
+        for d in self.devices:
+            if d.group.cohort is not None:
+                by_cohort.setdefault(d.group.cohort, []).append(d)
+        turn: dict = {}
+        sessions: dict = {}
+        for r in reqs:
+            dev = sessions.get(r.session) if r.session >= 0 else None
+            if dev is None:
+                pool = by_cohort.get(r.tenant, self.devices)
+                key = r.tenant if r.tenant in by_cohort else None
+                i = turn.get(key, 0)
+                dev = pool[i % len(pool)]
+                turn[key] = i + 1
+                if r.session >= 0:
+                    sessions[r.session] = dev
+            dev.requests.append(r)
+
+    def _ingress(self, r, rep):
+        """A prompt that reached the gateway crosses the datacenter to the chosen replica."""
+        st = self.states.get(r.rid)
+        if st is None or st.device is None or not self.net.topo.has(rep.name):
+            return None
+        t0 = self.env.now
+        ev = self.net.send(self.gw, rep.name, self.cfg.header_bytes + r.prompt_len * self.cfg.token_bytes, False)
+
+        def hop_done(_e):
+            st.net_s += self.env.now - t0
+        ev.callbacks.append(hop_done)
+        return ev
+
+    def _issue(self, dev):
+        env = self.env
+        grp = dev.group
+        for r in dev.requests:
+            t = max(r.arrival, dev.next_free) if grp.closed_loop else r.arrival
+            if self.horizon is not None and t >= self.horizon:
+                self.unissued += 1
+                continue
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            r.arrival = env.now
+            if grp.closed_loop:
+                ev = env.event()
+                self._upload(dev, r, ev)
+                yield ev
+                dev.next_free = r.t_completion + self._think(dev) if r.t_completion is not None else env.now
+            else:
+                self._upload(dev, r, None)
+        self.devices_done += 1
+        self._maybe_done()
+
+    def _issue_direct(self, reqs):
+        """Fused or plain decoding without draft devices: requests reach the target directly."""
+        env = self.env
+        for r in reqs:
+            if self.horizon is not None and r.arrival >= self.horizon:
+                break
+            if r.arrival > env.now:
+                yield env.timeout(r.arrival - env.now)
+            r.arrival = env.now
+            self._start(r, None)
+        self.fleet.arrivals_done = True
+
+    def _think(self, dev) -> float:
+        dist, mean, sigma = dev.group.think
+        if mean <= 0 or dist == "constant":
+            return mean
+        if dist == "exponential":
+            return float(dev.think_rng.exponential(mean))
+        mu = math.log(mean) - sigma * sigma / 2           # lognormal with the given mean
+        return float(dev.think_rng.lognormal(mu, sigma))
+
+    def _maybe_done(self) -> None:
+        if self.devices_done == len(self.devices) and self.uploading == 0:
+            self.fleet.arrivals_done = True
+
+    def _upload(self, dev, r, done_ev) -> None:
+        cfg = self.cfg
+        self.uploading += 1
+        t0 = self.env.now
+        ev = self.net.send(dev.name, self.gw, cfg.header_bytes + r.prompt_len * cfg.token_bytes, False)
+
+        def arrived(_e):
+            self.uploading -= 1
+            self._start(r, dev, done_ev, self.env.now - t0)
+            self._maybe_done()
+        ev.callbacks.append(arrived)
+
+    def _start(self, r, dev, done_ev=None, net_s: float = 0.0) -> SpecState:
+        cfg = self.cfg
+        pol = cfg.make_policy() if cfg.policy not in PER_TARGET else None
+        st = SpecState(self, dev, pol, cfg.mode != "off")
+        st.done_ev = done_ev
+        st.net_s = net_s
+        if cfg.portfolio is not None:
+            st.drafter = cfg.portfolio.first(r.prompt_len, cfg.temperature)
+        self.states[r.rid] = st
+        if st.speculative:
+            r.spec = st
+        self.fleet.arrive(r)
+        return st
+
+    def _finished(self, r) -> None:
+        st = self.states.get(r.rid)
+        if st is None:
+            return
+        if r.state == COMPLETED and st.device is not None:
+            down = self.net.latency_s(self._dc(r.replica), st.device.name) + self.net.overhead_s
+            st.first_at_server = r.t_first_token
+            r.t_first_token += down
+            r.t_last_token += down
+            r.t_completion += down
+            st.net_s += down
+        ev = st.done_ev
+        if ev is not None:
+            ev.succeed()

@@ -1,0 +1,62 @@
+"""Where a round is drafted: the mode selector (fused, distributed, or hybrid by RTT and verify
+queue thresholds, device availability, KV spill, or the gamma policy's choice) and the target's
+fused drafter, which is loaded on first use (a cold start), kept warm for a retention time, and
+pre-warmed while the device keeps drafting.  A mixin of ``SpecRuntime`` (dsim.specdec.runtime)."""
+from __future__ import annotations
+
+import math
+
+from .gamma import DISTRIBUTED, FUSED, Telemetry
+from .state import SpecState, TargetState
+
+
+class DraftingModes:
+    def _mode(self, st: SpecState, tel: Telemetry, pmode: str, tgt: TargetState) -> str:
+        cfg = self.cfg
+        if cfg.mode == "fused" or st.device is None:
+            return FUSED
+        spill = cfg.kv_spill_pct is not None and tel.kv_utilization * 100 > cfg.kv_spill_pct
+        if spill:
+            self.spills += 1
+            return FUSED
+        if st.device.available_from(self.env.now) == math.inf:
+            return FUSED                 # the device is gone for good: the target finishes alone
+        if cfg.mode == "distributed":
+            return DISTRIBUTED
+        # hybrid
+        now = self.env.now
+        dev_ok = st.device.available_from(now) == now
+        if cfg.switch["policy"] == "gamma_policy":
+            mode = pmode if dev_ok else FUSED
+        else:
+            mode = DISTRIBUTED if (dev_ok and tel.rtt_ms <= cfg.switch["max_rtt_ms"]
+                                   and tel.verify_queue <= cfg.switch["max_verify_queue"]) else FUSED
+        if mode == FUSED and dev_ok and not self._warm(tgt):
+            # the target's drafter is cold: start loading it (pre-warm) and keep drafting on the
+            # device until it is in memory, instead of stalling the round on the load
+            if tgt.loading is None:
+                self._drafter_ready(tgt)
+            self.cold_avoided += 1
+            return DISTRIBUTED
+        return mode
+
+    def _warm(self, tgt: TargetState) -> bool:
+        return self.env.now <= tgt.warm_until
+
+    def _drafter_ready(self, tgt: TargetState):
+        """None if the target's drafter is loaded (keeps it warm), else an event for when it is."""
+        now = self.env.now
+        ret = self.cfg.cold["warm_retention_s"]
+        if self._warm(tgt):
+            if tgt.warm_until != math.inf:
+                tgt.warm_until = now + ret
+            return None
+        if tgt.loading is None:
+            tgt.cold_starts += 1
+            tgt.loading = self.env.timeout(tgt.load_s)
+
+            def loaded(_e):
+                tgt.loading = None
+                tgt.warm_until = self.env.now + ret
+            tgt.loading.callbacks.append(loaded)
+        return tgt.loading
