@@ -90,3 +90,17 @@ def test_import_dsim_does_not_import_pydantic():
     code = "import sys, dsim; print('pydantic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_shared_names_match_the_builders():
+    """The schema's lists of routers, band columns and physics coefficient counts (dsim.config.names)
+    are the builders' lists: one declaration, checked here."""
+    from dsim.config import names
+    from dsim.cluster.routers import ROUTERS
+    from dsim.latency.physics import ALPHA_NAMES, BETA_NAMES
+    assert tuple(ROUTERS) == names.ROUTERS
+    assert (len(ALPHA_NAMES), len(BETA_NAMES)) == (names.N_ALPHA, names.N_BETA)
+    import csv
+    from importlib import resources
+    head = next(csv.reader(resources.files("dsim.data").joinpath("validation_errors.csv").open()))
+    assert set(names.BAND_COLUMNS) <= set(head)

@@ -34,7 +34,7 @@ from .base import BatchShape
 SPEC_VERSION = "1.0"
 EPS = 1e-6
 CLAMP = 100.0
-N_ALPHA, N_BETA = 11, 16
+from ..config.names import N_ALPHA, N_BETA  # noqa: E402,F401  (one count with the scenario schema)
 ALPHA_NAMES = ("batch_saturation", "kv_pressure", "admission_compute", "base_bias", "queue_drain",
                "queue_memory", "prefix_cache_benefit", "memory_admission_gap", "preemption_disruption",
                "cpu_offload_expansion", "queued_regime_bias")

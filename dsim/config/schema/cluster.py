@@ -12,8 +12,8 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from ...cluster.routers import ROUTERS
 from ..errors import ConfigError
+from ..names import ROUTERS
 from ..limits import MAX_REPLICAS, MIN_BW_MBPS, MIN_TIMER_S
 from .base import Choice, Float, Int, Section, Str, Tagged
 from .engine import EngineField

@@ -12,10 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import PlainValidator, TypeAdapter, ValidationError, WithJsonSchema
 
-from ...latency.credibility import BAND_COLUMNS
-from ...latency.physics import N_ALPHA, N_BETA
 from ..errors import ConfigError
 from ..fields import check_number
+from ..names import BAND_COLUMNS, N_ALPHA, N_BETA
 from .base import Bool, Choice, Float, Int, Section, Str, Tagged, translate
 
 

@@ -1,0 +1,13 @@
+"""Names the declared schema and the builders below it share: one list, read by both (this module
+stays free of pydantic so a builder imports it for nothing)."""
+
+# the routing policies dsim.cluster.routers implements
+ROUTERS = ("random", "round_robin", "least_outstanding", "jsq", "jiq", "power_of_two", "weighted_power_of_two",
+           "least_kv", "prefix_affinity", "semi_clairvoyant")
+
+# the signed-error columns of an error band (the validation table's, dsim.latency.credibility)
+BAND_COLUMNS = ("e2e_mean_err", "e2e_p99_err", "ttft_p50_err", "ttft_p99_err", "tpot_p50_err", "tpot_p99_err",
+                "throughput_err")
+
+# the physics model's coefficient counts (dsim.latency.physics: 11 alphas, 16 betas)
+N_ALPHA, N_BETA = 11, 16
