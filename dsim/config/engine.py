@@ -14,7 +14,6 @@ from .model import ModelSpec
 GIB = 1024 ** 3
 
 
-OFFLOAD_POLICIES = ("write_through", "on_evict")
 
 
 @dataclass(frozen=True)
@@ -35,12 +34,6 @@ def load_offload(cfg) -> "OffloadConfig | None":
     return OffloadConfig(cpu_gb=cfg.cpu_gb, policy=cfg.policy, overlap=cfg.overlap)
 
 
-# dsim.serving.policies implements them
-SCHEDULING_POLICIES = ("fcfs", "priority", "edf", "age_weighted")
-# vLLM's worker executors (--distributed-executor-backend; V0 before 0.5: --worker-use-ray):
-# ray = workers are Ray actors (also at TP 1), mp = multiprocessing workers, uniproc = the worker
-# runs in the engine's process (TP 1 only)
-EXECUTORS = ("ray", "mp", "uniproc")
 
 
 @dataclass(frozen=True)

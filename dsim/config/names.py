@@ -11,3 +11,12 @@ BAND_COLUMNS = ("e2e_mean_err", "e2e_p99_err", "ttft_p50_err", "ttft_p99_err", "
 
 # the physics model's coefficient counts (dsim.latency.physics: 11 alphas, 16 betas)
 N_ALPHA, N_BETA = 11, 16
+
+# engine.kv_offload.policy: copy every new block to the CPU tier, or only blocks the GPU evicts
+OFFLOAD_POLICIES = ("write_through", "on_evict")
+# engine.scheduling_policy (dsim.serving.policies implements them)
+SCHEDULING_POLICIES = ("fcfs", "priority", "edf", "age_weighted")
+# vLLM's worker executors (--distributed-executor-backend; V0 before 0.5: --worker-use-ray):
+# ray = workers are Ray actors (also at TP 1), mp = multiprocessing workers, uniproc = the worker
+# runs in the engine's process (TP 1 only)
+EXECUTORS = ("ray", "mp", "uniproc")

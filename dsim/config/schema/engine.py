@@ -13,11 +13,11 @@ from typing import Annotated
 
 from pydantic import PlainValidator, WithJsonSchema
 
-from ..engine import EXECUTORS, OFFLOAD_POLICIES, SCHEDULING_POLICIES
 from ..errors import ConfigError
 from ..generations import generation_for
 from ..limits import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS
 from ..model import KV_CACHE_DTYPES
+from ..names import EXECUTORS, OFFLOAD_POLICIES, SCHEDULING_POLICIES
 from .base import Bool, Choice, Float, Int, Section
 
 
