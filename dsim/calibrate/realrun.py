@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ..config.files import read_yaml
 from ..config.errors import ConfigError
 from ..config.files import check_expansion, parse_json, read_text
 from ..config.limits import MAX_TOKENS
@@ -319,7 +320,7 @@ def _yaml_mapping(f: Path) -> dict:
     list to be an internal error, undecodable bytes to be an error naming no file."""
     text = read_text(f)
     try:
-        doc = yaml.safe_load(text)
+        doc = read_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(str(f), None, f"valid YAML ({e})", show_value=False) from None
     check_expansion(doc, str(f))

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import yaml
 
+from .files import read_yaml
 from .errors import ConfigError
 from .files import package_folder
 
@@ -64,7 +64,7 @@ def _profiles() -> dict[str, dict]:
     out: dict[str, dict] = {}
     for d in PROFILE_DIRS:
         for f in sorted(d.glob("*.yaml")):
-            data = yaml.safe_load(f.read_text()) or {}
+            data = read_yaml(f.read_text()) or {}
             for k, v in data.items():
                 out[str(k)] = v
     return out

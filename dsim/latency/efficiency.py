@@ -26,6 +26,7 @@ workstation parts (L40/L40S/L4, RTX 4090/5090, RTX 6000 Ada, RTX PRO 6000, A10/A
 to the device's own peak and bandwidth; ``GemmCurve.borrowed`` and ``.reason`` say so.
 """
 from __future__ import annotations
+from ..config.files import read_yaml
 
 import math
 import re
@@ -34,7 +35,6 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
-import yaml
 
 PARAMS = ("c_max", "m_half", "a", "w_half", "b_max", "b_half", "t0_us")
 PROFILED = ("h100", "a100", "a40")
@@ -125,7 +125,7 @@ def own_profile(device_name: str) -> str | None:
 def fitted() -> dict:
     """The shipped fit (package data): {'gpus': {profile: {params..., peak, bw, error}}, provenance}."""
     text = resources.files("dsim.latency").joinpath("coefficients/gemm_efficiency.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = read_yaml(text)
     for prof in PROFILED:
         g = data.get("gpus", {}).get(prof)
         if g is None or any(p not in g for p in PARAMS):

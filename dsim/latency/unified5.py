@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import yaml
 
+from ..config.files import read_yaml
 from ..config.errors import ConfigError
 from .base import BatchShape
 
@@ -101,7 +101,7 @@ class Unified5Model:
 def load_unified5_coeffs(path: Path, where: str) -> tuple[list, list]:
     """(beta, alpha) from a unified5_coefficients file."""
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = read_yaml(Path(path).read_text())
     except OSError as e:
         raise ConfigError(where, str(path), f"a readable coefficient file ({e.strerror})") from None
     body = (doc or {}).get("unified5_coefficients") if isinstance(doc, dict) else None

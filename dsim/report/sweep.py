@@ -7,8 +7,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import yaml
 
+from ..config.files import read_yaml
 from ..metrics.plots import run_title
 from . import charts
 from .html import Page
@@ -55,7 +55,7 @@ def keys_of(spec: dict) -> list[str]:
 
 
 def build(d: Path) -> str:
-    spec = yaml.safe_load((d / "sweep.yaml").read_text()) or {}
+    spec = read_yaml((d / "sweep.yaml").read_text()) or {}
     rows = read_csv(d / "results.csv")
     keys = keys_of(spec)
     name = spec.get("name") or Path(str(spec.get("scenario", "sweep"))).stem

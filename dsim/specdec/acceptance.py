@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ..config.files import read_yaml
 from ..config.errors import ConfigError
 
 SPEC_VERSION = "1.0"
@@ -156,7 +157,7 @@ def load_curves(path) -> dict:
     """name -> CurveAcceptance from an ``acceptance_curves`` YAML file (path-qualified errors)."""
     p = Path(path)
     try:
-        doc = yaml.safe_load(p.read_text())
+        doc = read_yaml(p.read_text())
     except OSError as e:
         raise ConfigError(str(p), None, f"a readable acceptance curve file ({e.strerror})", show_value=False) from None
     except yaml.YAMLError as e:

@@ -136,13 +136,15 @@ def _head_params(params: dict, where_gamma: str, base_dir) -> dict:
     if f is None and "weights" in params:
         return params
     import yaml
+
+    from ..config.files import read_yaml
     p = SHIPPED_HEAD if f is None else _relative(f, base_dir)
     where = f"{where_gamma}.head" if f is not None else where_gamma
     if not p.exists():
         raise ConfigError(where, f, "a head file written by dsim specdec train-head")
     text = read_text(p)
     try:
-        doc = yaml.safe_load(text)
+        doc = read_yaml(text)
     except yaml.YAMLError:
         raise ConfigError(where, f, "a YAML head file written by dsim specdec train-head") from None
     check_expansion(doc, str(p))

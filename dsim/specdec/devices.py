@@ -16,8 +16,8 @@ from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 
-import yaml
 
+from ..config.files import read_yaml
 from ..config.files import package_folder
 from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
@@ -58,7 +58,7 @@ class DraftProfile:
 def _profiles() -> dict:
     out = {}
     for f in sorted(DRAFT_PROFILE_DIR.glob("*.yaml")):
-        for k, v in (yaml.safe_load(f.read_text()) or {}).items():
+        for k, v in (read_yaml(f.read_text()) or {}).items():
             out[str(k)] = v
     return out
 

@@ -207,38 +207,87 @@ def is_number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+class _TaggedUnion:
+    """Validation of a ``Tagged`` value: the member named by the tag validates it with its own
+    validator, compiled the first time that member is met.
+
+    Why not pydantic's discriminated union: it compiles every member (and their members) when the
+    enclosing model is built, and a scenario's sections have about a hundred models; a run needs the
+    few it uses, and ``dsim schema`` alone needs them all (``__get_pydantic_json_schema__``)."""
+
+    def __init__(self, key: str, members: dict, default: str | None):
+        self.key, self.members, self.default = key, dict(members), default
+        self.names = tuple(members)
+
+    def validate(self, v: Any) -> Any:
+        if isinstance(v, BaseModel) and type(v) in self.members.values():
+            return v
+        if v is None:
+            v = {}
+        if not isinstance(v, dict):
+            raise ConfigError("", v, "a mapping")
+        tag = v.get(self.key, self.default)
+        if tag is not None and not isinstance(tag, str):
+            raise ConfigError(self.key, tag, "one of " + ", ".join(self.names))
+        if tag is None:
+            raise ConfigError(self.key, None, "this key to be set (one of " + ", ".join(self.names) + ")",
+                              show_value=False)
+        if tag not in self.members:
+            raise ConfigError(self.key, tag, "one of " + ", ".join(self.names))
+        return self.members[tag].model_validate(v)
+
+    def __get_pydantic_json_schema__(self, _schema, handler):
+        from pydantic import TypeAdapter
+        unique = dict.fromkeys(self.members.values())        # several tags may share one model
+        return {"oneOf": [handler(TypeAdapter(m).core_schema) for m in unique]}
+
+
 def Tagged(key: str, members: dict, default: str | None = None):
     """One of several section models chosen by the value of ``key`` (``type: poisson``, ``model: lut``).
 
     Each member declares ``key`` as a ``Literal`` field (with ``default`` as its default where the
     key may be left out), so the JSON Schema shows the choice and the member's own keys."""
-    from typing import Union
-    from pydantic import BeforeValidator, Discriminator, Tag
-    names = tuple(members)
+    tagged = _TaggedUnion(key, members, default)
+    return Annotated[Any, PlainValidator(tagged.validate), tagged]
 
-    # pydantic puts the member's tag in an error's location; "key=value" cannot be mistaken for one of
-    # the user's keys when _walk drops it (a bare "prompt_tokens" tag could)
-    def pick(v):
-        tag = v.get(key, default) if isinstance(v, dict) else getattr(v, key, default)
-        return f"{key}={tag}" if isinstance(tag, str) else None
 
-    def check(v):
-        if v is None:
-            v = {}
-        if isinstance(v, BaseModel):
-            return v
-        if not isinstance(v, dict):
-            raise ConfigError("", v, "a mapping")
-        tag = v.get(key, default)
-        if tag is not None and not isinstance(tag, str):
-            raise ConfigError(key, tag, "one of " + ", ".join(names))
-        if tag is None:
-            raise ConfigError(key, None, "this key to be set (one of " + ", ".join(names) + ")", show_value=False)
-        if tag not in members:
-            raise ConfigError(key, tag, "one of " + ", ".join(names))
-        return v
-    union = Union[tuple(Annotated[m, Tag(f"{key}={t}")] for t, m in members.items())]
-    return Annotated[union, Discriminator(pick), BeforeValidator(check)]
+class _Lazy:
+    """Validation by ``tp``'s own validator, compiled the first time a value is met (a scenario
+    without a cluster never compiles the cluster's models); the JSON Schema is ``tp``'s."""
+
+    def __init__(self, tp: Any):
+        self._tp = tp
+        self._adapter = None
+
+    @property
+    def tp(self) -> Any:
+        """The type; a "module:name" string is imported on first use (a section's models are then
+        not even created for a scenario without that section)."""
+        if isinstance(self._tp, str):
+            import importlib
+            module, _, name = self._tp.partition(":")
+            self._tp = getattr(importlib.import_module(module), name)
+        return self._tp
+
+    def validate(self, v: Any) -> Any:
+        if self._adapter is None:
+            from pydantic import TypeAdapter
+            self._adapter = TypeAdapter(self.tp)
+        return self._adapter.validate_python(v)
+
+    def __get_pydantic_json_schema__(self, _schema, handler):
+        from pydantic import TypeAdapter
+        tagged = [m for m in getattr(self.tp, "__metadata__", ()) if isinstance(m, _TaggedUnion)]
+        if tagged:                          # a Tagged section: its members' schemas
+            return tagged[0].__get_pydantic_json_schema__(None, handler)
+        return handler(TypeAdapter(self.tp).core_schema)
+
+
+def Lazy(tp: Any):
+    """A section field whose type is compiled on first use (see _Lazy); ``tp`` may be a
+    "module:name" string, imported on first use."""
+    lazy = _Lazy(tp)
+    return Annotated[Any, PlainValidator(lazy.validate), lazy]
 
 
 def merged(shared: Any, own: Any) -> Any:

@@ -57,16 +57,52 @@ def annotate(js: dict, root) -> dict:
             if name in docs or field in docs:
                 prop.setdefault("description", docs.get(field) or docs.get(name))
 
+    def walk(node) -> None:          # every object schema, in $defs or inline in a union
+        if isinstance(node, dict):
+            if "properties" in node and "title" in node:
+                props = set(node["properties"])
+                cands = [c for c in classes.get(node["title"], [])
+                         if {f.alias or n for n, f in c.model_fields.items()} == props]
+                if cands:
+                    fill(node, cands[0])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
     fill(js, root)
-    for d in js.get("$defs", {}).values():
-        props = set(d.get("properties", {}))
-        cands = [c for c in classes.get(d.get("title"), []) if {f.alias or n for n, f in c.model_fields.items()}
-                 == props]
-        if cands:
-            fill(d, cands[0])
+    walk(js)
     return js
 
 
 def described_schema(model) -> dict:
-    """``model.model_json_schema()`` with every field's docstring as its description."""
-    return annotate(model.model_json_schema(), model)
+    """``model.model_json_schema()`` with every field's docstring as its description, and every
+    section model under ``$defs`` (referenced by ``$ref``) once."""
+    return hoist(annotate(model.model_json_schema(), model))
+
+
+def hoist(js: dict) -> dict:
+    """Move section models written inline (the members of a Tagged section are generated one by one)
+    into ``$defs`` and refer to them, as pydantic does for the others: a smaller schema, one name per
+    model."""
+    defs = js.setdefault("$defs", {})
+
+    def walk(node, top: bool):
+        if isinstance(node, list):
+            return [walk(v, False) for v in node]
+        if not isinstance(node, dict):
+            return node
+        node = {k: (v if k == "$defs" else walk(v, False)) for k, v in node.items()}
+        title = node.get("title")
+        if not top and title and node.get("type") == "object" and "properties" in node:
+            name = title
+            while name in defs and defs[name] != node:
+                name += "_"
+            defs[name] = node
+            return {"$ref": f"#/$defs/{name}"}
+        return node
+    for name in list(defs):
+        defs[name] = walk(defs[name], True)
+    out = walk(js, True)
+    out["$defs"] = dict(sorted(defs.items()))
+    return out

@@ -62,8 +62,14 @@ def _annotation(field) -> Any:
 def _expand(t: Any) -> list:
     """What a value of annotation ``t`` may be: section models, ("list", item), ("map", value), _ANY
     (undeclared inside) or nothing (a scalar)."""
+    from .base import _Lazy, _TaggedUnion
     origin = typing.get_origin(t)
     if origin is typing.Annotated:
+        for meta in getattr(t, "__metadata__", ()):
+            if isinstance(meta, _TaggedUnion):
+                return list(meta.members.values())
+            if isinstance(meta, _Lazy):
+                return _expand(meta.tp)
         return _expand(typing.get_args(t)[0])
     if origin in (typing.Union, types.UnionType):
         return [x for a in typing.get_args(t) for x in _expand(a)]

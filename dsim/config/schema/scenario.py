@@ -9,14 +9,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from ..errors import ConfigError
-from .base import Bool, Float, Int, Section, Str, parse
-from .cluster import ClusterField
-from .engine import EngineField
-from .hardware import HardwareField
-from .latency import LatencyField
-from .model import ModelField
-from .network import NetworkField
-from .speculation import SpeculationField
+from .base import Bool, Float, Int, Lazy, Section, Str, parse
 from .workload import WorkloadField
 
 
@@ -77,13 +70,13 @@ class ScenarioConfig(Section):
     """Run name (default: the file's stem)."""
     description: Str = ""
     """Free text, kept in manifest.json."""
-    model: ModelField = None
+    model: Lazy("dsim.config.schema.model:ModelField") = None
     """The served model (required unless every cluster pool names its own)."""
-    hardware: HardwareField = None
+    hardware: Lazy("dsim.config.schema.hardware:HardwareField") = None
     """The GPU of each replica (required unless every cluster pool names its own)."""
-    engine: EngineField = None
+    engine: Lazy("dsim.config.schema.engine:EngineField") = None
     """vLLM engine arguments of each replica (shared by every cluster pool)."""
-    latency: LatencyField = None
+    latency: Lazy("dsim.config.schema.latency:LatencyField") = None
     """The step-time model (shared by every cluster pool): roofline by default."""
     workload: WorkloadField
     """What arrives: an arrival process with length distributions, a trace, or a mix of tenants."""
@@ -95,11 +88,11 @@ class ScenarioConfig(Section):
     """After the horizon, finish the requests already admitted."""
     output: OutputConfig = Field(default_factory=OutputConfig)
     """What a run writes."""
-    cluster: ClusterField = None
+    cluster: Lazy("dsim.config.schema.cluster:ClusterField") = None
     """Pools of replicas, routers, admission, P/D disaggregation and controllers (None: one replica)."""
-    network: NetworkField = None
+    network: Lazy("dsim.config.schema.network:NetworkField") = None
     """Links between clients, routers and replicas (None: no network delay)."""
-    speculation: SpeculationField = None
+    speculation: Lazy("dsim.config.schema.speculation:SpeculationField") = None
     """Speculative decoding: drafters, verification, gamma policy (None: off)."""
 
 
