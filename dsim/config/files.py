@@ -78,16 +78,20 @@ _FLOAT_12 = re.compile(r"^[-+]?(?:(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)
 
 
 def _safe_loader():
-    """PyYAML's safe loader on libyaml's C parser when PyYAML was built with it (about ten times
-    faster: the device profiles and engine generations are read by every run), else the Python one."""
     import yaml
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.SafeLoader
 
 
-def read_yaml(text: str):
-    """yaml.safe_load of a data file dsim ships or a user's data file (YAML 1.1, as PyYAML reads it)."""
+def read_yaml(text: str, *, shipped: bool = False):
+    """yaml.safe_load of a data file (YAML 1.1, as PyYAML reads it).
+
+    ``shipped``: a file of dsim's own package data (device profiles, engine generations, GEMM fits),
+    read on every run: libyaml's C parser reads it about ten times faster.  Never for a user's file:
+    the C parser recurses on nesting and a deeply nested file crashes the process (the Python parser
+    stops with a RecursionError, which the readers report)."""
     import yaml
-    return yaml.load(text, Loader=_safe_loader())   # noqa: S506 - a safe loader
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader) if shipped else yaml.SafeLoader
+    return yaml.load(text, Loader=loader)   # noqa: S506 - a safe loader
 
 
 @functools.lru_cache(maxsize=1)

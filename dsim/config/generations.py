@@ -95,7 +95,7 @@ def generations() -> tuple:
     """The presets, oldest first (package data, read once)."""
     text = resources.files("dsim.config").joinpath("data/engine_generations.yaml").read_text()
     out = []
-    for g in read_yaml(text)["generations"]:
+    for g in read_yaml(text, shipped=True)["generations"]:
         out.append(Generation(
             name=g["name"], since=parse_version(g["since"]),
             before=parse_version(g["before"]) if g.get("before") else None,

@@ -10,7 +10,7 @@ from .errors import ConfigError
 from .files import package_folder
 
 GIB = 1 << 30
-PROFILE_DIRS = [package_folder("dsim.device_profiles")]   # the repository's device_profiles/ (setup.py)
+PROFILE_DIRS = [package_folder("dsim.device_profiles")]   # the repository's device_profiles/ (setup.py): shipped data
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ class DeviceProfile:
 def _profiles() -> dict[str, dict]:
     """Every profile in the profile files, by name, as written (validated when one is used)."""
     out: dict[str, dict] = {}
-    for d in PROFILE_DIRS:
+    for i, d in enumerate(PROFILE_DIRS):
         for f in sorted(d.glob("*.yaml")):
-            data = read_yaml(f.read_text()) or {}
+            data = read_yaml(f.read_text(), shipped=i == 0) or {}     # a folder added later is a user's
             for k, v in data.items():
                 out[str(k)] = v
     return out

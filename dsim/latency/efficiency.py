@@ -125,7 +125,7 @@ def own_profile(device_name: str) -> str | None:
 def fitted() -> dict:
     """The shipped fit (package data): {'gpus': {profile: {params..., peak, bw, error}}, provenance}."""
     text = resources.files("dsim.latency").joinpath("coefficients/gemm_efficiency.yaml").read_text()
-    data = read_yaml(text)
+    data = read_yaml(text, shipped=True)
     for prof in PROFILED:
         g = data.get("gpus", {}).get(prof)
         if g is None or any(p not in g for p in PARAMS):

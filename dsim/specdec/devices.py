@@ -58,7 +58,7 @@ class DraftProfile:
 def _profiles() -> dict:
     out = {}
     for f in sorted(DRAFT_PROFILE_DIR.glob("*.yaml")):
-        for k, v in (read_yaml(f.read_text()) or {}).items():
+        for k, v in (read_yaml(f.read_text(), shipped=True) or {}).items():
             out[str(k)] = v
     return out
 
