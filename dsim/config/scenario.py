@@ -116,10 +116,12 @@ def apply_overrides(data: dict, overrides) -> dict:
     return data
 
 
-def load_scenario(source, overrides=None, seed: int | None = None) -> Scenario:
-    """Load and validate a scenario from a path or a mapping (raises ConfigError)."""
+def load_scenario(source, overrides=None, seed: int | None = None, base_dir=None) -> Scenario:
+    """Load and validate a scenario from a path or a mapping (raises ConfigError); a mapping's file
+    paths are relative to ``base_dir`` when given (else to the working directory)."""
     if isinstance(source, dict):
-        data, base_dir, shown = copy.deepcopy(source), None, "<dict>"
+        data, shown = copy.deepcopy(source), "<dict>"
+        base_dir = Path(base_dir) if base_dir is not None else None
     elif not isinstance(source, (str, os.PathLike)):
         raise ConfigError("scenario", source, "a YAML/JSON path or a mapping of scenario keys")
     else:

@@ -123,6 +123,11 @@ def progress(unit: str, enabled: bool):
         bar.close()
 
 
+def fn_ships(fn) -> bool:
+    """Does ``fn`` take ``(scenario source, overrides, ...)`` (and so accept a packed point)?"""
+    return getattr(fn, "dsim_point", False)
+
+
 def run_calls(fn, calls, jobs: int = 1, backend: str = "joblib", address: str | None = None):
     """Yield ``fn(*args)`` for each args tuple of ``calls``, in order, as they finish in order
     (ticking the ``progress`` bar around it, if any)."""
@@ -150,6 +155,10 @@ def _run_calls(fn, calls, jobs, backend, address):
             par = Parallel(n_jobs=jobs, return_as="generator", backend="loky")
             yield from par(delayed(fn)(*args) for args in calls)
             return
+        # a point travels as data (its scenario and the files it reads), never as a path the worker
+        # would open in its own working directory (dsim.explore.portable)
+        from .portable import ship
+        calls = [ship(c) if fn_ships(fn) else c for c in calls]
         # Dask's and Ray's joblib backends return whole batches: submit in chunks so finished
         # points reach the caller (and a sweep's store) while the rest still run.  The backend is
         # joblib's thread-wide default only around each chunk, never across a yield: a caller that

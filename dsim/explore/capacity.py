@@ -120,6 +120,9 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
     return row
 
 
+probe.dsim_point = True         # called as (scenario source, overrides, ...): may travel packed (backends)
+
+
 class _Search:
     def __init__(self, source, overrides, vary, slos, warmup, min_goodput, jobs, backend, address, integer):
         self.args = (source, list(overrides), vary, slos, warmup, min_goodput)

@@ -1,6 +1,8 @@
 """Command-line front ends of the explore layer: ``dsim sweep`` and ``dsim capacity``."""
 from __future__ import annotations
 
+import sys
+
 from .backends import BACKENDS
 
 
@@ -79,7 +81,16 @@ def run_sweep(args) -> int:
     bad = sum(1 for r in rows if r.get("status") != "ok")
     print(f"{st['points']} rows ({st['computed']} computed, {st['reused']} already in {args.out})"
           + (f", {bad} failed (see the error column)" if bad else "") + f"; table: {args.out}/results.csv")
-    return 0
+    return _all_failed("sweep", "point", len(rows), bad, rows)
+
+
+def _all_failed(cmd: str, what: str, n: int, bad: int, rows) -> int:
+    """Exit code 1 when every point failed (no answer at all), else 0; the first error on stderr."""
+    if n == 0 or bad < n:
+        return 0
+    first = next((r.get("error") for r in rows if r.get("error")), "")
+    print(f"dsim {cmd}: every {what} failed ({n}); the first: {first}", file=sys.stderr)
+    return 1
 
 
 def run_capacity(args) -> int:
@@ -98,7 +109,8 @@ def run_capacity(args) -> int:
                        out=args.out, band=args.band, seeds=args.seeds, compare_models=args.compare_models)
     print(answer_line(rec))
     print(f"{len(rec['probes'])} probes; card: {args.out}/capacity.md")
-    return 0
+    probes = list(rec["probes"])
+    return _all_failed("capacity", "probe", len(probes), sum(1 for r in probes if r.get("status") == "error"), probes)
 
 
 def add_plan_parser(sub) -> None:
@@ -140,4 +152,6 @@ def run_plan(args) -> int:
                    conservative=args.conservative)
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
-    return 0
+    sims = [c for c in res["rows"] if "pass" in c]
+    return _all_failed("plan", "simulated candidate", len(sims), sum(1 for c in sims if c.get("status") == "error"),
+                       sims)

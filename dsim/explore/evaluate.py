@@ -40,7 +40,12 @@ def summary_row(summary: dict) -> dict:
 
 
 def resolve(source, overrides, seed=None):
-    """The validated scenario of a point (raises ConfigError)."""
+    """The validated scenario of a point (raises ConfigError); ``source`` may be a packed point
+    (dsim.explore.portable: a scenario shipped to a cluster worker with its files)."""
+    from .portable import is_packed, unpack
+    if is_packed(source):
+        data, folder = unpack(source)
+        return load_scenario(data, list(overrides), seed, base_dir=folder)
     return load_scenario(source, list(overrides), seed)
 
 
@@ -60,3 +65,6 @@ def evaluate(source, overrides, seed=None, keep_requests: bool = False, extra=No
     if keep_requests:
         row["_arrivals"] = res.requests.col("arrival").tolist()
     return row
+
+
+evaluate.dsim_point = True      # called as (scenario source, overrides, ...): may travel packed (backends)

@@ -1,0 +1,80 @@
+"""Points that travel as data: a scenario with its ``--set`` applied and the bytes of every file it
+reads, so a Dask or Ray worker needs only ``pip install dsim``.
+
+Why: a point shipped as a path (``scenarios/trace.yaml``) was opened in the worker's own working
+directory, so on a real cluster (another folder, another machine) every point failed.  The driver
+packs each point; a worker unpacks it once per content into its temporary folder (inputs only:
+results come back as data and only the driver writes the output folder)."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+MARK = "dsim_portable_scenario"
+# scenario keys whose string value names a file, relative to the scenario's folder (trace, length
+# and LUT paths, HF config.json, coefficient files, acceptance curves and bundles, a gamma head)
+FILE_KEYS = frozenset({"path", "config", "coefficients", "curve", "curves", "bundle", "head"})
+
+
+def is_packed(source) -> bool:
+    return isinstance(source, dict) and source.get(MARK) == 1
+
+
+def pack(source, overrides) -> dict:
+    """The point's scenario (a path or a mapping, with ``overrides`` applied) and the files it names."""
+    from ..config.scenario import apply_overrides, read_scenario_file
+    if isinstance(source, dict):
+        data, base = copy.deepcopy(source), None
+    else:
+        data, base = read_scenario_file(source), Path(source).resolve().parent
+        data.setdefault("name", Path(source).stem)
+    data = apply_overrides(data, list(overrides))
+    files: dict = {}
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in FILE_KEYS and isinstance(v, str):
+                    p = Path(v) if Path(v).is_absolute() or base is None else base / v
+                    if p.is_file():
+                        blob = p.read_bytes()
+                        name = hashlib.sha256(blob).hexdigest()[:20] + "".join(Path(v).suffixes[-2:])
+                        files[name] = blob
+                        node[k] = name
+                        continue
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(data)
+    return {MARK: 1, "scenario": data, "files": files}
+
+
+def unpack(pkg: dict) -> tuple[dict, Path]:
+    """(scenario mapping, folder holding its files): written once per content in this machine's
+    temporary folder, atomically, so workers sharing a machine share one copy."""
+    key = hashlib.sha256("".join(sorted(pkg["files"])).encode()).hexdigest()[:20]
+    folder = Path(tempfile.gettempdir()) / "dsim-shipped" / key
+    if not folder.is_dir():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))
+        for name, blob in pkg["files"].items():
+            (tmp / name).write_bytes(blob)
+        try:
+            os.replace(tmp, folder)
+        except OSError:                 # another worker put the same files there first
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+    return copy.deepcopy(pkg["scenario"]), folder
+
+
+def ship(call: tuple) -> tuple:
+    """A call ``(source, overrides, *rest)`` of an exploration, with its scenario packed."""
+    source, overrides, *rest = call
+    if is_packed(source):
+        return call
+    return (pack(source, overrides), [], *rest)

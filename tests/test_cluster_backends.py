@@ -1,0 +1,93 @@
+"""A sweep on a real Dask cluster: scheduler and workers started as their own processes in another
+working directory, the scenario reading a trace file by a relative path.  A point travels as data
+(dsim.explore.portable), so the table equals the joblib one byte for byte."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import dsim
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "scenarios" / "trace_jsonl.yaml"        # workload.path: a relative path to a JSONL trace
+
+
+def _start(args, cwd, log):
+    return subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    pytest.importorskip("distributed", reason="the Dask test needs dask[distributed] (dev extra)")
+    from distributed import Client
+    elsewhere = tmp_path / "elsewhere"                   # no scenarios/ here: paths would not resolve
+    elsewhere.mkdir()
+    sched_file = tmp_path / "scheduler.json"
+    log = open(tmp_path / "cluster.log", "w")
+    procs = [_start(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--scheduler-file", str(sched_file)], elsewhere, log)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert sched_file.exists(), (tmp_path / "cluster.log").read_text()
+        for _ in range(2):
+            procs.append(_start(["distributed.cli.dask_worker", "--scheduler-file", str(sched_file), "--nthreads",
+                                 "1", "--nworkers", "1", "--no-dashboard", "--local-directory", str(elsewhere)],
+                                elsewhere, log))
+        import json
+        address = json.loads(sched_file.read_text())["address"]
+        with Client(address, timeout=60) as c:
+            c.wait_for_workers(2, timeout=90)
+            assert all(Path(d).resolve() == elsewhere.resolve()
+                       for d in c.run(os.getcwd).values())      # the workers really run elsewhere
+        yield address
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        log.close()
+
+
+def test_sweep_on_a_dask_cluster_in_another_folder_equals_joblib(tmp_path, dask_cluster, monkeypatch):
+    monkeypatch.chdir(ROOT)                              # the driver names the scenario as the README does
+    rel = os.path.relpath(TRACE, ROOT)
+    kw = dict(overrides=["workload.num_requests=40"], seeds=1)
+    local = dsim.sweep(rel, ["engine.max_num_seqs=8,32"], out=tmp_path / "local", **kw)
+    remote = dsim.sweep(rel, ["engine.max_num_seqs=8,32"], out=tmp_path / "remote", backend="dask",
+                        address=dask_cluster, jobs=2, **kw)
+    assert [r["status"] for r in remote] == ["ok", "ok"], [r.get("error") for r in remote]
+    assert (tmp_path / "remote" / "results.csv").read_bytes() == (tmp_path / "local" / "results.csv").read_bytes()
+    assert [r for r in remote] == [r for r in local]
+
+
+def test_a_sweep_whose_every_point_failed_exits_1(tmp_path, capsys):
+    """Every point failing (bad values) used to exit 0 with a table of errors."""
+    from dsim.cli import main
+    q = str(ROOT / "scenarios" / "quickstart.yaml")
+    base = ["--set", "workload.num_requests=10", "--quiet"]
+    assert main(["sweep", q, "--grid", "workload.rate=-1,0", "--out", str(tmp_path / "a"), *base]) == 1
+    assert "every point failed (2)" in capsys.readouterr().err
+    assert main(["sweep", q, "--grid", "workload.rate=-1,5", "--out", str(tmp_path / "b"), *base]) == 0
+    assert "1 failed" in capsys.readouterr().out
+
+
+def test_a_packed_point_carries_its_files_and_runs_anywhere(tmp_path, monkeypatch):
+    """pack() replaces every file the scenario names with its bytes; the unpacked point runs from a
+    folder where the original paths do not exist and gives the same row."""
+    from dsim.explore.evaluate import evaluate
+    from dsim.explore.portable import pack
+    pkg = pack(str(TRACE), ["workload.num_requests=20"])
+    assert len(pkg["files"]) == 1 and not Path(pkg["scenario"]["workload"]["path"]).is_absolute()
+    monkeypatch.chdir(tmp_path)
+    assert evaluate(pkg, [], None) == evaluate(str(TRACE), ["workload.num_requests=20"], None)
