@@ -310,3 +310,24 @@ def test_best_yaml_carries_the_plans_slos_and_no_absolute_path(tmp_path):
         (ROOT / "scenarios" / "trace_jsonl.yaml").read_text())["workload"]["path"]).resolve()
     again = dsim.run(out / "best.yaml", overrides=["workload.num_requests=20"])    # runs where it was written
     assert again.summary["goodput"]["slo_tpot_ms"] == 40
+
+
+def test_plan_with_seeds_chooses_a_configuration_that_passes_on_every_seed(tmp_path):
+    """--seeds K: the top configurations run with K - 1 more seeds; the chosen one passes on each,
+    checked here seed by seed with the same judge, and one that fails a seed is not chosen."""
+    from dsim.explore.capacity import probe
+    from dsim.explore.plan import REPLICAS_KEY, parse_slos, plan
+    scn = {**CONST, "workload": {"type": "poisson", "rate": 230, "num_requests": 800, "prompt_tokens": 16,
+                                 "output_tokens": 10}}
+    res = plan(scn, {"tensor_parallel_size": [1], "engine.max_num_seqs": [4, 8]}, gpus=8,
+               slos=["ttft_p99_ms=150"], seeds=3, band=False, out=tmp_path / "p")
+    best = res["best"]
+    assert best is not None and best["seeds_passed"] == 3
+    slos = parse_slos(["ttft_p99_ms=150"])
+    for sd in (CONST["seed"] + 1, CONST["seed"] + 2):
+        row = probe(scn, best["_ovs"] + [f"{REPLICAS_KEY}={best['replicas']}", f"seed={sd}"], slos, 0.1, None)
+        assert row["pass"], (sd, row["reasons"])
+    checked = [c for c in res["rows"] if "seeds_passed" in c]
+    assert checked and all(c["pass"] == (c["seeds_passed"] == 3) for c in checked)
+    assert any(c["seeds_passed"] < 3 for c in checked)          # 4 seqs x 6 replicas fails a seed here
+    assert "seeds_passed" in _csv(tmp_path / "p" / "top.csv")[0]

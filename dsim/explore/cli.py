@@ -134,6 +134,9 @@ def add_plan_parser(sub) -> None:
                    "error band (every step as slow as the band allows)")
     p.add_argument("--no-band", dest="band", action="store_false",
                    help="do not re-simulate the top configurations at the pessimistic end of their band")
+    p.add_argument("--seeds", type=int, default=1, metavar="K",
+                   help="simulate the top configurations with K seeds; the chosen one must pass on every "
+                   "seed (default 1)")
     _exec_args(p)
     p.add_argument("--out", required=True, help="folder: plan.md, best.yaml, top.csv, pareto.csv, candidates.csv")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -142,14 +145,14 @@ def add_plan_parser(sub) -> None:
 def run_plan(args) -> int:
     from ..config.limits import MAX_GPUS, MAX_TOP
     from .plan import plan, plan_line
-    _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP))
+    _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP), seeds=(1, 100))
     from ..log import quiet
     from .backends import progress
     with progress("simulation", not (args.quiet or quiet())):
         res = plan(args.scenario, args.space, gpus=args.gpus, slos=args.slo, overrides=args.overrides,
                    min_goodput=args.min_goodput, rounds=args.rounds, top=args.top, jobs=args.jobs,
                    backend=args.backend, address=args.address, out=args.out, band=args.band,
-                   conservative=args.conservative)
+                   conservative=args.conservative, seeds=args.seeds)
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
     sims = [c for c in res["rows"] if "pass" in c]

@@ -157,13 +157,15 @@ def screen_family(scn, w: dict, replicas: list, slos: dict) -> list[dict]:
 
 def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float | None = None, warmup: float = 0.1,
          rounds: int = 4, top: int = 10, jobs: int = 1, backend: str = "joblib", address: str | None = None,
-         out=None, band: bool = True, conservative: bool = False) -> dict:
+         out=None, band: bool = True, conservative: bool = False, seeds: int = 1) -> dict:
     """Screen every candidate of ``space`` within ``gpus`` GPUs, simulate the survivors, and return
     {"best", "top", "candidates", "pareto", ...} (also written to ``out``).
 
     Each configuration in the top list is simulated again at the pessimistic end of its error band
     (every step scaled, dsim.metrics.band) and marked when it meets the SLOs only if dsim is right or
-    optimistic; ``conservative`` makes that the pass rule for every candidate."""
+    optimistic; ``conservative`` makes that the pass rule for every candidate.  With ``seeds`` K > 1
+    the top configurations are simulated with K - 1 more seeds: a configuration must pass on every
+    seed to be chosen, and the spread of its p99 TTFT/TPOT over the seeds is reported."""
     from ..config.fields import check_number
     from ..config.limits import MAX_GPUS, MAX_JOBS, MAX_TOP
     slos = parse_slos(slos)
@@ -171,6 +173,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     top = check_number(top, "--top", lo=1, hi=MAX_TOP, integer=True)
     rounds = check_number(rounds, "--rounds", lo=1, hi=MAX_TOP, integer=True)
     jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
+    seeds = check_number(seeds, "--seeds", lo=1, hi=100, integer=True)
     sp = space if isinstance(space, Space) else load_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
     user = list(overrides)
@@ -181,7 +184,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     ao = AtomicOutput(Path(out)) if out is not None else None
     try:
         res, base = _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,
-                          band, conservative)
+                          band, conservative, seeds)
         res["overrides"] = user                      # --set as given (titles say what was run)
         if ao is not None:
             _write(res, ao.tmp, base)
@@ -194,7 +197,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
 
 
 def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,
-          band=True, conservative=False) -> tuple:
+          band=True, conservative=False, seeds=1) -> tuple:
     base = load_scenario(src, overrides)
     w = _workload_stats(base)
     cands = []
@@ -224,6 +227,8 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, judge if conservative else None)
     sims = [c for c in cands if "pass" in c]
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
+    if seeds > 1:
+        ok = _on_every_seed(ok, top, seeds, src, slos, warmup, min_goodput, jobs, backend, address, base.seed)
     if band and not conservative:
         _pessimistic(ok[:top], *judge)
     # Pareto fronts over the configurations that meet the SLOs only (a faster one that misses them is no option)
@@ -327,6 +332,35 @@ def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, 
             c["pessimistic_reasons"] = "; ".join(row.get("reasons", []))
 
 
+def _on_every_seed(ok, top, k, src, slos, warmup, min_goodput, jobs, backend, address, seed0) -> list:
+    """The passing configurations, best first, simulated with seeds seed0+1 .. seed0+k-1 as well, in
+    batches of ``top`` until ``top`` of them pass on every seed (or none is left); one that fails a
+    seed is no longer a passing configuration.  Each checked row gets ``seeds_passed`` (of k) and the
+    largest p99 TTFT/TPOT over its seeds."""
+    kept, i = [], 0
+    while len(kept) < top and i < len(ok):
+        batch, i = ok[i:i + top], i + top
+        todo = [(c, sd) for c in batch for sd in range(seed0 + 1, seed0 + k)]
+        calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}", f"seed={sd}"], slos, warmup, min_goodput)
+                 for c, sd in todo]
+        rows: dict = {}
+        for (c, _), row in zip(todo, list(run_calls(probe, calls, jobs, backend, address))):
+            rows.setdefault(id(c), []).append(row)
+        for c in batch:
+            runs = [c] + rows.get(id(c), [])
+            c["seeds_passed"] = sum(1 for r in runs if r.get("pass"))
+            for m in ("p99_ttft_ms", "p99_tpot_ms"):
+                vals = [r[m] for r in runs if r.get(m) is not None]
+                if vals:
+                    c[f"{m}_max_over_seeds"] = max(vals)
+            if c["seeds_passed"] == k:
+                kept.append(c)
+            else:
+                c["pass"] = False
+                c["reasons"] = f"passes on {c['seeds_passed']} of {k} seeds"
+    return kept + [c for c in ok[i:]]
+
+
 def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, judge=None) -> None:
     """Per family: the fewest kept replicas, then one more per round until a run passes (with ``judge``,
     until it also passes at the pessimistic end of its error band)."""
@@ -364,7 +398,8 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
 _COLS = ("pass", "reasons", "request_goodput", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "efficiency_output_tokens_per_s_per_gpu", "efficiency_output_tokens_per_s_per_user",
          "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost", "band_validated",
-         "pessimistic_pass", "pessimistic_step_scale")
+         "pessimistic_pass", "pessimistic_step_scale", "seeds_passed", "p99_ttft_ms_max_over_seeds",
+         "p99_tpot_ms_max_over_seeds")
 
 
 def _write(res: dict, out: Path, base) -> None:
