@@ -33,7 +33,12 @@ def markdown() -> str:
            "errors (with a did-you-mean); a key left out takes its default. `dsim schema` prints the "
            "same schema as JSON Schema for editors: each shipped scenario starts with a "
            "`# yaml-language-server: $schema=...` line, so VS Code (YAML extension) and other "
-           "yaml-language-server editors complete and check keys as you type.\n"]
+           "yaml-language-server editors complete and check keys as you type.\n",
+           "To add a key: declare it as a field of its section's model in `dsim/config/schema/<section>.py` "
+           "(a type from `schema/base.py` with its bounds, a default, a one-line docstring under it; a rule "
+           "between keys as a validator of that model), read it in the section's builder, then regenerate "
+           "`dsim schema > scenarios/scenario.schema.json` and `dsim schema --markdown > "
+           "docs/scenario-reference.md` (tests fail while either is stale).\n"]
     seen: set = set()
     _section(out, js, "", defs, seen, "Top level")
     return "\n".join(out).rstrip() + "\n"
