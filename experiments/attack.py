@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 sys.path.insert(0, str(ROOT / "experiments"))
 from fuzz_keys import _alarm, _Timeout  # noqa: E402  (fuzz_keys: the in-process alarm pattern)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from dsim.latency.credibility import validation_rows  # noqa: E402
 from dsim.metrics.band import LEVEL, Deployment, band_for, load_regime  # noqa: E402
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from dsim.specdec.acceptance import load_curves, sample_accepted  # noqa: E402
 
 PAIRS = [("eagle-3", 0.0, "eagle-3-llama-3.1-8b-mt-bench-t0"),

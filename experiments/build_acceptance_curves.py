@@ -12,7 +12,7 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from dsim.specdec.acceptance import (SPEC_VERSION, curves_from_published, load_curves,  # noqa: E402
                                      sample_accepted)
 

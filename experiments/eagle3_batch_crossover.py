@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from dsim.config.hardware import load_device  # noqa: E402
 from dsim.config.model import load_model  # noqa: E402
 from dsim.latency.base import BatchShape  # noqa: E402

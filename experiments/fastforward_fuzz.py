@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 sys.path.insert(0, str(ROOT / "experiments"))
 import dsim  # noqa: E402
 import valid_scenarios  # noqa: E402

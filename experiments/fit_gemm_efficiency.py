@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from dsim.config.hardware import load_device  # noqa: E402
 from dsim.latency.efficiency import PARAMS, curve_from_params  # noqa: E402
 

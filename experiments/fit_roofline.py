@@ -31,7 +31,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from dsim.calibrate.cosim import cosim_report, simulate_run  # noqa: E402
 from dsim.calibrate.realrun import load_real  # noqa: E402
 

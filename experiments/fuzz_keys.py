@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from dsim.cli import main  # noqa: E402
 
 VALUES = ["null", ".nan", ".inf", "-.inf", "-1", "0", "1.0e+30", "1000000000000", "''", "[]", "{}", "'ü\x00'"]

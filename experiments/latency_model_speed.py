@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 import dsim  # noqa: E402
 from dsim.config.hardware import load_device  # noqa: E402
 from dsim.config.model import load_model  # noqa: E402

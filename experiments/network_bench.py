@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))    # an installed dsim wins over the checkout
 
 from dsim.config.schema.base import parse  # noqa: E402
 from dsim.config.schema.network import NetworkConfig  # noqa: E402

@@ -36,7 +36,7 @@ VARIANTS = {
 def one(name: str, n: int) -> dict:
     import yaml
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))
     import dsim
     cluster, drain = VARIANTS[name]
     doc = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))    # an installed dsim wins over the checkout
 import dsim  # noqa: E402
 
 ROUTERS = ("jsq", "least_outstanding", "weighted_power_of_two", "round_robin", "random")

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from scipy.optimize import brentq  # noqa: E402
 
 from dsim.specdec.acceptance import geometric_rate_for_tau  # noqa: E402

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 import dsim  # noqa: E402
 from dsim.cluster.routers import ROUTERS  # noqa: E402
 from dsim.config.errors import ConfigError  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import RandomForestRegressor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))    # an installed dsim wins over the checkout
 from dsim.latency.vidur import OPS, OperatorModel, _read_csv  # noqa: E402
 
 # every profile (the package ships only the H100 Llama-2 subset)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over the checkout
 from dsim.calibrate.cosim import cosim_report, simulate_run  # noqa: E402
 from dsim.calibrate.realrun import load_real  # noqa: E402
 
