@@ -293,6 +293,9 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     doc = read_scenario_file(src) if not isinstance(src, dict) else src
     bc = base_cluster(doc, where)
     base = load_scenario(src, user)
+    # goodput counts against the plan's SLOs (the slo section best.yaml carries), so the ranking, and a
+    # re-run of best.yaml, judge every request by the same targets
+    user = user + ["slo=" + json.dumps(plan_slo_section(base.raw.get("slo"), slos), sort_keys=True)]
     w = _workload_stats(base)
     cands = []
     for ph, ptp, dh, dtp in sp.families():
@@ -340,7 +343,6 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     if res["best"] is not None:
         best = load_scenario(src, user + [res["best"]["_ov"]])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
-        res["best_scenario"]["slo"] = plan_slo_section(best.raw.get("slo"), slos)
     return res, base
 
 
