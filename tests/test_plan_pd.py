@@ -175,3 +175,22 @@ def test_budget_flags_are_checked(tmp_path, capsys):
     assert "--budget-usd-per-hour" in capsys.readouterr().err
     with pytest.raises(Exception):
         load_pd_space({"disaggregated": {"replicas": "many"}})
+
+
+def test_screen_counts_prefix_cache_hits_and_keeps_what_passes():
+    """pd_disagg's multi-turn shared-prefix workload: ~80 % of its prompt tokens hit the cache, so 1 H100
+    prefill replica carries it (the simulation passes); counting whole prompts the screen pruned it."""
+    from dsim.config.scenario import read_scenario_file
+    from dsim.explore.capacity import probe
+    from dsim.explore.plan_pd import screen_candidate, uncached_prompt_tokens
+    src = str(ROOT / "scenarios" / "pd_disagg.yaml")
+    cand = {"prefill_hardware": "H100-SXM", "prefill_tp": 1, "decode_hardware": "H100-SXM", "decode_tp": 1,
+            "prefill_replicas": 1, "decode_replicas": 2}
+    ov = cluster_override(base_cluster(read_scenario_file(src), src), cand)
+    scn = load_scenario(src, [ov])
+    w = _workload_stats(scn)
+    w["uncached_prompt"] = uncached_prompt_tokens(scn, scn.fleet.pools[0])
+    assert w["uncached_prompt"] < 0.3 * w["prompt"]
+    slos = {"p99_ttft_ms": 300.0, "p99_tpot_ms": 30.0}
+    assert screen_candidate(scn, w, slos)["screen"] == "kept"
+    assert probe(src, [ov], slos, 0.1, None)["pass"]

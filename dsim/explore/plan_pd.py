@@ -10,7 +10,8 @@ for the same reason -- most of the grid is hopeless and a run costs about a seco
 1. **Screen**, per candidate, from the latency model alone:
    * prefill pool: one replica prefills at most ``max_num_batched_tokens`` per step, so its
      throughput is that budget over the step time of a full prefill batch; the offered prompt
-     tokens/s (rate x mean prompt) must stay below replicas x that throughput;
+     tokens/s (rate x the mean prompt tokens an ideal prefix cache leaves to compute) must stay
+     below replicas x that throughput;
    * decode pool: the single-pool screen's decode fixed point per replica (B = rate per replica x
      output tokens x step time), with no prefill in the step;
    * KV transfer: latency + prompt KV bytes / bandwidth per request, which the request waits
@@ -207,18 +208,50 @@ def kv_transfer_s(scn, prompt: float) -> float:
     return spec.latency_ms / 1e3 + prompt * cl.pools[0].model.kv_bytes_per_token / (spec.bandwidth_gb_s * 1e9)
 
 
+def uncached_prompt_tokens(scn, pool) -> float:
+    """Mean prompt tokens per request a prefill pool must compute with an ideal prefix cache: a block is
+    free when the same content (prompt blocks only: the prefill pool never holds a decode's output) was in
+    any earlier request's prompt.  An upper bound on the hits (no eviction, one cache for every replica),
+    so the prefill load it gives is a lower bound and the screen never prunes for lack of caching."""
+    from ..core.simulation import Simulation
+    from ..serving.prefix import block_hashes
+    from ..workload.generator import build_requests
+    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed).rng, scn.base_dir)
+    if not reqs:
+        return 0.0
+    if not pool.engine.enable_prefix_caching:
+        return sum(r.prompt_len for r in reqs) / len(reqs)
+    bs = pool.engine.block_size
+    seen: set = set()
+    new = 0
+    for r in sorted(reqs, key=lambda r: (r.arrival, r.rid)):
+        if r.segments is None:
+            new += r.prompt_len
+            continue
+        hs = block_hashes(r, r.prompt_len // bs, bs)
+        hit = 0
+        while hit < len(hs) and hs[hit] in seen:
+            hit += 1
+        hit = min(hit * bs, r.prompt_len - 1)         # vLLM computes at least the last prompt token
+        new += r.prompt_len - hit
+        seen.update(hs)
+        r.block_hashes = None
+    return new / len(reqs)
+
+
 def screen_candidate(scn, w: dict, slos: dict, pre: dict | None = None) -> dict:
     """Estimates and verdict of one candidate scenario (two pools: prefill first); ``pre``: its
     prefill_capacity when already known (it does not depend on the replica counts)."""
     pp, dp = scn.fleet.pools
     P, O, rate = w["prompt"], w["output"], w["rate"]
     pre = pre or prefill_capacity(pp, scn.base_dir, P)
-    offered = rate * P
+    offered = rate * w.get("uncached_prompt", P)      # prompt tokens/s the prefill pool computes
     util = offered / (pp.replicas * pre["tokens_per_s"])
     dec = decode_fixed_point(dp, scn.base_dir, rate / dp.replicas, P, O)
     tx = kv_transfer_s(scn, P)
     tpot = dec["t"] + tx / max(O - 1, 1)
-    row = {"est_prefill_tokens_per_s": pp.replicas * pre["tokens_per_s"], "est_prefill_util": util,
+    row = {"est_prefill_tokens_per_s": pp.replicas * pre["tokens_per_s"], "est_offered_prefill_tokens_per_s": offered,
+           "est_prefill_util": util,
            "est_decode_step_ms": dec["t"] * 1e3, "est_decode_batch": dec["batch"], "est_kv_transfer_ms": tx * 1e3,
            "est_ttft_floor_ms": pre["t_one"] * 1e3, "est_tpot_ms": tpot * 1e3, "screen": "kept", "reason": ""}
     if util > 1:
@@ -297,7 +330,7 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     # re-run of best.yaml, judge every request by the same targets
     user = user + ["slo=" + json.dumps(plan_slo_section(base.raw.get("slo"), slos), sort_keys=True)]
     w = _workload_stats(base)
-    cands = []
+    cands, uncached = [], {}
     for ph, ptp, dh, dtp in sp.families():
         fam = {"prefill_hardware": ph, "prefill_tp": ptp, "decode_hardware": dh, "decode_tp": dtp}
         one = {**fam, "prefill_replicas": 1, "decode_replicas": 1}
@@ -305,6 +338,10 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
             scn = load_scenario(src, user + [cluster_override(bc, one)])
             pp, dp = scn.fleet.pools
             pre = prefill_capacity(pp, scn.base_dir, w["prompt"])
+            key = (pp.engine.enable_prefix_caching, pp.engine.block_size)
+            if key not in uncached:
+                uncached[key] = uncached_prompt_tokens(scn, pp)
+            wf = {**w, "uncached_prompt": uncached[key]}
             decode_fixed_point(dp, scn.base_dir, 0.0, w["prompt"], w["output"])   # the decode side fits
             bad = None
         except ConfigError as e:
@@ -331,7 +368,7 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
                     c.update(screen="pruned", reason=str(bad))
                 else:
                     scn.fleet.pools[0].replicas, scn.fleet.pools[1].replicas = pr, dr
-                    c.update(screen_candidate(scn, w, slos, pre))
+                    c.update(screen_candidate(scn, wf, slos, pre))
                 cands.append(c)
     _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
     sims = [c for c in cands if "pass" in c]
@@ -382,7 +419,7 @@ def _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend
 _COLS = ("pass", "reasons", "goodput_requests_per_s", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "goodput_per_usd", "efficiency_output_tokens_per_s_per_gpu", "efficiency_usd_per_hour", "p99_ttft_ms",
          "p99_tpot_ms")
-_EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_prefill_util", "est_decode_step_ms",
+_EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_offered_prefill_tokens_per_s", "est_prefill_util", "est_decode_step_ms",
         "est_decode_batch", "est_kv_transfer_ms", "est_ttft_floor_ms", "est_tpot_ms")
 
 
