@@ -117,9 +117,14 @@ def add_plan_parser(sub) -> None:
     p = sub.add_parser("plan", help="the deployment (TP, replicas, engine knobs, router) that meets the SLOs on "
                        "the fewest GPUs, with Pareto fronts")
     p.add_argument("scenario", help="scenario whose workload and model are planned for (one pool or no cluster)")
-    p.add_argument("--gpus", type=int, required=True, help="GPU budget (candidates use at most this many)")
+    p.add_argument("--gpus", type=int, default=None, help="GPU budget (candidates use at most this many; "
+                   "required unless a P/D space has --budget-usd-per-hour)")
+    p.add_argument("--budget-usd-per-hour", type=float, default=None, metavar="X",
+                   help="P/D spaces: dollar budget (GPU-hour prices of the device profiles); the best is then "
+                   "the most SLO goodput per dollar")
     p.add_argument("--space", required=True, help="SPACE.yaml: tensor_parallel_size, replicas (auto), and "
-                   "scenario keys with candidate values")
+                   "scenario keys with candidate values; or a disaggregated: section (prefill/decode pools, "
+                   "GPU types; docs/explore.md)")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC=MS", required=True,
                    help="e.g. ttft_p99_ms=500 (repeatable)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -145,14 +150,43 @@ def add_plan_parser(sub) -> None:
 def run_plan(args) -> int:
     from ..config.limits import MAX_GPUS, MAX_TOP
     from .plan import plan, plan_line
+    from .plan_pd import is_pd_space
     _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP), seeds=(1, 100))
     from ..log import quiet
     from .backends import progress
+    if is_pd_space(args.space):
+        return _run_plan_pd(args)
+    from ..config.errors import ConfigError
+    if args.gpus is None:
+        raise ConfigError("--gpus", None, "a GPU budget, e.g. --gpus 8", show_value=False)
+    if args.budget_usd_per_hour is not None:
+        raise ConfigError("--budget-usd-per-hour", args.budget_usd_per_hour,
+                          "no dollar budget with a single-pool space (P/D spaces only)")
     with progress("simulation", not (args.quiet or quiet())):
         res = plan(args.scenario, args.space, gpus=args.gpus, slos=args.slo, overrides=args.overrides,
                    min_goodput=args.min_goodput, rounds=args.rounds, top=args.top, jobs=args.jobs,
                    backend=args.backend, address=args.address, out=args.out, band=args.band,
                    conservative=args.conservative, seeds=args.seeds)
+    print(plan_line(res))
+    print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
+    sims = [c for c in res["rows"] if "pass" in c]
+    return _all_failed("plan", "simulated candidate", len(sims), sum(1 for c in sims if c.get("status") == "error"),
+                       sims)
+
+
+def _run_plan_pd(args) -> int:
+    """``dsim plan`` with a P/D space (a ``disaggregated:`` section): plan_pd.py."""
+    from ..config.errors import ConfigError
+    from ..log import quiet
+    from .backends import progress
+    from .plan_pd import plan_line, plan_pd
+    for flag, given in (("--conservative", args.conservative), ("--seeds", args.seeds != 1)):
+        if given:
+            raise ConfigError(flag, None, "not with a P/D space (single-pool plans only, for now)", show_value=False)
+    with progress("simulation", not (args.quiet or quiet())):
+        res = plan_pd(args.scenario, args.space, gpus=args.gpus, budget_usd_per_hour=args.budget_usd_per_hour,
+                      slos=args.slo, overrides=args.overrides, min_goodput=args.min_goodput, rounds=args.rounds,
+                      top=args.top, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out)
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
     sims = [c for c in res["rows"] if "pass" in c]

@@ -1,0 +1,477 @@
+"""``dsim plan`` over prefill/decode disaggregation and mixed GPU types.
+
+A P/D deployment has two pools sized independently: prefill replicas (one GPU type, one TP) turn
+prompts into KV caches, decode replicas (maybe another GPU type and TP) generate the tokens, and
+every request's KV moves between them once.  A candidate is therefore (prefill GPU, prefill TP,
+prefill replicas, decode GPU, decode TP, decode replicas) within a GPU budget and/or a dollar budget
+(GPU-hour prices of the device profiles).  Same two stages as the single-pool planner (plan.py),
+for the same reason -- most of the grid is hopeless and a run costs about a second:
+
+1. **Screen**, per candidate, from the latency model alone:
+   * prefill pool: one replica prefills at most ``max_num_batched_tokens`` per step, so its
+     throughput is that budget over the step time of a full prefill batch; the offered prompt
+     tokens/s (rate x the mean prompt tokens an ideal prefix cache leaves to compute) must stay
+     below replicas x that throughput;
+   * decode pool: the single-pool screen's decode fixed point per replica (B = rate per replica x
+     output tokens x step time), with no prefill in the step;
+   * KV transfer: latency + prompt KV bytes / bandwidth per request, which the request waits
+     between its first and second token (so it is added to the TPOT estimate, amortised).
+   A candidate is pruned, with its reason, when a pool is overloaded or an estimate (all of them
+   lower bounds: no queueing) already misses an SLO.
+2. **Simulate** the survivors: per family (GPU types and TPs) the cheapest kept candidate, then the
+   next cheapest per round until one passes (plan.py's probe judges: SLO percentiles after the
+   warm-up, no growing queue, no rejections), in parallel on the --jobs/--backend of the run.
+
+The best passing candidate has the most SLO goodput per GPU-second (per dollar when the budget is
+in dollars); best.yaml is the scenario with the two pools and the disaggregation section.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..config.errors import ConfigError
+from ..config.scenario import load_scenario, read_scenario_file
+from ..latency.base import LatencyContext
+from ..latency.registry import build_latency
+from ..metrics.writers import AtomicOutput
+from .backends import run_calls
+from .capacity import parse_slos, probe
+from .plan import _step, _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, _fmt
+from .store import table_csv, write_atomic
+
+ROLES = ("prefill", "decode")
+DEFAULT_ROUTER = "least_outstanding"
+
+
+@dataclass
+class PDSpace:
+    """Candidate values per role: TP sizes, GPU types (None: the scenario's) and replica counts
+    (None: every count the budget allows)."""
+    tp: dict
+    hardware: dict
+    replicas: dict | None
+
+    def families(self):
+        """(prefill GPU, prefill TP, decode GPU, decode TP), in a fixed order."""
+        return itertools.product(self.hardware["prefill"], self.tp["prefill"],
+                                 self.hardware["decode"], self.tp["decode"])
+
+
+def is_pd_space(source) -> bool:
+    """True when the SPACE file (or mapping) is a P/D space (has a ``disaggregated`` key)."""
+    data = source if isinstance(source, dict) else read_scenario_file(source)
+    return isinstance(data, dict) and "disaggregated" in data
+
+
+def _int_list(v, path: str) -> list:
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
+                                                    for x in v):
+        raise ConfigError(path, v, "a non-empty list of integers >= 1")
+    return sorted(set(v))
+
+
+def load_pd_space(source) -> PDSpace:
+    """A P/D SPACE.yaml (or mapping)::
+
+        disaggregated:
+          prefill: {tensor_parallel_size: [1, 2], hardware: [H100-SXM, A100-80GB]}
+          decode:  {tensor_parallel_size: [1, 2], hardware: [H100-SXM]}
+          replicas: auto            # or {prefill: [1, 2], decode: [1, 2, 3]}
+
+    Every mistake is a ConfigError naming its path in the file (``<file>: disaggregated.decode.hardware[1]``)."""
+    from ..config.hardware import device_names
+    where = "<space>" if isinstance(source, dict) else str(source)
+    data = dict(source) if isinstance(source, dict) else read_scenario_file(source)
+    if not isinstance(data, dict) or set(data) != {"disaggregated"}:
+        raise ConfigError(f"{where}", sorted(data) if isinstance(data, dict) else data,
+                          "only the key disaggregated (a P/D space; engine knobs go in --set)")
+    d = data["disaggregated"]
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: disaggregated", d, "a mapping with prefill, decode and replicas")
+    extra = sorted(set(d) - {"prefill", "decode", "replicas"})
+    if extra:
+        raise ConfigError(f"{where}: disaggregated.{extra[0]}", d[extra[0]], "no such key (prefill, decode, replicas)")
+    tp, hw = {}, {}
+    known = set(device_names())
+    for role in ROLES:
+        spec = d.get(role, {}) or {}
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where}: disaggregated.{role}", spec, "a mapping with tensor_parallel_size, hardware")
+        bad = sorted(set(spec) - {"tensor_parallel_size", "hardware"})
+        if bad:
+            raise ConfigError(f"{where}: disaggregated.{role}.{bad[0]}", spec[bad[0]],
+                              "no such key (tensor_parallel_size, hardware)")
+        tp[role] = _int_list(spec.get("tensor_parallel_size", [1]), f"{where}: disaggregated.{role}.tensor_parallel_size")
+        h = spec.get("hardware")
+        if h is None:
+            hw[role] = [None]
+            continue
+        if not isinstance(h, list) or not h:
+            raise ConfigError(f"{where}: disaggregated.{role}.hardware", h, "a non-empty list of GPU profile names")
+        for i, name in enumerate(h):
+            if not isinstance(name, str) or name not in known:
+                raise ConfigError(f"{where}: disaggregated.{role}.hardware[{i}]", name,
+                                  "a GPU profile name (" + ", ".join(sorted(known)) + ")")
+        hw[role] = list(dict.fromkeys(h))
+    reps = d.get("replicas", "auto")
+    if reps == "auto":
+        replicas = None
+    elif isinstance(reps, dict) and set(reps) == set(ROLES):
+        replicas = {r: _int_list(reps[r], f"{where}: disaggregated.replicas.{r}") for r in ROLES}
+    else:
+        raise ConfigError(f"{where}: disaggregated.replicas", reps, "auto or {prefill: [..], decode: [..]}")
+    return PDSpace(tp, hw, replicas)
+
+
+def base_cluster(doc: dict, where: str) -> dict:
+    """The scenario's cluster section without its pools (router, affinity, disaggregation kept), and
+    its pools by role (their own keys are kept on the candidates), or defaults without a cluster."""
+    cl = doc.get("cluster")
+    if cl is None:
+        return {"router": DEFAULT_ROUTER, "disaggregation": {}, "_pools": {}}
+    if not isinstance(cl, dict) or "clusters" in cl or cl.get("controllers"):
+        raise ConfigError(f"{where}: cluster", None, "no cluster section, or one cluster without controllers "
+                          "(the P/D planner sizes its prefill and decode pools)", show_value=False)
+    out = {k: v for k, v in cl.items() if k != "pools"}
+    out.setdefault("disaggregation", {})
+    out["_pools"] = {p.get("role"): p for p in cl.get("pools") or [] if isinstance(p, dict)
+                     and p.get("role") in ROLES}
+    return out
+
+
+def cluster_override(base: dict, cand: dict) -> str:
+    """The ``cluster=`` override of one candidate: two pools, each with its GPU type, TP and replicas."""
+    cl = {k: v for k, v in base.items() if k != "_pools"}
+    pools = []
+    for role in ROLES:
+        p = {k: v for k, v in base["_pools"].get(role, {}).items() if k not in ("name", "role", "replicas",
+                                                                                 "min_replicas", "max_replicas")}
+        p.update(name=role, role=role, replicas=cand[f"{role}_replicas"])
+        if cand[f"{role}_hardware"] is not None:
+            p["hardware"] = cand[f"{role}_hardware"]
+        p["engine"] = {**(p.get("engine") or {}), "tensor_parallel_size": cand[f"{role}_tp"]}
+        pools.append(p)
+    cl["pools"] = pools
+    return "cluster=" + json.dumps(cl, sort_keys=True)
+
+
+def _pool_model(pool, base_dir):
+    """(step-time function, KV tokens of one replica) of a pool; ConfigError when the model does not fit."""
+    eng = pool.engine
+    kv = eng.kv_blocks(pool.model, pool.device)
+    step = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv, base_dir=base_dir))[0]
+    return step.step_time, kv * eng.block_size
+
+
+def prefill_capacity(pool, base_dir, mean_prompt: float) -> dict:
+    """Prompt tokens/s one prefill replica sustains: its token budget prefilled in every step (a full
+    prefill batch of mean-length prompts) over the step time of that batch; and the lone-prompt step
+    (the TTFT floor)."""
+    step, _ = _pool_model(pool, base_dir)
+    budget = pool.engine.max_num_batched_tokens
+    t_full = _step(step, budget, 0, 0, mean_prompt)
+    t_one = _step(step, min(max(int(mean_prompt), 1), budget), 0, 0, mean_prompt)
+    return {"tokens_per_s": budget / t_full, "t_full": t_full, "t_one": t_one}
+
+
+def decode_fixed_point(pool, base_dir, rate: float, prompt: float, output: float) -> dict:
+    """Step time of a decode replica carrying ``rate`` req/s: B = rate x output x t, t = step(B decodes)
+    (the single-pool screen with no prefill in the step).  ``overloaded`` names the bound it breaks."""
+    step, kv_tokens = _pool_model(pool, base_dir)
+    eng = pool.engine
+    ctx = prompt + output / 2
+    t = _step(step, 0, 1, ctx, prompt)
+    for _ in range(60):
+        b = math.ceil(rate * output * t)
+        if b > eng.max_num_seqs or b * (prompt + output) > kv_tokens or t > 60:
+            return {"t": t, "batch": b, "overloaded": f"{rate:.2f} req/s per decode replica needs a batch of {b} "
+                    f"per {t * 1e3:.1f} ms step (max_num_seqs {eng.max_num_seqs}, KV {kv_tokens} tokens)"}
+        t2 = _step(step, 0, max(b, 1), ctx, prompt)
+        if abs(t2 - t) <= 1e-4 * t:
+            t = t2
+            break
+        t = t2
+    return {"t": t, "batch": math.ceil(rate * output * t), "overloaded": ""}
+
+
+def kv_transfer_s(scn, prompt: float) -> float:
+    """Seconds to move one mean prompt's KV from a prefill to a decode replica (latency + bytes / bandwidth)."""
+    from ..config.schema.cluster import KvTransferConfig
+    cl = scn.fleet.clusters[0]
+    spec = getattr(cl.disaggregation, "kv_transfer", None) or KvTransferConfig()
+    return spec.latency_ms / 1e3 + prompt * cl.pools[0].model.kv_bytes_per_token / (spec.bandwidth_gb_s * 1e9)
+
+
+def uncached_prompt_tokens(scn, pool) -> float:
+    """Mean prompt tokens per request a prefill pool must compute with an ideal prefix cache: a block is
+    free when the same content (prompt blocks only: the prefill pool never holds a decode's output) was in
+    any earlier request's prompt.  An upper bound on the hits (no eviction, one cache for every replica),
+    so the prefill load it gives is a lower bound and the screen never prunes for lack of caching."""
+    from ..core.simulation import Simulation
+    from ..serving.prefix import block_hashes
+    from ..workload.generator import build_requests
+    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed).rng, scn.base_dir)
+    if not reqs:
+        return 0.0
+    if not pool.engine.enable_prefix_caching:
+        return sum(r.prompt_len for r in reqs) / len(reqs)
+    bs = pool.engine.block_size
+    seen: set = set()
+    new = 0
+    for r in sorted(reqs, key=lambda r: (r.arrival, r.rid)):
+        if r.segments is None:
+            new += r.prompt_len
+            continue
+        hs = block_hashes(r, r.prompt_len // bs, bs)
+        hit = 0
+        while hit < len(hs) and hs[hit] in seen:
+            hit += 1
+        hit = min(hit * bs, r.prompt_len - 1)         # vLLM computes at least the last prompt token
+        new += r.prompt_len - hit
+        seen.update(hs)
+        r.block_hashes = None
+    return new / len(reqs)
+
+
+def screen_candidate(scn, w: dict, slos: dict, pre: dict | None = None) -> dict:
+    """Estimates and verdict of one candidate scenario (two pools: prefill first); ``pre``: its
+    prefill_capacity when already known (it does not depend on the replica counts)."""
+    pp, dp = scn.fleet.pools
+    P, O, rate = w["prompt"], w["output"], w["rate"]
+    pre = pre or prefill_capacity(pp, scn.base_dir, P)
+    offered = rate * w.get("uncached_prompt", P)      # prompt tokens/s the prefill pool computes
+    util = offered / (pp.replicas * pre["tokens_per_s"])
+    dec = decode_fixed_point(dp, scn.base_dir, rate / dp.replicas, P, O)
+    tx = kv_transfer_s(scn, P)
+    tpot = dec["t"] + tx / max(O - 1, 1)
+    row = {"est_prefill_tokens_per_s": pp.replicas * pre["tokens_per_s"], "est_offered_prefill_tokens_per_s": offered,
+           "est_prefill_util": util,
+           "est_decode_step_ms": dec["t"] * 1e3, "est_decode_batch": dec["batch"], "est_kv_transfer_ms": tx * 1e3,
+           "est_ttft_floor_ms": pre["t_one"] * 1e3, "est_tpot_ms": tpot * 1e3, "screen": "kept", "reason": ""}
+    if util > 1:
+        row.update(screen="pruned", reason=f"prefill overloaded: {offered:.0f} prompt tokens/s offered > "
+                   f"{pp.replicas * pre['tokens_per_s']:.0f} the pool prefills")
+    elif dec["overloaded"]:
+        row.update(screen="pruned", reason="decode overloaded: " + dec["overloaded"])
+    else:
+        for key, bound in slos.items():
+            metric = key[:-3].split("_", 1)[1]
+            est = {"tpot": tpot, "itl": dec["t"], "ttft": pre["t_one"],
+                   "e2el": pre["t_one"] + tx + (O - 1) * dec["t"]}[metric] * 1e3
+            if est > bound:
+                row.update(screen="pruned", reason=f"{key} estimate {est:.1f} > {bound:g}")
+                break
+    return row
+
+
+def _gpus_of(pool) -> int:
+    e = pool.engine
+    return e.tensor_parallel_size * e.pipeline_parallel_size * e.data_parallel_size
+
+
+def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: float | None = None, slos,
+            overrides=(), min_goodput: float | None = None, warmup: float = 0.1, rounds: int = 4, top: int = 10,
+            jobs: int = 1, backend: str = "joblib", address: str | None = None, out=None) -> dict:
+    """Screen every P/D candidate of ``space`` within ``gpus`` GPUs and/or ``budget_usd_per_hour``,
+    simulate the survivors, return {"best", "top", "rows", "candidates", "pruned", ...} (also written to
+    ``out``: best.yaml, top.csv, candidates.csv, plan.md, deploy/)."""
+    from ..config.fields import check_number
+    from ..config.limits import MAX_GPUS, MAX_JOBS, MAX_TOP
+    slos = parse_slos(slos)
+    if gpus is None and budget_usd_per_hour is None:
+        raise ConfigError("--gpus", None, "a GPU budget (--gpus N) or a dollar budget (--budget-usd-per-hour X)",
+                          show_value=False)
+    if gpus is not None:
+        gpus = check_number(gpus, "--gpus", lo=1, hi=MAX_GPUS, integer=True)
+    if budget_usd_per_hour is not None:
+        budget_usd_per_hour = check_number(budget_usd_per_hour, "--budget-usd-per-hour", lo=1e-9, hi=1e9)
+    top = check_number(top, "--top", lo=1, hi=MAX_TOP, integer=True)
+    rounds = check_number(rounds, "--rounds", lo=1, hi=MAX_TOP, integer=True)
+    jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
+    sp = space if isinstance(space, PDSpace) else load_pd_space(space)
+    src = scenario if isinstance(scenario, dict) else str(scenario)
+    ao = AtomicOutput(Path(out)) if out is not None else None
+    try:
+        res, base = _plan_pd(src, sp, gpus, budget_usd_per_hour, slos, list(overrides), min_goodput, warmup,
+                             rounds, top, jobs, backend, address)
+        res["overrides"] = list(overrides)
+        if ao is not None:
+            _write(res, ao.tmp, base)
+            ao.commit()
+        return res
+    except BaseException:
+        if ao is not None:
+            ao.abort()
+        raise
+
+
+def _replica_counts(sp: PDSpace, role: str, per: int, price: float | None, gpus, usd) -> list:
+    """Replica counts of one role that fit the budgets on their own (the pair is checked later)."""
+    hi = MAXR = 10_000
+    if gpus is not None:
+        hi = min(hi, gpus // per)
+    if usd is not None:
+        hi = min(hi, int(usd // (per * price)) if price else MAXR)
+    return [r for r in (sp.replicas[role] if sp.replicas else range(1, hi + 1)) if r <= hi]
+
+
+def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address):
+    where = "<scenario>" if isinstance(src, dict) else src
+    doc = read_scenario_file(src) if not isinstance(src, dict) else src
+    bc = base_cluster(doc, where)
+    base = load_scenario(src, user)
+    # goodput counts against the plan's SLOs (the slo section best.yaml carries), so the ranking, and a
+    # re-run of best.yaml, judge every request by the same targets
+    user = user + ["slo=" + json.dumps(plan_slo_section(base.raw.get("slo"), slos), sort_keys=True)]
+    w = _workload_stats(base)
+    cands, uncached = [], {}
+    for ph, ptp, dh, dtp in sp.families():
+        fam = {"prefill_hardware": ph, "prefill_tp": ptp, "decode_hardware": dh, "decode_tp": dtp}
+        one = {**fam, "prefill_replicas": 1, "decode_replicas": 1}
+        try:
+            scn = load_scenario(src, user + [cluster_override(bc, one)])
+            pp, dp = scn.fleet.pools
+            pre = prefill_capacity(pp, scn.base_dir, w["prompt"])
+            key = (pp.engine.enable_prefix_caching, pp.engine.block_size)
+            if key not in uncached:
+                uncached[key] = uncached_prompt_tokens(scn, pp)
+            wf = {**w, "uncached_prompt": uncached[key]}
+            decode_fixed_point(dp, scn.base_dir, 0.0, w["prompt"], w["output"])   # the decode side fits
+            bad = None
+        except ConfigError as e:
+            scn, bad = None, e
+            pp = dp = None
+        names = {r: (one[f"{r}_hardware"] or base.device.name) for r in ROLES}
+        per = {"prefill": _gpus_of(pp) if pp else ptp, "decode": _gpus_of(dp) if dp else dtp}
+        price = {"prefill": pp.device.usd_per_gpu_hour if pp else None,
+                 "decode": dp.device.usd_per_gpu_hour if dp else None}
+        if usd is not None and bad is None and None in price.values():
+            bad = ConfigError("--budget-usd-per-hour", usd, f"GPU-hour prices for {names['prefill']} and "
+                              f"{names['decode']} (usd_per_gpu_hour of the device profiles)")
+        fam.update(prefill_hardware=names["prefill"], decode_hardware=names["decode"])
+        for pr in _replica_counts(sp, "prefill", per["prefill"], price["prefill"], gpus, usd):
+            for dr in _replica_counts(sp, "decode", per["decode"], price["decode"], gpus, usd):
+                n = pr * per["prefill"] + dr * per["decode"]
+                cost = None if None in price.values() else (pr * per["prefill"] * price["prefill"]
+                                                            + dr * per["decode"] * price["decode"])
+                if (gpus is not None and n > gpus) or (usd is not None and cost is not None and cost > usd + 1e-9):
+                    continue
+                c = {**fam, "prefill_replicas": pr, "decode_replicas": dr, "gpus": n, "usd_per_hour": cost}
+                c["_ov"] = cluster_override(bc, {**one, "prefill_replicas": pr, "decode_replicas": dr})
+                if bad is not None:
+                    c.update(screen="pruned", reason=str(bad))
+                else:
+                    scn.fleet.pools[0].replicas, scn.fleet.pools[1].replicas = pr, dr
+                    c.update(screen_candidate(scn, wf, slos, pre))
+                cands.append(c)
+    _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
+    sims = [c for c in cands if "pass" in c]
+    rank = "goodput_per_usd" if usd is not None else "efficiency_goodput_per_gpu_s"
+    ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-(c.get(rank) or 0), c["gpus"], _order(c)))
+    res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "workload": w,
+           "rank_by": rank, "candidates": len(cands), "pruned": sum(1 for c in cands if c["screen"] == "pruned"),
+           "simulated": len(sims), "passed": len(ok), "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
+    if res["best"] is not None:
+        best = load_scenario(src, user + [res["best"]["_ov"]])
+        res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
+    return res, base
+
+
+def _order(c: dict) -> tuple:
+    """A total, deterministic order of candidates (ties of the ranking are broken by it)."""
+    return tuple(str(c[k]) for k in KEYS)
+
+
+KEYS = ["prefill_hardware", "prefill_tp", "prefill_replicas", "decode_hardware", "decode_tp", "decode_replicas",
+        "gpus", "usd_per_hour"]
+
+
+def _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, by_usd) -> None:
+    """Per family (GPU types and TPs): the cheapest kept candidate first (fewest GPUs, or dollars), then the
+    next cheapest per round until one passes: more hardware of the same family only lowers goodput per GPU."""
+    fams: dict = {}
+    for c in cands:
+        if c["screen"] == "kept":
+            fams.setdefault(tuple(c[k] for k in KEYS[:2] + KEYS[3:5]), []).append(c)
+    cost = (lambda c: (c["usd_per_hour"], c["gpus"], _order(c))) if by_usd else (lambda c: (c["gpus"], _order(c)))
+    pending = {k: sorted(v, key=cost) for k, v in sorted(fams.items(), key=lambda kv: str(kv[0]))}
+    for _ in range(rounds):
+        batch = [(k, rows[0]) for k, rows in pending.items() if rows]
+        if not batch:
+            break
+        calls = [(src, user + [c["_ov"]], slos, warmup, min_goodput) for _, c in batch]
+        for (k, c), row in zip(batch, list(run_calls(probe, calls, jobs, backend, address))):
+            c.update({kk: v for kk, v in row.items() if kk != "reasons"})
+            c["reasons"] = "; ".join(row.get("reasons", []))
+            usd = c.get("efficiency_usd_per_hour")
+            good = c.get("goodput_requests_per_s")
+            c["goodput_per_usd"] = good * 3600 / usd if usd and good is not None else None
+        for k, c in batch:
+            pending[k] = [] if c["pass"] else pending[k][1:]
+
+
+_COLS = ("pass", "reasons", "goodput_requests_per_s", "goodput_fraction", "efficiency_goodput_per_gpu_s",
+         "goodput_per_usd", "efficiency_output_tokens_per_s_per_gpu", "efficiency_usd_per_hour", "p99_ttft_ms",
+         "p99_tpot_ms")
+_EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_offered_prefill_tokens_per_s", "est_prefill_util", "est_decode_step_ms",
+        "est_decode_batch", "est_kv_transfer_ms", "est_ttft_floor_ms", "est_tpot_ms")
+
+
+def _write(res: dict, out: Path, base) -> None:
+    lead = KEYS + list(_EST) + list(_COLS)
+    write_atomic(out / "candidates.csv", table_csv([{k: c.get(k) for k in lead} for c in res["rows"]], lead))
+    write_atomic(out / "top.csv", table_csv([{k: c.get(k) for k in lead} for c in res["top"]], lead))
+    if res.get("best_scenario") is not None:
+        slo = ", ".join(f"{k} <= {v:g}" for k, v in res["slos"].items())
+        write_atomic(out / "best.yaml", "# written by dsim plan (prefill/decode): the best configuration found; "
+                     f"slo: the plan's targets ({slo}) as per-request goodput targets; file paths relative to this "
+                     "folder\n" + yaml.safe_dump(paths_relative_to(res["best_scenario"], out), sort_keys=False))
+        from .deploy import deployment_files
+        for name, text in deployment_files(load_scenario(res["best_scenario"])).items():
+            write_atomic(out / "deploy" / name, text)
+    write_atomic(out / "plan.md", plan_md(res, f"{base.name}: {base.model.name}, prefill/decode"))
+
+
+def plan_line(res: dict) -> str:
+    head = (f"{res['candidates']} P/D candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated, "
+            f"{res['passed']} meet the SLOs")
+    b = res["best"]
+    if b is None:
+        return head + "; none fits the budget"
+    per = (f"{b.get('goodput_per_usd') or 0:.4g} good req/$" if res["rank_by"] == "goodput_per_usd"
+           else f"{b.get('efficiency_goodput_per_gpu_s') or 0:.3g} good req/GPU-s")
+    return head + (f"; best: prefill {b['prefill_replicas']} x {b['prefill_hardware']} TP{b['prefill_tp']}, decode "
+                   f"{b['decode_replicas']} x {b['decode_hardware']} TP{b['decode_tp']} ({b['gpus']} GPUs"
+                   + (f", ${b['usd_per_hour']:.2f}/h" if b.get("usd_per_hour") is not None else "") + f", {per})")
+
+
+def plan_md(res: dict, title: str) -> str:
+    budget = " and ".join(x for x in (f"{res['gpus_budget']} GPUs" if res["gpus_budget"] else "",
+                                      f"${res['usd_budget']:g}/hour" if res["usd_budget"] else "") if x)
+    lines = [f"# Plan: {title}", "", f"**{plan_line(res)}**", "",
+             f"Budget {budget}; SLOs " + ", ".join(f"{k} <= {v:g}" for k, v in res["slos"].items())
+             + f"; load {res['workload']['rate']:.2f} req/s, mean {res['workload']['prompt']:.0f} prompt / "
+             f"{res['workload']['output']:.0f} output tokens; ranked by {res['rank_by']}.", ""]
+    if res.get("best_scenario") is not None:
+        lines += ["The best configuration as a scenario (`best.yaml`, run it with `dsim run best.yaml`; "
+                  "`deploy/` has its vLLM command lines and Kubernetes manifests):", "",
+                  "```yaml", yaml.safe_dump(res["best_scenario"], sort_keys=False).rstrip(), "```", ""]
+    cols = KEYS + [res["rank_by"], "p99_ttft_ms", "p99_tpot_ms", "est_prefill_util", "est_tpot_ms"]
+    lines += ["## Top configurations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(c.get(k)) for k in cols) + " |" for c in res["top"]]
+    why: dict = {}
+    for c in res["rows"]:
+        if c["screen"] == "pruned":
+            k = c["reason"].split(":")[0].split(" estimate")[0]
+            why[k] = why.get(k, 0) + 1
+    lines += ["", "## Screen", "", f"{res['pruned']} of {res['candidates']} candidates pruned without a simulation "
+              "(estimates from the latency model: prefill pool tokens/s, decode fixed point, KV transfer time).", "",
+              "| pruned because | candidates |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return "\n".join(lines) + "\n"
