@@ -100,3 +100,21 @@ def test_research_policy_is_named_not_dropped():
     scn = dsim.load_scenario(ROOT / "scenarios" / "edf_slo_classes.yaml")
     text = deployment_files(scn)["serve.sh"]
     assert "dsim research policy" in text and "--scheduling-policy edf" not in text
+
+
+def test_a_plan_folder_with_deploy_is_replaced_but_a_users_file_in_it_is_not(tmp_path):
+    """A second `dsim plan --out` into its own folder was refused ('deploy, which dsim did not write');
+    a file of the user's inside deploy/ must still stop it."""
+    from dsim.config.errors import ConfigError
+    from dsim.metrics.writers import AtomicOutput
+    out = tmp_path / "plan"
+    for _ in range(2):
+        ao = AtomicOutput(out)
+        ao.write_text("plan.md", "x")
+        ao.write_text("deploy/serve.sh", "vllm serve m")
+        ao.commit()
+    assert (out / "deploy" / "serve.sh").read_text() == "vllm serve m"
+    (out / "deploy" / "mine.txt").write_text("keep")
+    with pytest.raises(ConfigError, match=r"deploy/mine\.txt"):
+        AtomicOutput(out)
+    assert (out / "deploy" / "mine.txt").read_text() == "keep"

@@ -90,6 +90,7 @@ def to_json(obj) -> str:
 
 
 MARKER = ".dsim-report"        # the files of a report, one relative path a line: what dsim may replace
+SUBFOLDERS = ("plots", "deploy")   # a report's folders of files (plots/*.png, plan's deploy/): one level
 # what reports written before the marker existed may hold (run, cosim, calibrate, oracle)
 _LEGACY = frozenset(("summary.json", "manifest.json", "requests.csv", "timeline.json", "vllm_traces.otlp.jsonl",
                      "cosim.json", "cosim.md", "replay.jsonl", "scenario.yaml", "calibrated.yaml", "report.json",
@@ -103,7 +104,7 @@ _TMP = re.compile(r"^\..+\.tmp-(\d+)-[^/]+$")
 def foreign_entry(folder: Path) -> str | None:
     """The first entry of an existing, non-empty ``folder`` that dsim did not write, or None when the
     folder is a dsim report (its marker lists everything in it; an older report: only report files
-    beside its manifest).  Reads two levels (the folder and its plots/), never walks a tree."""
+    beside its manifest).  Reads two levels (the folder and its plots/ or deploy/), never walks a tree."""
     try:
         top = sorted(os.listdir(folder))
     except OSError as e:
@@ -122,14 +123,15 @@ def foreign_entry(folder: Path) -> str | None:
         if name == MARKER:
             continue
         p = folder / name
-        if name == "plots" and p.is_dir() and not p.is_symlink():
+        if name in SUBFOLDERS and p.is_dir() and not p.is_symlink():
             try:
                 inner = sorted(os.listdir(p))
             except OSError:
-                return "plots"
+                return name
             for f in inner:
-                rel = f"plots/{f}"
-                if (rel not in owned) if owned is not None else not (f.endswith(".png") and (p / f).is_file()):
+                rel = f"{name}/{f}"
+                legacy_ok = name == "plots" and f.endswith(".png") and (p / f).is_file()
+                if (rel not in owned or not (p / f).is_file()) if owned is not None else not legacy_ok:
                     return rel
             continue
         if p.is_symlink() or not p.is_file() or ((name not in owned) if owned is not None else name not in _LEGACY):
@@ -222,8 +224,8 @@ class AtomicOutput:
     def _write_marker(self) -> None:
         files = []
         for name in sorted(os.listdir(self.tmp)):
-            if name == "plots" and (self.tmp / name).is_dir():
-                files += [f"plots/{f}" for f in sorted(os.listdir(self.tmp / name))]
+            if name in SUBFOLDERS and (self.tmp / name).is_dir():
+                files += [f"{name}/{f}" for f in sorted(os.listdir(self.tmp / name))]
             else:
                 files.append(name)
         (self.tmp / MARKER).write_text("".join(f"{f}\n" for f in files))
