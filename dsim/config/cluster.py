@@ -77,10 +77,20 @@ def check_tp(model: ModelSpec, engine: EngineConfig, path: str) -> None:
         raise ConfigError(f"{path}.pipeline_parallel_size", pp, f"at most the model's {model.num_layers} layers")
 
 
+@dataclass(frozen=True)
+class _FixedRouter:
+    """The router of a scenario without a cluster section (one replica): the fields build_router reads
+    of a declared router, without importing the cluster schema for a section the scenario lacks."""
+    policy: str = "round_robin"
+    staleness_s: float = 0.0
+
+
+ONE_REPLICA_ROUTER = _FixedRouter()
+
+
 def single_pool(model, device, engine, latency) -> FleetSpec:
-    from .schema.cluster import PlainRouter
     pool = PoolSpec("default", "default", model, device, engine, latency, 1, path="")
-    return FleetSpec([ClusterSpec("default", PlainRouter(policy="round_robin"), [pool])], declared=False)
+    return FleetSpec([ClusterSpec("default", ONE_REPLICA_ROUTER, [pool])], declared=False)
 
 
 def _pool(p, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
