@@ -91,3 +91,25 @@ def test_a_packed_point_carries_its_files_and_runs_anywhere(tmp_path, monkeypatc
     assert len(pkg["files"]) == 1 and not Path(pkg["scenario"]["workload"]["path"]).is_absolute()
     monkeypatch.chdir(tmp_path)
     assert evaluate(pkg, [], None) == evaluate(str(TRACE), ["workload.num_requests=20"], None)
+
+
+def test_packing_shares_one_copy_and_unpacking_repairs_and_reports(tmp_path, monkeypatch):
+    """Every point naming one trace shares one copy of its bytes in the driver; a worker folder whose
+    files a temp cleaner removed is written again; an unwritable temp folder is a ConfigError row,
+    not a crash of the sweep."""
+    import tempfile
+    from dsim.config.errors import ConfigError
+    from dsim.explore.portable import pack, unpack
+    a, b = pack(str(TRACE), ["workload.num_requests=5"]), pack(str(TRACE), ["workload.num_requests=6"])
+    (name,) = a["files"]
+    assert a["files"][name] is b["files"][name]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    _, folder = unpack(a)
+    (folder / name).unlink()
+    _, again = unpack(a)
+    assert again == folder and (folder / name).read_bytes() == a["files"][name]
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the folder should be")
+    monkeypatch.setattr(tempfile, "tempdir", str(blocked))
+    with pytest.raises(ConfigError, match="a writable temporary folder"):
+        unpack(a)

@@ -118,3 +118,17 @@ def test_a_plan_folder_with_deploy_is_replaced_but_a_users_file_in_it_is_not(tmp
     with pytest.raises(ConfigError, match=r"deploy/mine\.txt"):
         AtomicOutput(out)
     assert (out / "deploy" / "mine.txt").read_text() == "keep"
+
+
+def test_speculation_and_config_path_models_are_named_not_dropped(tmp_path):
+    spec = deployment_files(dsim.load_scenario(ROOT / "scenarios" / "datacenter_fused.yaml"))["serve.sh"]
+    assert "speculative decoding was simulated" in spec and "--speculative-config" in spec
+    cfg = tmp_path / "my-llama" / "config.json"
+    cfg.parent.mkdir()
+    from importlib import resources
+    src = next(p for p in resources.files("dsim.config").joinpath("catalog").iterdir() if p.name.endswith(".json"))
+    cfg.write_text(src.read_text())
+    doc = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+    doc["model"] = {"config": str(cfg)}
+    text = deployment_files(dsim.load_scenario(doc))["serve.sh"]
+    assert "the model was given as a config.json" in text

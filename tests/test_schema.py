@@ -104,3 +104,26 @@ def test_shared_names_match_the_builders():
     from importlib import resources
     head = next(csv.reader(resources.files("dsim.data").joinpath("validation_errors.csv").open()))
     assert set(names.BAND_COLUMNS) <= set(head)
+
+
+def test_set_through_a_yaml_alias_changes_one_place(tmp_path):
+    """`--set` on a key reached through a YAML alias changed every use of the alias."""
+    base = (ROOT / "scenarios" / "quickstart.yaml").read_text()
+    doc = load_yaml(base, "q")
+    doc["workload"] = {"type": "mix", "classes": [
+        {"name": "chat", "type": "poisson", "rate": 2, "num_requests": 5, "prompt_tokens": "LEN", "output_tokens": 5},
+        {"name": "batch", "type": "poisson", "rate": 2, "num_requests": 5, "prompt_tokens": "ALIAS",
+         "output_tokens": 5}]}
+    import yaml
+    text = yaml.safe_dump(doc, sort_keys=False).replace("prompt_tokens: LEN", "prompt_tokens: &len {dist: constant, value: 100}")
+    text = text.replace("prompt_tokens: ALIAS", "prompt_tokens: *len")
+    (tmp_path / "a.yaml").write_text(text)
+    scn = dsim.load_scenario(tmp_path / "a.yaml", ["workload.classes[0].prompt_tokens.value=1500"])
+    classes = scn.raw["workload"]["classes"]
+    assert (classes[0]["prompt_tokens"]["value"], classes[1]["prompt_tokens"]["value"]) == (1500, 100)
+
+
+def test_numpy_booleans_are_booleans():
+    import numpy as np
+    data = _read(ROOT / "scenarios" / "quickstart.yaml")
+    assert dsim.load_scenario({**data, "drain": np.False_}).drain is False

@@ -78,9 +78,18 @@ def read_scenario_file(path) -> dict:
 _SEG = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)((?:\[-?\d+\])*)$")
 
 
+def _unshared(node):
+    """A copy in which no two places share one object (copy.deepcopy keeps a YAML alias shared)."""
+    if isinstance(node, dict):
+        return {k: _unshared(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_unshared(v) for v in node]
+    return copy.deepcopy(node)
+
+
 def apply_overrides(data: dict, overrides) -> dict:
     """Apply ``a.b[1].c=value`` strings; the value is parsed as YAML (``1`` int, ``true`` bool)."""
-    data = copy.deepcopy(data)
+    data = _unshared(data)            # a YAML alias (*len) is a copy here, so --set changes one place
     if overrides is not None and (isinstance(overrides, (str, bytes, dict)) or not hasattr(overrides, "__iter__")):
         raise ConfigError("overrides", overrides, "a list of 'KEY=VALUE' strings")
     for ov in overrides or ():

@@ -121,6 +121,22 @@ def k8s_manifests(pool, app: str) -> list[dict]:
     return [deployment, service]
 
 
+def scenario_notes(scn, pool) -> list[str]:
+    """What the simulated deployment has that these files do not set, said where an operator reads."""
+    from ..metrics.band import get_path
+    notes = []
+    if scn.spec is not None:
+        notes.append(f"speculative decoding was simulated ({scn.spec.mode}, drafter {scn.spec.drafter.name}): "
+                     "add vLLM's --speculative-config for your version, or expect the non-speculative TPOT")
+    raw = get_path(scn.raw, f"{pool.path}.model") if pool.path else None
+    if raw is None:
+        raw = scn.raw.get("model")
+    if isinstance(raw, dict):
+        notes.append(f"the model was given as a config.json ({raw.get('config')}): replace {pool.model.name!r} "
+                     "by the weights' path or Hugging Face id")
+    return notes
+
+
 def deployment_files(scn) -> dict[str, str]:
     """File name -> text for ``deploy/``: ``serve.sh`` (one ``vllm serve`` line per pool) and
     ``<pool>.k8s.yaml`` per pool."""
@@ -132,6 +148,7 @@ def deployment_files(scn) -> dict[str, str]:
              "# settings that were simulated. Run each line on a node with the pool's GPUs.", ""]
     for p in pools:
         _, notes = serve_args(p)
+        notes = notes + scenario_notes(scn, p)
         lines.append(f"# pool {p.name}: {p.replicas} replica(s) x {gpus_per_replica(p.engine)} {p.device.name} "
                      f"GPU(s), role {p.role}")
         lines += [f"# note: {n}" for n in notes]

@@ -8,10 +8,14 @@ results come back as data and only the driver writes the output folder)."""
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
+
+from ..config.errors import ConfigError
 
 MARK = "dsim_portable_scenario"
 # scenario keys whose string value names a file, relative to the scenario's folder (trace, length
@@ -21,6 +25,14 @@ FILE_KEYS = frozenset({"path", "config", "coefficients", "curve", "curves", "bun
 
 def is_packed(source) -> bool:
     return isinstance(source, dict) and source.get(MARK) == 1
+
+
+@functools.lru_cache(maxsize=64)
+def _read(path: str, mtime_ns: int, size: int) -> tuple[str, bytes]:
+    """(content name, bytes) of a file, read once per version: every point of a sweep that names the
+    same trace shares one copy in the driver's memory."""
+    blob = Path(path).read_bytes()
+    return hashlib.sha256(blob).hexdigest()[:20], blob
 
 
 def pack(source, overrides) -> dict:
@@ -38,12 +50,17 @@ def pack(source, overrides) -> dict:
         if isinstance(node, dict):
             for k, v in node.items():
                 if k in FILE_KEYS and isinstance(v, str):
-                    p = Path(v) if Path(v).is_absolute() or base is None else base / v
+                    given = Path(v).expanduser()
+                    p = given if given.is_absolute() or base is None else base / given
                     if p.is_file():
-                        blob = p.read_bytes()
-                        name = hashlib.sha256(blob).hexdigest()[:20] + "".join(Path(v).suffixes[-2:])
+                        st = p.stat()
+                        digest, blob = _read(str(p.resolve()), st.st_mtime_ns, st.st_size)
+                        name = digest + "".join(Path(v).suffixes[-2:])
                         files[name] = blob
                         node[k] = name
+                        continue
+                    if base is not None and not given.is_absolute() and Path(v).suffix:
+                        node[k] = str(p)          # missing here too: the worker names the driver's path
                         continue
                 walk(v)
         elif isinstance(node, list):
@@ -56,20 +73,32 @@ def pack(source, overrides) -> dict:
 def unpack(pkg: dict) -> tuple[dict, Path]:
     """(scenario mapping, folder holding its files): written once per content in this machine's
     temporary folder, atomically, so workers sharing a machine share one copy."""
-    key = hashlib.sha256("".join(sorted(pkg["files"])).encode()).hexdigest()[:20]
-    folder = Path(tempfile.gettempdir()) / "dsim-shipped" / key
-    if not folder.is_dir():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))
-        for name, blob in pkg["files"].items():
-            (tmp / name).write_bytes(blob)
-        try:
-            os.replace(tmp, folder)
-        except OSError:                 # another worker put the same files there first
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+    key = hashlib.sha256("\n".join(sorted(pkg["files"])).encode()).hexdigest()[:20]
+    # one folder per user (a shared /tmp: another user's folders are not ours to write)
+    folder = Path(tempfile.gettempdir()) / f"dsim-shipped-{_user()}" / key
+    try:
+        if not (folder.is_dir() and all((folder / n).is_file() for n in pkg["files"])):
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))
+            for name, blob in pkg["files"].items():
+                (tmp / name).write_bytes(blob)
+            if folder.is_dir():                      # files went missing (a temp cleaner): replace it
+                shutil.rmtree(folder, ignore_errors=True)
+            try:
+                os.replace(tmp, folder)
+            except OSError:                          # another worker put the same files there first
+                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        raise ConfigError(str(folder), None, f"a writable temporary folder on the worker for the point's "
+                          f"files ({e.strerror or e})", show_value=False) from None
     return copy.deepcopy(pkg["scenario"]), folder
+
+
+def _user() -> str:
+    try:
+        return str(os.getuid())
+    except AttributeError:                           # no uid on this platform
+        return "user"
 
 
 def ship(call: tuple) -> tuple:

@@ -164,6 +164,8 @@ def Float(lo: float | None = None, hi: float | None = None, *, lo_open: bool = F
 
 
 def _bool(v):
+    if type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool"):
+        v = bool(v)                           # np.True_ (a pandas row's flag)
     if not isinstance(v, bool):
         raise ConfigError("", v, "true or false")
     return v
