@@ -20,7 +20,7 @@ from __future__ import annotations
 import numbers
 from typing import Annotated, Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, WithJsonSchema, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from ..errors import ConfigError
 from ..fields import check_number, unknown_key_hint
@@ -149,18 +149,60 @@ def _schema_bounds(js: dict, lo, hi, lo_open) -> dict:
     return js
 
 
+class _Checked:
+    """A field type checked by one of dsim's functions: pydantic calls ``check`` directly (a plain
+    validator core schema), and editors get ``js``.
+
+    Why not ``Annotated[int, PlainValidator(check), WithJsonSchema(js)]``: pydantic applies such
+    metadata through its generic annotation machinery on every field, a few hundred microseconds a
+    field when a section's validator is first compiled.  The core schema is made anew for each use:
+    pydantic writes into it (its metadata), so one shared dict would grow with every model."""
+
+    __slots__ = ("check", "js")
+
+    def __init__(self, check, js: dict):
+        self.check, self.js = check, js
+
+    def __get_pydantic_core_schema__(self, _source, _handler):
+        from pydantic_core import core_schema
+        return core_schema.no_info_plain_validator_function(self.check)
+
+    def __get_pydantic_json_schema__(self, _schema, _handler):
+        return dict(self.js)
+
+
+def checked(py_type, check, js: dict):
+    """``py_type`` validated by ``check`` (a ConfigError with a relative path on a bad value), shown as ``js``."""
+    return Annotated[py_type, _Checked(check, js)]
+
+
+_TYPES: dict = {}
+
+
+def _memo(key, make):
+    """One Annotated type per distinct declaration (Int(1) on fifty fields is one object)."""
+    tp = _TYPES.get(key)
+    if tp is None:
+        tp = _TYPES[key] = make()
+    return tp
+
+
 def Int(lo: int | None = None, hi: int | None = None):
     """An integer in [lo, hi]; 5.0 reads as 5, booleans and strings are refused."""
-    def check(v):
-        return check_number(v, "", lo=lo, hi=hi, integer=True)
-    return Annotated[int, PlainValidator(check), WithJsonSchema(_schema_bounds({"type": "integer"}, lo, hi, False))]
+    def make():
+        def check(v):
+            return check_number(v, "", lo=lo, hi=hi, integer=True)
+        return checked(int, check, _schema_bounds({"type": "integer"}, lo, hi, False))
+    return _memo(("int", lo, hi), make)
 
 
 def Float(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False):
     """A finite number in [lo, hi] (or (lo, hi] with ``lo_open``); integers are accepted."""
-    def check(v):
-        return check_number(v, "", lo=lo, hi=hi, lo_open=lo_open)
-    return Annotated[float, PlainValidator(check), WithJsonSchema(_schema_bounds({"type": "number"}, lo, hi, lo_open))]
+    def make():
+        def check(v):
+            return check_number(v, "", lo=lo, hi=hi, lo_open=lo_open)
+        return checked(float, check, _schema_bounds({"type": "number"}, lo, hi, lo_open))
+    return _memo(("float", lo, hi, lo_open), make)
 
 
 def _bool(v):
@@ -171,7 +213,7 @@ def _bool(v):
     return v
 
 
-Bool = Annotated[bool, PlainValidator(_bool), WithJsonSchema({"type": "boolean"})]
+Bool = checked(bool, _bool, {"type": "boolean"})
 
 
 def _str(v):
@@ -180,20 +222,22 @@ def _str(v):
     return v
 
 
-Str = Annotated[str, PlainValidator(_str), WithJsonSchema({"type": "string"})]
+Str = checked(str, _str, {"type": "string"})
 
 
 def Choice(*options: str):
     """One string of a fixed set (the message lists them)."""
     opts = tuple(options)
 
-    def check(v):
-        if not isinstance(v, str):
-            raise ConfigError("", v, "a string")
-        if v not in opts:
-            raise ConfigError("", v, "one of " + ", ".join(opts))
-        return v
-    return Annotated[str, PlainValidator(check), WithJsonSchema({"type": "string", "enum": list(opts)})]
+    def make():
+        def check(v):
+            if not isinstance(v, str):
+                raise ConfigError("", v, "a string")
+            if v not in opts:
+                raise ConfigError("", v, "one of " + ", ".join(opts))
+            return v
+        return checked(str, check, {"type": "string", "enum": list(opts)})
+    return _memo(("choice",) + opts, make)
 
 
 def _any(v):
@@ -202,7 +246,7 @@ def _any(v):
 
 def Raw(description_schema: dict | None = None):
     """A value a builder reads itself (a file path or inline data whose shape depends on content)."""
-    return Annotated[Any, PlainValidator(_any), WithJsonSchema(description_schema or {})]
+    return checked(Any, _any, description_schema or {})
 
 
 def is_number(v) -> bool:
@@ -238,6 +282,10 @@ class _TaggedUnion:
             raise ConfigError(self.key, tag, "one of " + ", ".join(self.names))
         return self.members[tag].model_validate(v)
 
+    def __get_pydantic_core_schema__(self, _source, _handler):
+        from pydantic_core import core_schema
+        return core_schema.no_info_plain_validator_function(self.validate)
+
     def __get_pydantic_json_schema__(self, _schema, handler):
         from pydantic import TypeAdapter
         unique = dict.fromkeys(self.members.values())        # several tags may share one model
@@ -249,8 +297,7 @@ def Tagged(key: str, members: dict, default: str | None = None):
 
     Each member declares ``key`` as a ``Literal`` field (with ``default`` as its default where the
     key may be left out), so the JSON Schema shows the choice and the member's own keys."""
-    tagged = _TaggedUnion(key, members, default)
-    return Annotated[Any, PlainValidator(tagged.validate), tagged]
+    return Annotated[Any, _TaggedUnion(key, members, default)]
 
 
 class _Lazy:
@@ -277,6 +324,10 @@ class _Lazy:
             self._adapter = TypeAdapter(self.tp)
         return self._adapter.validate_python(v)
 
+    def __get_pydantic_core_schema__(self, _source, _handler):
+        from pydantic_core import core_schema
+        return core_schema.no_info_plain_validator_function(self.validate)
+
     def __get_pydantic_json_schema__(self, _schema, handler):
         from pydantic import TypeAdapter
         tagged = [m for m in getattr(self.tp, "__metadata__", ()) if isinstance(m, _TaggedUnion)]
@@ -288,8 +339,7 @@ class _Lazy:
 def Lazy(tp: Any):
     """A section field whose type is compiled on first use (see _Lazy); ``tp`` may be a
     "module:name" string, imported on first use."""
-    lazy = _Lazy(tp)
-    return Annotated[Any, PlainValidator(lazy.validate), lazy]
+    return Annotated[Any, _Lazy(tp)]
 
 
 def merged(shared: Any, own: Any) -> Any:

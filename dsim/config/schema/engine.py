@@ -9,16 +9,12 @@ combination a replica runs with: a cluster pool's engine keys over the scenario'
 """
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import PlainValidator, WithJsonSchema
-
 from ..errors import ConfigError
 from ..generations import generation_for
 from ..limits import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS
 from ..model import KV_CACHE_DTYPES
 from ..names import EXECUTORS, OFFLOAD_POLICIES, SCHEDULING_POLICIES
-from .base import Bool, Choice, Float, Int, Section
+from .base import Bool, Choice, Float, Int, Section, checked
 
 
 def _version(v):
@@ -31,7 +27,7 @@ def _version(v):
     return v
 
 
-VllmVersion = Annotated[str, PlainValidator(_version), WithJsonSchema({"type": ["string", "number"]})]
+VllmVersion = checked(str, _version, {"type": ["string", "number"]})
 
 
 class OffloadSection(Section):

@@ -8,14 +8,14 @@ scenario's folder) and resolve the defaults that depend on the replica (None bel
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import PlainValidator, TypeAdapter, ValidationError, WithJsonSchema
+from pydantic import TypeAdapter, ValidationError
 
 from ..errors import ConfigError
 from ..fields import check_number
 from ..names import BAND_COLUMNS, N_ALPHA, N_BETA
-from .base import Bool, Choice, Float, Int, Section, Str, Tagged, translate
+from .base import Bool, Choice, Float, Int, Section, Str, Tagged, translate, checked
 
 
 def Coefficients(n: int, unit: str = "microseconds"):
@@ -25,7 +25,7 @@ def Coefficients(n: int, unit: str = "microseconds"):
             raise ConfigError("", v, f"a list of {n} numbers ({unit})")
         return [check_number(x, f"[{i}]", lo=0) for i, x in enumerate(v)]
     js = {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": n, "maxItems": n}
-    return Annotated[list, PlainValidator(check), WithJsonSchema(js)]
+    return checked(list, check, js)
 
 
 def _held_out(v):
@@ -45,9 +45,9 @@ def _held_out(v):
 
 
 # error column of dsim.metrics.band -> signed relative errors (sim - real) / real
-HeldOutErrors = Annotated[dict, PlainValidator(_held_out), WithJsonSchema({
+HeldOutErrors = checked(dict, _held_out, {
     "type": "object", "propertyNames": {"enum": list(BAND_COLUMNS)},
-    "additionalProperties": {"type": "array", "items": {"type": "number", "exclusiveMinimum": -1}}})]
+    "additionalProperties": {"type": "array", "items": {"type": "number", "exclusiveMinimum": -1}}})
 
 Efficiency = Float(0, 1, lo_open=True)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Union
 
-from pydantic import BaseModel, BeforeValidator, Discriminator, Tag, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, Discriminator, Tag
 
 from ..errors import ConfigError
-from .base import Str
+from .base import Str, checked
 
 # tags of the two alternatives: never a YAML key, so parse() does not mistake them for the user's path
 _NAME, _MAPPING = "<name>", "<mapping>"
@@ -29,6 +29,6 @@ def NameOr(section: type, expected: str, names: str):
         if isinstance(v, (str, dict, section)):
             return v
         raise ConfigError("", v, expected)
-    name = Annotated[Str, WithJsonSchema({"type": "string", "description": names})]
+    name = checked(str, Str.__metadata__[0].check, {"type": "string", "description": names})
     union = Union[Annotated[name, Tag(_NAME)], Annotated[section, Tag(_MAPPING)]]
     return Annotated[union, Discriminator(pick), BeforeValidator(check)]

@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, PlainValidator, WithJsonSchema, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from ..errors import ConfigError
 from ..fields import check_number
 from ..limits import MAX_NODES, MAX_TIME_S, MIN_BW_MBPS
-from .base import Choice, Float, Int, Section, Str
+from .base import Choice, Float, Int, Section, Str, checked
 
 KINDS = ("links", "clos", "complete")
 BW_RULE = f"a bandwidth >= {MIN_BW_MBPS:g} Mb/s (1 kbit/s)"
@@ -29,8 +29,7 @@ def _bandwidth(v):
     return v
 
 
-Bandwidth = Annotated[float, PlainValidator(_bandwidth),
-                      WithJsonSchema({"type": "number", "minimum": MIN_BW_MBPS})]
+Bandwidth = checked(float, _bandwidth, {"type": "number", "minimum": MIN_BW_MBPS})
 """A link's bandwidth in Mb/s (1 kbit/s at least: slower links make a run's fabric work explode)."""
 
 
@@ -41,7 +40,7 @@ def _name(v):
     return str(v)
 
 
-DeviceName = Annotated[str, PlainValidator(_name), WithJsonSchema({"type": ["string", "integer"]})]
+DeviceName = checked(str, _name, {"type": ["string", "integer"]})
 
 
 def _shaped(kind: type, expected: str):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, Discriminator, PlainValidator, Tag, WithJsonSchema,
+from pydantic import (BaseModel, BeforeValidator, Discriminator, Tag,
                       field_validator, model_validator)
 
 from ..errors import ConfigError
 from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
-from .base import Bool, Choice, Float, Int, Raw, Section, Str
+from .base import Bool, Choice, Float, Int, Raw, Section, Str, checked
 from .speculation_gamma import GammaField, K, StaticGamma
 
 MODES = ("off", "fused", "distributed", "hybrid")
@@ -72,7 +72,7 @@ def Windows(what: str, *, ordered: bool = False):
             out.append(tuple(float(x) for x in row))
         return out
     pair = {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 2, "maxItems": 2}
-    return Annotated[list, PlainValidator(check), WithJsonSchema({"type": "array", "items": pair})]
+    return checked(list, check, {"type": "array", "items": pair})
 
 
 # ---- acceptance: curve | geometric | bundle, told apart by which key is written -------------------------

@@ -7,13 +7,13 @@ that the documented defaults are the class's).
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import PlainValidator, WithJsonSchema, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
 from ..errors import ConfigError
 from ..limits import MAX_SPEC_K
-from .base import Float, Int, Section, Str, Tagged, is_number
+from .base import Float, Int, Section, Str, Tagged, is_number, checked
 
 def check_finite(v, where: str = "") -> None:
     """Every number of a (nested) list finite: a NaN bias made every latency-head decision NaN,
@@ -30,8 +30,7 @@ def _finite(v):
     return v
 
 
-Numbers = Annotated[Any, PlainValidator(_finite),
-                    WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "array"}]})]
+Numbers = checked(Any, _finite, {"anyOf": [{"type": "number"}, {"type": "array"}]})
 
 
 K = Int(1, MAX_SPEC_K)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BeforeValidator, Discriminator, PlainValidator, Tag, TypeAdapter, ValidationError, WithJsonSchema,
+from pydantic import (BeforeValidator, Discriminator, Tag, TypeAdapter, ValidationError,
                       field_validator, model_validator)
 
 from ..errors import ConfigError
 from ..fields import check_number
 from ..limits import MAX_CV, MAX_GROUPS, MAX_REQUESTS, MAX_TIME_S, MAX_TOKENS, MIN_CV, expected_count
-from .base import Bool, Choice, Float, Int, Section, Str, Tagged, is_number, translate
+from .base import Bool, Choice, Float, Int, Section, Str, Tagged, is_number, translate, checked
 
 # ---- token lengths ---------------------------------------------------------------------------
 
@@ -121,8 +121,7 @@ def _fixed_length(v):
 
 # a bare number is a constant length; anything else is read as a {dist: ...} mapping
 Lengths = Annotated[
-    Union[Annotated[int, PlainValidator(_fixed_length),
-                    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}), Tag("fixed")],
+    Union[Annotated[checked(int, _fixed_length, {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}), Tag("fixed")],
           Annotated[LengthDist, Tag("distribution")]],
     Discriminator(lambda v: "fixed" if is_number(v) else "distribution")]
 
@@ -169,8 +168,8 @@ def _rate_or_inf(v):
 
 
 # `vllm bench serve --request-rate inf`: every request is ready at t=0 (use with max_concurrency)
-RateOrInf = Annotated[float, PlainValidator(_rate_or_inf), WithJsonSchema(
-    {"anyOf": [{"type": "number", "minimum": 1e-9, "maximum": 1e9}, {"const": "inf"}]})]
+RateOrInf = checked(float, _rate_or_inf,
+    {"anyOf": [{"type": "number", "minimum": 1e-9, "maximum": 1e9}, {"const": "inf"}]})
 Rate = Float(1e-9, 1e9)
 
 
@@ -378,13 +377,13 @@ def _slo_class(v):
 
 class _Tenant(Section):
     """The keys a mix's tenant adds to its workload."""
-    name: Annotated[str, PlainValidator(_tenant_name), WithJsonSchema({"type": "string", "minLength": 1})]
+    name: checked(str, _tenant_name, {"type": "string", "minLength": 1})
     """The tenant's name (unique in the mix): its requests' ``tenant``, and its key in the fairness report."""
-    priority: Annotated[int, PlainValidator(_priority), WithJsonSchema(
-        {"type": "integer", "minimum": -1_000_000, "maximum": 1_000_000})] | None = None
+    priority: checked(int, _priority,
+        {"type": "integer", "minimum": -1_000_000, "maximum": 1_000_000}) | None = None
     """Scheduling priority of all its requests, lower served first (None: the requests' own, a trace's
     column or 0); used by the priority and age_weighted policies."""
-    slo_class: Annotated[str, PlainValidator(_slo_class), WithJsonSchema({"type": "string", "minLength": 1})] \
+    slo_class: checked(str, _slo_class, {"type": "string", "minLength": 1}) \
         | None = None
     """A class of slo.classes all its requests join (None: the requests' own, or none)."""
 
