@@ -113,3 +113,19 @@ def test_packing_shares_one_copy_and_unpacking_repairs_and_reports(tmp_path, mon
     monkeypatch.setattr(tempfile, "tempdir", str(blocked))
     with pytest.raises(ConfigError, match="a writable temporary folder"):
         unpack(a)
+
+
+def test_a_sweep_refused_before_any_point_leaves_no_folder_it_made(tmp_path):
+    """A connection error (here: --address without a cluster backend, found when the points are
+    handed out) removes the sweep folder this command created; a folder the user had stays."""
+    from dsim.config.errors import ConfigError
+    q = str(ROOT / "scenarios" / "quickstart.yaml")
+    kw = dict(overrides=["workload.num_requests=5"], jobs=2, address="127.0.0.1:1")
+    with pytest.raises(ConfigError, match="only with --backend dask or ray"):
+        dsim.sweep(q, ["workload.rate=1,2"], out=tmp_path / "new", **kw)
+    assert not (tmp_path / "new").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    with pytest.raises(ConfigError, match="only with --backend dask or ray"):
+        dsim.sweep(q, ["workload.rate=1,2"], out=mine, **kw)
+    assert mine.is_dir()
