@@ -46,8 +46,9 @@ def ray_head():
     base = Path(tempfile.mkdtemp(prefix="dsim-ray-"))
     (base / "elsewhere").mkdir()                          # no scenarios/ here: paths would not resolve
     (base / "home").mkdir()
+    (base / "tmp").mkdir()                                # workers start without any point's files
     port, token = _free_port(), secrets.token_hex(16)
-    env = _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, HOME=str(base / "home"))
+    env = _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, HOME=str(base / "home"), TMPDIR=str(base / "tmp"))
     log = open(base / "head.log", "w")
     head = subprocess.Popen(
         [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(port), "--num-cpus", "2",

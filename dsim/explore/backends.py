@@ -240,8 +240,9 @@ def _run_calls(fn, calls, jobs, backend, address):
             return
         # a point travels as data (its scenario and the files it reads), never as a path the worker
         # would open in its own working directory (dsim.explore.portable)
-        from .portable import ship
-        calls = [ship(c) if fn_ships(fn) else c for c in calls]
+        from .portable import share, ship
+        if fn_ships(fn):           # each file's bytes go to the cluster once, the points carry references
+            calls = share([ship(c) for c in calls], name, _object_store(name))
         # Dask's and Ray's joblib backends return whole batches: submit in chunks so finished
         # points reach the caller (and a sweep's store) while the rest still run.  The backend is
         # joblib's thread-wide default only around each chunk, never across a yield: a caller that
@@ -252,3 +253,15 @@ def _run_calls(fn, calls, jobs, backend, address):
             with joblib.parallel_backend(name):
                 out = Parallel(n_jobs=-1)(delayed(fn)(*args) for args in calls[i:i + chunk])
             yield from out
+
+
+def _object_store(name: str):
+    """``put(bytes) -> reference`` into the running engine's own store: Dask scatters to every
+    worker at once (``broadcast=True``), Ray keeps one copy that its object manager moves to a
+    node on first use."""
+    if name == "dask":
+        from distributed import get_client
+        client = get_client()
+        return lambda blob: client.scatter(blob, broadcast=True)
+    import ray
+    return ray.put
