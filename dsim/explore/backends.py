@@ -119,7 +119,7 @@ def _ray_connect(ray, address: str) -> None:
                           f"({_first_line(e)})", show_value=False) from None
 
 
-def _ray_handshake(address: str, timeout_s: float = 5.0) -> None:
+def _ray_handshake(address: str, timeout_s: float = 3.0) -> None:
     """Check the token, then ask the head's GCS for its cluster id once.  A missing or wrong token
     fails here in a second; ``ray.init`` would retry it for 20 s, printing a warning each second,
     then report a lost connection (and Ray's C++ client ends the process on a token file it cannot
@@ -256,12 +256,14 @@ def _run_calls(fn, calls, jobs, backend, address):
 
 
 def _object_store(name: str):
-    """``put(bytes) -> reference`` into the running engine's own store: Dask scatters to every
-    worker at once (``broadcast=True``), Ray keeps one copy that its object manager moves to a
-    node on first use."""
+    """``put(bytes) -> reference`` into the running engine's own store, once per distinct file.
+    Nothing is pushed to every worker: a worker whose temporary folder already holds the file
+    (an earlier point, sweep or capacity round on that machine) never asks for it, one that lacks
+    it pulls it from the cluster (Dask: from the worker the scatter placed it on; Ray: through
+    its object manager)."""
     if name == "dask":
         from distributed import get_client
         client = get_client()
-        return lambda blob: client.scatter(blob, broadcast=True)
+        return lambda blob: client.scatter(blob)
     import ray
     return ray.put

@@ -7,8 +7,8 @@ packs each point; a worker unpacks it once per content into its temporary folder
 results come back as data and only the driver writes the output folder).
 
 A file's bytes travel once, not once per point: on a cluster the driver puts each distinct file
-in the engine's own object store (``share``: Dask's broadcast scatter, Ray's ``ray.put``) and the
-points carry only references, which a worker resolves when its folder lacks the file."""
+in the engine's own object store (``share``: Dask's scatter, Ray's ``ray.put``) and the points
+carry only references, which a worker resolves when its folder lacks the file."""
 from __future__ import annotations
 
 import copy
@@ -115,8 +115,8 @@ def ship(call: tuple) -> tuple:
 
 class Shared:
     """A file's bytes held in a cluster engine's object store: what a shared point carries instead
-    of the bytes.  Dask: ``ref`` is the driver's Future of a broadcast scatter (it keeps the data on
-    the workers) and only its key travels; Ray: ``ref`` is an ObjectRef, which travels as itself."""
+    of the bytes.  Dask: ``ref`` is the driver's Future of the scatter (it keeps the data in the
+    cluster) and only its key travels; Ray: ``ref`` is an ObjectRef, which travels as itself."""
     __slots__ = ("engine", "ref", "key")
 
     def __init__(self, engine: str, ref, key=None):
@@ -132,11 +132,12 @@ class Shared:
         if self.engine == "ray":
             import ray
             return ray.get(self.ref)
-        from distributed import Future, get_client, get_worker
-        data = get_worker().data                      # the broadcast put a copy on every worker
-        if self.key in data:
+        from distributed import Future, get_worker, worker_client
+        data = get_worker().data
+        if self.key in data:                          # the scatter placed it on this worker
             return data[self.key]
-        return Future(self.key, get_client()).result()   # a worker that joined later: ask the cluster
+        with worker_client() as client:               # pull it from the worker holding it
+            return Future(self.key, client).result()
 
 
 def share(calls: list, engine: str, put) -> list:
