@@ -23,7 +23,7 @@ from .metrics import plots as plots_mod
 from .metrics.ledger import RequestLedger
 from .metrics.measures import request_latencies
 from .metrics.summary import summarize
-from .metrics.writers import COLUMNS, AtomicOutput, request_rows, to_json, write_requests_csv
+from .metrics.writers import COLUMNS, AtomicOutput, output_folder, request_rows, to_json, write_requests_csv
 from .serving.instance import Instance
 from .workload.generator import build_workload
 from .core.invariant import check
@@ -335,15 +335,10 @@ def run(scenario, out_dir=None, *, overrides=None, seed=None, check_invariants: 
                                          progress=progress, plots=plots, keep_steps=keep_steps,
                                          compare_models=compare_models)
     # open the output first: an unwritable --out fails before the simulation, not after it
-    ao = AtomicOutput(Path(out_dir)) if out_dir is not None else None
-    try:
+    with output_folder(out_dir) as ao:
         spread = model_spread(scn) if compare_models else None
         ses = simulate(scn, check_invariants, progress, controllers, traces, keep_steps)
         return finish(ses, out_dir, plots, ao, spread)
-    except BaseException:
-        if ao is not None:
-            ao.abort()
-        raise
 
 
 def model_spread(scn: Scenario) -> dict:
@@ -472,8 +467,8 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
 
 
 def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = None) -> Path:
-    ao = ao if ao is not None else AtomicOutput(out)
-    try:
+    """Write the run's report into ``ao`` (or a new AtomicOutput for ``out``) and commit it."""
+    with ao if ao is not None else AtomicOutput(out) as ao:
         ao.write_text("summary.json", to_json(res.summary))
         ao.write_text("manifest.json", to_json(res.manifest))
         with open(ao.path("requests.csv"), "w", newline="") as f:
@@ -504,7 +499,4 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
                                          arrivals=arrivals, scale_events=res.summary.get("scale_events", ()))
             from .report import write as write_html      # reads the files above, as `dsim report` does
             write_html(ao.tmp, "run")
-    except BaseException:
-        ao.abort()
-        raise
-    return ao.commit()
+    return ao.out

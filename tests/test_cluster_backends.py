@@ -18,8 +18,12 @@ TRACE = ROOT / "scenarios" / "trace_jsonl.yaml"        # workload.path: a relati
 
 
 def _start(args, cwd, log):
+    # a temporary folder of their own: the workers start without any unpacked point's files, so
+    # they must fetch them from the cluster's store
+    (Path(cwd) / "tmp").mkdir(exist_ok=True)
     return subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+                            env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                                 "TMPDIR": str(Path(cwd) / "tmp")})
 
 
 @pytest.fixture
@@ -60,15 +64,28 @@ def dask_cluster(tmp_path):
 
 
 def test_sweep_on_a_dask_cluster_in_another_folder_equals_joblib(tmp_path, dask_cluster, monkeypatch):
+    import pickle
+
+    from dsim.explore import portable
     monkeypatch.chdir(ROOT)                              # the driver names the scenario as the README does
     rel = os.path.relpath(TRACE, ROOT)
+    sent = []
+
+    def spy(calls, engine, put):                         # what each point carries to the cluster
+        out = real_share(calls, engine, put)
+        sent.extend(len(pickle.dumps(c)) for c in out)
+        return out
+    real_share = portable.share
+    monkeypatch.setattr(portable, "share", spy)
     kw = dict(overrides=["workload.num_requests=40"], seeds=1)
-    local = dsim.sweep(rel, ["engine.max_num_seqs=8,32"], out=tmp_path / "local", **kw)
-    remote = dsim.sweep(rel, ["engine.max_num_seqs=8,32"], out=tmp_path / "remote", backend="dask",
+    local = dsim.sweep(rel, ["engine.max_num_seqs=8,32,64"], out=tmp_path / "local", **kw)
+    remote = dsim.sweep(rel, ["engine.max_num_seqs=8,32,64"], out=tmp_path / "remote", backend="dask",
                         address=dask_cluster, jobs=2, **kw)
-    assert [r["status"] for r in remote] == ["ok", "ok"], [r.get("error") for r in remote]
+    assert [r["status"] for r in remote] == ["ok"] * 3, [r.get("error") for r in remote]
     assert (tmp_path / "remote" / "results.csv").read_bytes() == (tmp_path / "local" / "results.csv").read_bytes()
     assert [r for r in remote] == [r for r in local]
+    trace = (TRACE.parent / "data" / "sample_trace.jsonl").stat().st_size
+    assert len(sent) == 3 and max(sent) < trace / 5, (sent, trace)    # the trace went once, not per point
 
 
 def test_a_sweep_whose_every_point_failed_exits_1(tmp_path, capsys):
@@ -113,3 +130,48 @@ def test_packing_shares_one_copy_and_unpacking_repairs_and_reports(tmp_path, mon
     monkeypatch.setattr(tempfile, "tempdir", str(blocked))
     with pytest.raises(ConfigError, match="a writable temporary folder"):
         unpack(a)
+
+
+def test_a_sweep_refused_before_any_point_leaves_no_folder_it_made(tmp_path):
+    """A connection error (here: --address without a cluster backend, found when the points are
+    handed out) removes the sweep folder this command created; a folder the user had stays."""
+    from dsim.config.errors import ConfigError
+    q = str(ROOT / "scenarios" / "quickstart.yaml")
+    kw = dict(overrides=["workload.num_requests=5"], jobs=2, address="127.0.0.1:1")
+    with pytest.raises(ConfigError, match="only with --backend dask or ray"):
+        dsim.sweep(q, ["workload.rate=1,2"], out=tmp_path / "new", **kw)
+    assert not (tmp_path / "new").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    with pytest.raises(ConfigError, match="only with --backend dask or ray"):
+        dsim.sweep(q, ["workload.rate=1,2"], out=mine, **kw)
+    assert mine.is_dir()
+
+
+def test_sharing_puts_each_file_once_and_points_carry_references(tmp_path):
+    """N points over one large trace: the engine's store receives its bytes once and each point
+    pickles small (a Dask point carries the scattered data's key).  That a worker without the file
+    fetches it through the reference is the cluster tests' job (their workers start with an empty
+    temporary folder)."""
+    import pickle
+    from dsim.explore.portable import Shared, share, ship
+    big = tmp_path / "big.jsonl"
+    line = (TRACE.parent / "data" / "sample_trace.jsonl").read_text().splitlines()[0]
+    big.write_text((line + "\n") * 20_000)               # a few MB
+    scn = tmp_path / "s.yaml"
+    scn.write_text(TRACE.read_text().replace("data/sample_trace.jsonl", "big.jsonl"))
+    puts = []
+
+    class Scattered:                                      # what client.scatter returns: a handle with a key
+        def __init__(self, blob):
+            self.blob, self.key = blob, f"bytes-{len(blob)}"
+
+    def put(blob):
+        puts.append(len(blob))
+        return Scattered(blob)
+    calls = share([ship((str(scn), [f"workload.num_requests={n}"], None)) for n in (5, 6, 7, 8)], "dask", put)
+    assert puts == [big.stat().st_size] and puts[0] > 2_000_000
+    assert all(len(pickle.dumps(c)) < 10_000 for c in calls)
+    shared = [b for c in calls for b in c[0]["files"].values()]
+    assert len(shared) == 4 and all(isinstance(b, Shared) and b is shared[0] for b in shared)
+    assert pickle.loads(pickle.dumps(shared[0])).key == f"bytes-{puts[0]}"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import dsim
-from dsim.explore.deploy import _name, deployment_files, gpus_per_replica, serve_line
+from dsim.explore.deploy import deployment_files, gpus_per_replica, k8s_name, serve_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ["quickstart", "pd_disagg", "pipeline_parallel", "dp_ep_moe", "fp8_scout_tp2", "priority_classes"]
@@ -76,7 +76,7 @@ def test_k8s_manifests_are_valid_and_size_the_pools(name):
             kv.validate(d, kv.latest_version(), strict=True)     # raises on any schema violation
         dep = docs[0]
         assert dep["metadata"]["labels"]["app.kubernetes.io/component"] == fname.removesuffix(".k8s.yaml")
-        pool = next(p for p in pools.values() if _name(p.name) == fname.removesuffix(".k8s.yaml"))
+        pool = next(p for p in pools.values() if k8s_name(p.name) == fname.removesuffix(".k8s.yaml"))
         seen.add(pool.name)
         assert dep["spec"]["replicas"] == pool.replicas
         limits = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
@@ -132,3 +132,36 @@ def test_speculation_and_config_path_models_are_named_not_dropped(tmp_path):
     doc["model"] = {"config": str(cfg)}
     text = deployment_files(dsim.load_scenario(doc))["serve.sh"]
     assert "the model was given as a config.json" in text
+
+
+DNS_1035 = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+
+
+def test_k8s_names_are_valid_and_distinct_for_awkward_pool_names():
+    """Pools named A100 and a100 wrote one a100.k8s.yaml twice and two Deployments of one name; a
+    100-character name was cut to 63 (colliding with any name sharing its start); a digit-leading
+    name made an invalid Service name (it must start with a letter)."""
+    import re
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (dev extra)")
+    long = "x" * 100
+    names = ["A100", "a100", long, long[:-1] + "y", "8xh100", "pool_1.fast", "h100"]
+    doc = yaml.safe_load((ROOT / "scenarios" / "hetero_fleet.yaml").read_text())
+    doc["cluster"]["clusters"] = [{"name": "dc", "router": "jsq", "pools": [
+        {"name": n, "hardware": "H100-SXM" if i % 2 else "A100-80GB", "replicas": 1} for i, n in enumerate(names)]}]
+    doc["name"] = "3rd_Fleet"                              # the app part of every object name, awkward too
+    scn = dsim.load_scenario(doc)
+    files = deployment_files(scn)
+    manifests = {f: list(yaml.safe_load_all(t)) for f, t in files.items() if f.endswith(".k8s.yaml")}
+    assert len(manifests) == len(names)                    # one file per pool, none overwritten
+    objects, components = set(), set()
+    for f, docs in manifests.items():
+        assert re.fullmatch(DNS_1035, f.removesuffix(".k8s.yaml")) and len(f.removesuffix(".k8s.yaml")) <= 63
+        for d in docs:
+            kv.validate(d, kv.latest_version(), strict=True)
+            name = d["metadata"]["name"]
+            assert re.fullmatch(DNS_1035, name) and len(name) <= 63, name
+            objects.add((d["kind"], name))
+        components.add(docs[0]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"])
+    assert len(objects) == 2 * len(names) and len(components) == len(names)   # distinct Deployments, Services
+    assert k8s_name("h100") == "h100" and k8s_name("quickstart-a100") == "quickstart-a100"   # clean names kept
+    assert k8s_name("A100") != k8s_name("a100") and k8s_name(long) != k8s_name(long[:-1] + "y")

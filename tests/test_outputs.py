@@ -262,3 +262,37 @@ def test_sigterm_is_handled_like_sigint_and_leaves_no_output(tmp_path):
     err = p.communicate(timeout=60)[1]
     assert p.returncode == 143 and err.strip().splitlines()[-1] == "dsim: terminated"
     assert not out.exists() and not any(tmp_path.glob(".r.tmp-*"))
+
+
+def test_an_output_block_commits_at_its_end_drops_on_error_and_keeps_an_early_commit(tmp_path):
+    """The one output helper every command uses (``with output_folder(out) as ao``): the folder
+    appears whole when the block ends, nothing (not even a temp folder) when it raises, a block
+    that committed before raising (capacity's 'nothing fits' card) keeps its folder, and None
+    asks for no folder."""
+    import pytest
+
+    from dsim.metrics.writers import output_folder
+    with output_folder(tmp_path / "ok") as ao:
+        ao.write_text("a.txt", "a")
+        assert not (tmp_path / "ok").exists()                  # not before the block ends
+    assert (tmp_path / "ok" / "a.txt").read_text() == "a"
+    with pytest.raises(RuntimeError):
+        with output_folder(tmp_path / "bad") as ao:
+            ao.write_text("a.txt", "a")
+            raise RuntimeError("mid-write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok"]
+    with pytest.raises(RuntimeError):
+        with output_folder(tmp_path / "early") as ao:
+            ao.write_text("card.md", "nothing fits")
+            ao.commit()
+            raise RuntimeError("reported after the card")
+    assert (tmp_path / "early" / "card.md").read_text() == "nothing fits"
+    with output_folder(None) as ao:
+        assert ao is None
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(Exception, match="which dsim did not write"):
+        with output_folder(mine):
+            pass
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]

@@ -49,10 +49,9 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     lat_sets = [o for o in overrides if o.strip().startswith("latency.")]
     overrides = [o for o in overrides if o not in lat_sets]
     ctxs = [replica_context(r, base, overrides) for r in runs]       # every run replayable, or an error first
-    ao = AtomicOutput(Path(out_dir))                          # an unwritable --out fails before any simulation
-    try:
+    with AtomicOutput(Path(out_dir)) as ao:                   # an unwritable --out fails before any simulation
         report = fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical,
-                      loro, log, warn)
+                          loro, log, warn)
         scn = _scenario(runs[0], base, overrides, report["fitted"], seed)
         held = held_out_errors(report["leave_one_run_out"])
         if held:                               # the error band of every answer run on this calibration
@@ -65,10 +64,7 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
         ao.write_text("report.md", markdown(report))
         from ..report import write as write_html          # reads report.json, as `dsim report` does
         write_html(ao.tmp, "calibrate")
-    except BaseException:
-        ao.abort()
-        raise
-    report["out_dir"] = str(ao.commit())
+    report["out_dir"] = str(ao.out)
     return report
 
 

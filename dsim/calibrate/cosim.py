@@ -325,8 +325,7 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
     for line in rep["assumed"]:
         log.warning("%s: %s", run.name, line)
     if out_dir is not None:
-        ao = AtomicOutput(Path(out_dir))
-        try:
+        with AtomicOutput(Path(out_dir)) as ao:
             ao.write_text("cosim.json", to_json(rep))
             ao.write_text("cosim.md", markdown(rep))
             saved = copy.deepcopy(scn)
@@ -338,8 +337,5 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
                 cdf_plot(run, res, ao.path("plots/cdf.png"))
                 from ..report import write as write_html      # reads cosim.json, as `dsim report` does
                 write_html(ao.tmp, "cosim")
-        except BaseException:
-            ao.abort()
-            raise
-        rep["out_dir"] = str(ao.commit())
+        rep["out_dir"] = str(ao.out)
     return rep

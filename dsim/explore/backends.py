@@ -59,12 +59,7 @@ def backend_context(backend: str, jobs: int, address: str | None):
         started = False
         if not ray.is_initialized():
             if address:
-                _reachable(address, "Ray cluster")
-                try:
-                    ray.init(address=address, log_to_driver=False, logging_level=third_party_level())
-                except (ConnectionError, OSError, RuntimeError, ValueError) as e:
-                    raise ConfigError("--address", address, f"cannot reach the Ray cluster at {address} "
-                                      f"({_first_line(e)})", show_value=False) from None
+                _ray_connect(ray, address)
             else:
                 ray.init(num_cpus=max(1, jobs), include_dashboard=False, log_to_driver=False,
                          logging_level=third_party_level())
@@ -79,23 +74,111 @@ def backend_context(backend: str, jobs: int, address: str | None):
     raise ConfigError("--backend", backend, "one of " + ", ".join(BACKENDS))
 
 
+def _host_port(address: str):
+    """(host, port) of ``HOST:PORT`` or ``tcp://HOST:PORT``; (None, None) for anything else ("auto",
+    a scheduler file, ...), which the engine resolves itself."""
+    from urllib.parse import urlsplit
+    try:
+        u = urlsplit(address if "://" in address else f"tcp://{address}")
+        return u.hostname, u.port
+    except ValueError:
+        return None, None
+
+
 def _reachable(address: str, what: str, timeout_s: float = 5.0) -> None:
     """A TCP connect to HOST:PORT first: Ray retries an unreachable head for minutes and Dask for
     30 s before failing; a refused or silent port is reported in seconds."""
     import socket
-    from urllib.parse import urlsplit
-    try:
-        u = urlsplit(address if "://" in address else f"tcp://{address}")
-        host, port = u.hostname, u.port
-    except ValueError:
-        host = port = None
-    if not host or port is None:                  # "auto", a scheduler file, ...: the engine decides
+    host, port = _host_port(address)
+    if not host or port is None:
         return
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as e:
         raise ConfigError("--address", address, f"cannot reach the {what} at {address} ({e.strerror or e})",
                           show_value=False) from None
+
+
+def _ray_auth_error(address: str, reason: str) -> ConfigError:
+    return ConfigError("--address", address, f"cannot join the Ray cluster at {address} (token authentication: "
+                       f"{reason}; set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH to the "
+                       "cluster's token, as `ray get-auth-token` prints it on the head)", show_value=False)
+
+
+def _ray_connect(ray, address: str) -> None:
+    """``ray.init`` on an existing cluster, every failure a one-line error naming the address."""
+    from ray.exceptions import AuthenticationError, RayError
+    _reachable(address, "Ray cluster")
+    _ray_handshake(address)
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=third_party_level())
+    except AuthenticationError as e:
+        raise _ray_auth_error(address, _first_sentence(e)) from None
+    except (ConnectionError, OSError, RuntimeError, ValueError, RayError) as e:   # version mismatch, ...
+        raise ConfigError("--address", address, f"cannot reach the Ray cluster at {address} "
+                          f"({_first_line(e)})", show_value=False) from None
+
+
+def _ray_handshake(address: str, timeout_s: float = 3.0) -> None:
+    """Check the token, then ask the head's GCS for its cluster id once.  A missing or wrong token
+    fails here in a second; ``ray.init`` would retry it for 20 s, printing a warning each second,
+    then report a lost connection (and Ray's C++ client ends the process on a token file it cannot
+    read, so that is checked first, as ``ray.init`` does).  Anything but a token problem is left
+    to ``ray.init``, which knows the other cases."""
+    host, port = _host_port(address)
+    if not host or port is None:
+        return
+    try:                                            # Ray's own checks: it has no public handshake
+        from ray._private.authentication.authentication_token_setup import ensure_token_if_auth_enabled
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:                             # another Ray layout: ray.init decides alone
+        return
+    try:
+        ensure_token_if_auth_enabled(None, create_token_if_missing=False)
+    except AuthenticationError as e:
+        raise _ray_auth_error(address, _first_sentence(e)) from None
+    import threading
+    outcome: list = []
+
+    def ask():
+        try:
+            GcsClient(address=f"{host}:{port}")
+            outcome.append("ok")
+        except AuthenticationError:
+            outcome.append("refused")
+        except Exception:                           # noqa: BLE001 - not a token problem: ray.init reports it
+            outcome.append("other")
+
+    asking = threading.Thread(target=ask, daemon=True)
+    with _quiet_fd2():                              # the C++ client logs each refusal to fd 2
+        asking.start()
+        asking.join(timeout_s)
+    if not outcome:                                 # a Ray head answers in well under a second
+        raise ConfigError("--address", address, f"cannot reach the Ray cluster at {address} (the port answered, "
+                          f"but no Ray head replied within {timeout_s:g} s)", show_value=False)
+    if outcome[0] == "refused":
+        raise _ray_auth_error(address, "the cluster refused this process's token, or it sent none")
+
+
+def _first_sentence(e: BaseException) -> str:
+    text = getattr(e, "message", None) or str(e)
+    return text.split(". ")[0].strip().rstrip(".")
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """File descriptor 2 to /dev/null inside (C++ libraries write there, not to ``sys.stderr``)."""
+    import os
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def _first_line(e: BaseException) -> str:
@@ -157,8 +240,9 @@ def _run_calls(fn, calls, jobs, backend, address):
             return
         # a point travels as data (its scenario and the files it reads), never as a path the worker
         # would open in its own working directory (dsim.explore.portable)
-        from .portable import ship
-        calls = [ship(c) if fn_ships(fn) else c for c in calls]
+        from .portable import share, ship
+        if fn_ships(fn):           # each file's bytes go to the cluster once, the points carry references
+            calls = share([ship(c) for c in calls], name, _object_store(name))
         # Dask's and Ray's joblib backends return whole batches: submit in chunks so finished
         # points reach the caller (and a sweep's store) while the rest still run.  The backend is
         # joblib's thread-wide default only around each chunk, never across a yield: a caller that
@@ -169,3 +253,17 @@ def _run_calls(fn, calls, jobs, backend, address):
             with joblib.parallel_backend(name):
                 out = Parallel(n_jobs=-1)(delayed(fn)(*args) for args in calls[i:i + chunk])
             yield from out
+
+
+def _object_store(name: str):
+    """``put(bytes) -> reference`` into the running engine's own store, once per distinct file.
+    Nothing is pushed to every worker: a worker whose temporary folder already holds the file
+    (an earlier point, sweep or capacity round on that machine) never asks for it, one that lacks
+    it pulls it from the cluster (Dask: from the worker the scatter placed it on; Ray: through
+    its object manager)."""
+    if name == "dask":
+        from distributed import get_client
+        client = get_client()
+        return lambda blob: client.scatter(blob)
+    import ray
+    return ray.put

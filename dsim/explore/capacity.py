@@ -29,7 +29,7 @@ from .evaluate import resolve, summary_row
 from ..metrics.measures import GROWTH_LIMIT, delay_trend, ledger_latencies
 from ..metrics.band import get_path, own_latency_pools, validated_models
 from .points import as_overrides
-from ..metrics.writers import AtomicOutput
+from ..metrics.writers import output_folder
 from .store import write_atomic
 
 _SLO = re.compile(r"^(?:(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e)_ms|(ttft|tpot|itl|e2el|e2e)_"
@@ -261,14 +261,9 @@ def capacity(scenario, slos, *, vary: str = "workload.rate", target_rate: float 
     ovs = list(overrides) + ([f"workload.rate={target_rate}"] if target_rate is not None else [])
     base = resolve(scenario, ovs)
     # the card appears whole at the end; an unwritable --out fails now, not after the probes
-    ao = AtomicOutput(Path(out)) if out is not None else None
-    try:
+    with output_folder(out) as ao:
         return _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, min_goodput, jobs,
                          backend, address, ao, max_probes, band, seeds, compare_models)
-    except BaseException:
-        if ao is not None:
-            ao.abort()
-        raise
 
 
 def _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, min_goodput, jobs, backend,
@@ -288,7 +283,7 @@ def _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, m
             rec = _record(base, s, None, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
             if ao is not None:
                 _write(rec, ao.tmp, base, plot=False)
-                ao.commit()
+                ao.commit()                      # the card stays: it says why nothing fits
             raise ConfigError(f"--slo {','.join(slos)}", None, infeasible_line(floor, slos), show_value=False)
     answer = _search(s, v0, minimize, tolerance, max_probes)
     rec = _record(base, s, answer, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
@@ -300,8 +295,7 @@ def _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, m
     if seeds > 1 and answer is not None:
         rec["seed_spread"] = _seed_spread(*common, seeds, base.seed, tolerance, max_probes)
     if ao is not None:
-        _write(rec, ao.tmp, base)
-        ao.commit()
+        _write(rec, ao.tmp, base)                # committed when capacity()'s block ends
     return rec
 
 

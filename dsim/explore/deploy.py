@@ -8,6 +8,7 @@ arguments; keys vLLM does not have, like dsim's research scheduling policies, ar
 comment instead of silently dropped)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -76,17 +77,27 @@ def serve_line(pool) -> str:
     return "vllm serve " + " ".join(shlex.quote(a) for a in args)
 
 
-def _name(text: str) -> str:
-    """A DNS-1123 label (Kubernetes object names): lower case, digits and '-'."""
-    s = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    return (s or "pool")[:63].rstrip("-")
+def k8s_name(text: str) -> str:
+    """A Kubernetes object name for ``text``: lower case letters, digits and '-', starting with a
+    letter and ending with a letter or digit, at most 63 characters (a DNS-1035 label, which
+    Services require; it is also a DNS-1123 label).  A name already of that form is kept; any
+    other gets a short hash of the original, so pools that differ only where the name was
+    changed (``A100`` and ``a100``, two long names sharing their first 56 characters) stay
+    distinct."""
+    slug = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]+", "-", text.lower())).strip("-")
+    if not slug[:1].isalpha():
+        slug = ("p-" + slug).rstrip("-")
+    if slug == text and len(slug) <= 63:
+        return slug
+    tag = hashlib.sha256(text.encode()).hexdigest()[:6]
+    return f"{slug[:63 - len(tag) - 1].rstrip('-')}-{tag}"
 
 
 def k8s_manifests(pool, app: str) -> list[dict]:
     """A Deployment (``replicas`` pods of one vLLM server each) and a Service in front of it."""
     args, notes = serve_args(pool)
-    name = _name(f"{app}-{pool.name}")
-    labels = {"app.kubernetes.io/name": _name(app), "app.kubernetes.io/component": _name(pool.name),
+    name = k8s_name(f"{app}-{pool.name}")
+    labels = {"app.kubernetes.io/name": k8s_name(app), "app.kubernetes.io/component": k8s_name(pool.name),
               "dsim/role": pool.role}
     version = pool.engine.vllm_version
     container = {
@@ -160,6 +171,6 @@ def deployment_files(scn) -> dict[str, str]:
     files = {"serve.sh": "\n".join(lines).rstrip() + "\n"}
     for p in pools:
         docs = k8s_manifests(p, app)
-        files[f"{_name(p.name)}.k8s.yaml"] = (f"# written by dsim from scenario {scn.name}, pool {p.name}\n"
+        files[f"{k8s_name(p.name)}.k8s.yaml"] = (f"# written by dsim from scenario {scn.name}, pool {p.name}\n"
                                              + yaml.safe_dump_all(docs, sort_keys=False))
     return files

@@ -151,15 +151,9 @@ def oracle(scenario, out_dir, *, rtt_mults=(1.0,), load_mults=(1.0,), warmup: fl
     actions = tuple((m, k) for m in modes for k in gammas)
     raw = scn.raw
     calls = [(raw, rm, lm, warmup, actions, tuple(modes)) for rm in rtt_mults for lm in load_mults]
-    ao = AtomicOutput(Path(out_dir))       # an unwritable folder fails here, before any simulation
-    try:
+    with AtomicOutput(Path(out_dir)) as ao:  # an unwritable folder fails here, before any simulation
         rows = [row for part in run_calls(_condition_rows, calls, jobs) for row in part]
-        meta = _write(ao, scn, rows, actions, modes, gammas, rtt_mults, load_mults, warmup)
-    except BaseException:
-        ao.abort()                          # nothing half-written under the folder's name
-        raise
-    ao.commit()
-    return meta
+        return _write(ao, scn, rows, actions, modes, gammas, rtt_mults, load_mults, warmup)
 
 
 def _write(ao, scn, rows, actions, modes, gammas, rtt_mults, load_mults, warmup) -> dict:

@@ -34,7 +34,7 @@ from .backends import run_calls
 from .capacity import band_scales, scale_overrides, parse_slos, probe
 from .pareto import pareto_front
 from .points import as_overrides
-from ..metrics.writers import AtomicOutput
+from ..metrics.writers import output_folder
 from .store import table_csv, write_atomic
 
 TP_KEY = "cluster.pools[0].engine.tensor_parallel_size"
@@ -181,19 +181,13 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
         + list(overrides)
     # the report appears whole at the end (an interrupted search left best.yaml, top.csv, ... of an
     # unfinished run); an unwritable --out fails now, not after the simulations
-    ao = AtomicOutput(Path(out)) if out is not None else None
-    try:
+    with output_folder(out) as ao:
         res, base = _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,
                           band, conservative, seeds)
         res["overrides"] = user                      # --set as given (titles say what was run)
         if ao is not None:
             _write(res, ao.tmp, base)
-            ao.commit()
-        return res
-    except BaseException:
-        if ao is not None:
-            ao.abort()
-        raise
+    return res
 
 
 def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,

@@ -39,7 +39,7 @@ from ..config.errors import ConfigError
 from ..config.scenario import load_scenario, read_scenario_file
 from ..latency.base import LatencyContext
 from ..latency.registry import build_latency
-from ..metrics.writers import AtomicOutput
+from ..metrics.writers import output_folder
 from .backends import run_calls
 from .capacity import parse_slos, probe
 from .plan import _step, _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, _fmt
@@ -296,19 +296,13 @@ def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: fl
     jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
     sp = space if isinstance(space, PDSpace) else load_pd_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
-    ao = AtomicOutput(Path(out)) if out is not None else None
-    try:
+    with output_folder(out) as ao:
         res, base = _plan_pd(src, sp, gpus, budget_usd_per_hour, slos, list(overrides), min_goodput, warmup,
                              rounds, top, jobs, backend, address)
         res["overrides"] = list(overrides)
         if ao is not None:
             _write(res, ao.tmp, base)
-            ao.commit()
-        return res
-    except BaseException:
-        if ao is not None:
-            ao.abort()
-        raise
+    return res
 
 
 def _replica_counts(sp: PDSpace, role: str, per: int, price: float | None, gpus, usd) -> list:

@@ -4,7 +4,11 @@ reads, so a Dask or Ray worker needs only ``pip install dsim``.
 Why: a point shipped as a path (``scenarios/trace.yaml``) was opened in the worker's own working
 directory, so on a real cluster (another folder, another machine) every point failed.  The driver
 packs each point; a worker unpacks it once per content into its temporary folder (inputs only:
-results come back as data and only the driver writes the output folder)."""
+results come back as data and only the driver writes the output folder).
+
+A file's bytes travel once, not once per point: on a cluster the driver puts each distinct file
+in the engine's own object store (``share``: Dask's scatter, Ray's ``ray.put``) and the points
+carry only references, which a worker resolves when its folder lacks the file."""
 from __future__ import annotations
 
 import copy
@@ -81,7 +85,7 @@ def unpack(pkg: dict) -> tuple[dict, Path]:
             folder.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))
             for name, blob in pkg["files"].items():
-                (tmp / name).write_bytes(blob)
+                (tmp / name).write_bytes(blob.fetch() if isinstance(blob, Shared) else blob)
             if folder.is_dir():                      # files went missing (a temp cleaner): replace it
                 shutil.rmtree(folder, ignore_errors=True)
             try:
@@ -107,3 +111,51 @@ def ship(call: tuple) -> tuple:
     if is_packed(source):
         return call
     return (pack(source, overrides), [], *rest)
+
+
+class Shared:
+    """A file's bytes held in a cluster engine's object store: what a shared point carries instead
+    of the bytes.  Dask: ``ref`` is the driver's Future of the scatter (it keeps the data in the
+    cluster) and only its key travels; Ray: ``ref`` is an ObjectRef, which travels as itself."""
+    __slots__ = ("engine", "ref", "key")
+
+    def __init__(self, engine: str, ref, key=None):
+        self.engine, self.ref, self.key = engine, ref, key
+
+    def __getstate__(self):
+        return (self.engine, None, self.key) if self.engine == "dask" else (self.engine, self.ref, None)
+
+    def __setstate__(self, state):
+        self.engine, self.ref, self.key = state
+
+    def fetch(self) -> bytes:
+        if self.engine == "ray":
+            import ray
+            return ray.get(self.ref)
+        from distributed import Future, get_worker, worker_client
+        data = get_worker().data
+        if self.key in data:                          # the scatter placed it on this worker
+            return data[self.key]
+        with worker_client() as client:               # pull it from the worker holding it
+            return Future(self.key, client).result()
+
+
+def share(calls: list, engine: str, put) -> list:
+    """``calls`` with each packed point's file bytes replaced by a ``Shared`` reference; ``put(bytes)``
+    (the engine's store) is called once per distinct file, however many points name it."""
+    refs: dict = {}
+    out = []
+    for call in calls:
+        pkg = call[0]
+        if is_packed(pkg) and pkg["files"]:
+            files = {}
+            for name, blob in pkg["files"].items():
+                if isinstance(blob, bytes):
+                    if name not in refs:
+                        ref = put(blob)
+                        refs[name] = Shared(engine, ref, getattr(ref, "key", None))
+                    blob = refs[name]
+                files[name] = blob
+            call = ({**pkg, "files": files}, *call[1:])
+        out.append(call)
+    return out

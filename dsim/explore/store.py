@@ -32,6 +32,7 @@ LOCK = ".dsim-sweep.lock"
 
 class PointStore:
     def __init__(self, out):
+        self.created = not Path(out).exists()
         self.dir = ensure_out_dir(out, "points")
         self.points = self.dir / "points"
         self._lock = None
@@ -65,6 +66,14 @@ class PointStore:
         if self._lock is not None:
             os.close(self._lock)                     # closing the descriptor releases the flock
             self._lock = None
+
+    def discard_if_new(self) -> None:
+        """Remove the folder when this sweep created it and stored no point in it: a user error
+        found before any point ran (a cluster that refused the connection) leaves nothing behind."""
+        if self.created and not any(self.points.glob("*.json")):
+            import shutil
+            self.unlock()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _file(self, key: str) -> Path:
         return self.points / f"{key}.json"

@@ -122,6 +122,9 @@ def sweep(scenario, grid=(), *, overrides=(), random: int = 0, ranges=(), seeds:
     store.lock()
     try:
         return _sweep(spec, tasks, store, grid, random, jobs, backend, address, progress, plot, x, hue, extra)
+    except ConfigError:
+        store.discard_if_new()
+        raise
     finally:
         store.unlock()
 

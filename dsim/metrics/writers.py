@@ -1,6 +1,7 @@
 """Result files, written atomically: everything goes to a temporary folder, then is moved in."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -155,7 +156,9 @@ def write_atomic(path: Path, text: str) -> None:
 
 class AtomicOutput:
     """Collect a report's files in a temp folder beside ``out``; ``commit`` puts it in place in one
-    rename, ``abort`` drops it.
+    rename, ``abort`` drops it.  As a context manager (``with AtomicOutput(out) as ao:``, or
+    ``output_folder``) it commits when the block ends and aborts when it raises, unless the block
+    committed already (a search that writes its card, then reports the failure).
 
     Why so strict: ``--out`` may name any folder, and a user's folder is not ours.  An existing
     ``out`` must be empty or a dsim report holding nothing but the report (``foreign_entry``);
@@ -176,6 +179,22 @@ class AtomicOutput:
         except OSError as e:
             raise ConfigError(str(out), None, f"an output folder that can be written ({e.strerror})",
                               show_value=False) from None
+        self.done = False                              # committed or aborted: nothing left to do
+
+    def __enter__(self) -> AtomicOutput:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if self.done:
+            return
+        if kind is not None:
+            self.abort()                               # nothing half-written under the folder's name
+            return
+        try:
+            self.commit()
+        except BaseException:
+            self.abort()
+            raise
 
     def _check_replaceable(self) -> None:
         try:
@@ -235,11 +254,13 @@ class AtomicOutput:
         os.chmod(self.tmp, 0o777 & ~_umask())
         if not self.out.exists():
             os.replace(self.tmp, self.out)
+            self.done = True
             return self.out
         self._check_replaceable()                      # still ours at the moment of the swap
         exchange = _renameat2()
         if exchange is not None and exchange(str(self.tmp), str(self.out)) == 0:
             shutil.rmtree(self.tmp, ignore_errors=True)   # the old report, now under the temp name
+            self.done = True
             return self.out
         # no atomic exchange on this system: move the old report aside, the new one in, drop the old
         old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent))
@@ -247,10 +268,19 @@ class AtomicOutput:
         os.replace(self.out, old)
         os.replace(self.tmp, self.out)
         shutil.rmtree(old, ignore_errors=True)
+        self.done = True
         return self.out
 
     def abort(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+        self.done = True
+
+
+def output_folder(out) -> AtomicOutput | contextlib.nullcontext:
+    """``with output_folder(out) as ao:``: an ``AtomicOutput`` for ``out`` (opened now, so an
+    unwritable folder fails before any work), committed when the block ends and dropped when it
+    raises; ``ao`` is None when ``out`` is None (no folder asked for)."""
+    return AtomicOutput(Path(out)) if out is not None else contextlib.nullcontext()
 
 
 def _umask() -> int:
