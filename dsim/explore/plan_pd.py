@@ -42,7 +42,8 @@ from ..latency.registry import build_latency
 from ..metrics.writers import AtomicOutput
 from .backends import run_calls
 from .capacity import parse_slos, probe
-from .plan import _step, _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, _fmt
+from .plan import _step, _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, summary_json, _fmt
+from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .store import table_csv, write_atomic
 
 ROLES = ("prefill", "decode")
@@ -277,10 +278,12 @@ def _gpus_of(pool) -> int:
 
 def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: float | None = None, slos,
             overrides=(), min_goodput: float | None = None, warmup: float = 0.1, rounds: int = 4, top: int = 10,
-            jobs: int = 1, backend: str = "joblib", address: str | None = None, out=None) -> dict:
+            jobs: int = 1, backend: str = "joblib", address: str | None = None, out=None,
+            screen_check: int = DEFAULT_SAMPLE) -> dict:
     """Screen every P/D candidate of ``space`` within ``gpus`` GPUs and/or ``budget_usd_per_hour``,
     simulate the survivors, return {"best", "top", "rows", "candidates", "pruned", ...} (also written to
-    ``out``: best.yaml, top.csv, candidates.csv, plan.md, deploy/)."""
+    ``out``: best.yaml, top.csv, candidates.csv, plan.md, plan.json, deploy/).  ``screen_check`` N: simulate up
+    to N pruned candidates and report how many would have passed (dsim.explore.screen_check)."""
     from ..config.fields import check_number
     from ..config.limits import MAX_GPUS, MAX_JOBS, MAX_TOP
     slos = parse_slos(slos)
@@ -294,12 +297,13 @@ def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: fl
     top = check_number(top, "--top", lo=1, hi=MAX_TOP, integer=True)
     rounds = check_number(rounds, "--rounds", lo=1, hi=MAX_TOP, integer=True)
     jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
+    screen_check = check_number(screen_check, "--screen-check", lo=0, hi=MAX_TOP, integer=True)
     sp = space if isinstance(space, PDSpace) else load_pd_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
     ao = AtomicOutput(Path(out)) if out is not None else None
     try:
         res, base = _plan_pd(src, sp, gpus, budget_usd_per_hour, slos, list(overrides), min_goodput, warmup,
-                             rounds, top, jobs, backend, address)
+                             rounds, top, jobs, backend, address, screen_check)
         res["overrides"] = list(overrides)
         if ao is not None:
             _write(res, ao.tmp, base)
@@ -321,7 +325,7 @@ def _replica_counts(sp: PDSpace, role: str, per: int, price: float | None, gpus,
     return [r for r in (sp.replicas[role] if sp.replicas else range(1, hi + 1)) if r <= hi]
 
 
-def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address):
+def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address, n_check=0):
     where = "<scenario>" if isinstance(src, dict) else src
     doc = read_scenario_file(src) if not isinstance(src, dict) else src
     bc = base_cluster(doc, where)
@@ -365,18 +369,20 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
                 c = {**fam, "prefill_replicas": pr, "decode_replicas": dr, "gpus": n, "usd_per_hour": cost}
                 c["_ov"] = cluster_override(bc, {**one, "prefill_replicas": pr, "decode_replicas": dr})
                 if bad is not None:
-                    c.update(screen="pruned", reason=str(bad))
+                    c.update(screen="pruned", reason=str(bad), _unfit=True)
                 else:
                     scn.fleet.pools[0].replicas, scn.fleet.pools[1].replicas = pr, dr
                     c.update(screen_candidate(scn, wf, slos, pre))
                 cands.append(c)
     _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
+    chk = check_screen(cands, n_check, base.seed, lambda c: user + [c["_ov"]], src, slos, warmup, min_goodput, jobs,
+                       backend, address)
     sims = [c for c in cands if "pass" in c]
     rank = "goodput_per_usd" if usd is not None else "efficiency_goodput_per_gpu_s"
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-(c.get(rank) or 0), c["gpus"], _order(c)))
     res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "workload": w,
            "rank_by": rank, "candidates": len(cands), "pruned": sum(1 for c in cands if c["screen"] == "pruned"),
-           "simulated": len(sims), "passed": len(ok), "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
+           "simulated": len(sims), "passed": len(ok), "screen_check": chk, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
         best = load_scenario(src, user + [res["best"]["_ov"]])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
@@ -425,7 +431,9 @@ _EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_offered_prefill_tok
 
 def _write(res: dict, out: Path, base) -> None:
     lead = KEYS + list(_EST) + list(_COLS)
-    write_atomic(out / "candidates.csv", table_csv([{k: c.get(k) for k in lead} for c in res["rows"]], lead))
+    write_atomic(out / "candidates.csv", table_csv([{k: c.get(k) for k in lead + list(CHECK_COLS)}
+                                                    for c in res["rows"]], lead))
+    write_atomic(out / "plan.json", json.dumps(summary_json(res), indent=1, sort_keys=True) + "\n")
     write_atomic(out / "top.csv", table_csv([{k: c.get(k) for k in lead} for c in res["top"]], lead))
     if res.get("best_scenario") is not None:
         slo = ", ".join(f"{k} <= {v:g}" for k, v in res["slos"].items())
@@ -443,12 +451,13 @@ def plan_line(res: dict) -> str:
             f"{res['passed']} meet the SLOs")
     b = res["best"]
     if b is None:
-        return head + "; none fits the budget"
+        return head + "; none fits the budget" + check_phrase(res.get("screen_check"))
     per = (f"{b.get('goodput_per_usd') or 0:.4g} good req/$" if res["rank_by"] == "goodput_per_usd"
            else f"{b.get('efficiency_goodput_per_gpu_s') or 0:.3g} good req/GPU-s")
     return head + (f"; best: prefill {b['prefill_replicas']} x {b['prefill_hardware']} TP{b['prefill_tp']}, decode "
                    f"{b['decode_replicas']} x {b['decode_hardware']} TP{b['decode_tp']} ({b['gpus']} GPUs"
-                   + (f", ${b['usd_per_hour']:.2f}/h" if b.get("usd_per_hour") is not None else "") + f", {per})")
+                   + (f", ${b['usd_per_hour']:.2f}/h" if b.get("usd_per_hour") is not None else "") + f", {per})"
+                   + check_phrase(res.get("screen_check")))
 
 
 def plan_md(res: dict, title: str) -> str:
@@ -474,4 +483,5 @@ def plan_md(res: dict, title: str) -> str:
               "(estimates from the latency model: prefill pool tokens/s, decode fixed point, KV transfer time).", "",
               "| pruned because | candidates |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines += check_md(res.get("screen_check"), res["rows"], KEYS)
     return "\n".join(lines) + "\n"
