@@ -52,16 +52,35 @@ DEFAULT_ROUTER = "least_outstanding"
 
 @dataclass
 class PDSpace:
-    """Candidate values per role: TP sizes, GPU types (None: the scenario's) and replica counts
-    (None: every count the budget allows)."""
+    """Candidate values per role: TP sizes, GPU types (None: the scenario's), engine knobs
+    ([(key under the pool, values)]) and replica counts (None: every count the budget allows)."""
     tp: dict
     hardware: dict
     replicas: dict | None
+    knobs: dict = None
+
+    def role_knobs(self, role: str) -> list:
+        return (self.knobs or {}).get(role, [])
+
+    def keys(self) -> list:
+        """The candidate table's leading columns: each role's GPU, TP, knobs (``prefill.engine.max_num_seqs``)
+        and replica count, then the totals."""
+        out = []
+        for role in ROLES:
+            out += [f"{role}_hardware", f"{role}_tp"] + [f"{role}.{k}" for k, _ in self.role_knobs(role)] \
+                + [f"{role}_replicas"]
+        return out + ["gpus", "usd_per_hour"]
 
     def families(self):
-        """(prefill GPU, prefill TP, decode GPU, decode TP), in a fixed order."""
-        return itertools.product(self.hardware["prefill"], self.tp["prefill"],
-                                 self.hardware["decode"], self.tp["decode"])
+        """One dict per (prefill GPU, TP, knob values, decode GPU, TP, knob values), in a fixed order."""
+        def role(r):
+            names = [f"{r}.{k}" for k, _ in self.role_knobs(r)]
+            for hw, tp, *vals in itertools.product(self.hardware[r], self.tp[r],
+                                                   *(v for _, v in self.role_knobs(r))):
+                yield {f"{r}_hardware": hw, f"{r}_tp": tp, **dict(zip(names, vals))}
+        for pre in role("prefill"):
+            for dec in role("decode"):
+                yield {**pre, **dec}
 
 
 def is_pd_space(source) -> bool:
@@ -81,33 +100,40 @@ def load_pd_space(source) -> PDSpace:
     """A P/D SPACE.yaml (or mapping)::
 
         disaggregated:
-          prefill: {tensor_parallel_size: [1, 2], hardware: [H100-SXM, A100-80GB]}
-          decode:  {tensor_parallel_size: [1, 2], hardware: [H100-SXM]}
+          prefill: {tensor_parallel_size: [1, 2], hardware: [H100-SXM, A100-80GB],
+                    engine.max_num_batched_tokens: [4096, 8192]}
+          decode:  {tensor_parallel_size: [1, 2], hardware: [H100-SXM], engine.max_num_seqs: [128, 256]}
           replicas: auto            # or {prefill: [1, 2], decode: [1, 2, 3]}
 
-    Every mistake is a ConfigError naming its path in the file (``<file>: disaggregated.decode.hardware[1]``)."""
+    A role's ``engine.*`` keys are that pool's engine knobs, searched like TP (checked against the
+    scenario schema's pool engine).  Every mistake is a ConfigError naming its path in the file (``<file>: disaggregated.decode.hardware[1]``)."""
     from ..config.hardware import device_names
     where = "<space>" if isinstance(source, dict) else str(source)
     data = dict(source) if isinstance(source, dict) else read_scenario_file(source)
     if not isinstance(data, dict) or set(data) != {"disaggregated"}:
         raise ConfigError(f"{where}", sorted(data) if isinstance(data, dict) else data,
-                          "only the key disaggregated (a P/D space; engine knobs go in --set)")
+                          "only the key disaggregated (a P/D space; engine knobs go under disaggregated.prefill / "
+                          ".decode as engine.KEY lists, or in --set for both pools)")
     d = data["disaggregated"]
     if not isinstance(d, dict):
         raise ConfigError(f"{where}: disaggregated", d, "a mapping with prefill, decode and replicas")
     extra = sorted(set(d) - {"prefill", "decode", "replicas"})
     if extra:
         raise ConfigError(f"{where}: disaggregated.{extra[0]}", d[extra[0]], "no such key (prefill, decode, replicas)")
-    tp, hw = {}, {}
+    tp, hw, knobs = {}, {}, {}
     known = set(device_names())
     for role in ROLES:
         spec = d.get(role, {}) or {}
         if not isinstance(spec, dict):
-            raise ConfigError(f"{where}: disaggregated.{role}", spec, "a mapping with tensor_parallel_size, hardware")
-        bad = sorted(set(spec) - {"tensor_parallel_size", "hardware"})
+            raise ConfigError(f"{where}: disaggregated.{role}", spec, "a mapping with tensor_parallel_size, hardware "
+                              "and engine.KEY lists")
+        bad = sorted(k for k in spec if k not in ("tensor_parallel_size", "hardware")
+                     and not str(k).startswith("engine."))
         if bad:
             raise ConfigError(f"{where}: disaggregated.{role}.{bad[0]}", spec[bad[0]],
-                              "no such key (tensor_parallel_size, hardware)")
+                              "no such key (tensor_parallel_size, hardware, engine.KEY)")
+        knobs[role] = [(str(k), _knob_values(v, str(k), f"{where}: disaggregated.{role}.{k}"))
+                       for k, v in spec.items() if str(k).startswith("engine.")]
         tp[role] = _int_list(spec.get("tensor_parallel_size", [1]), f"{where}: disaggregated.{role}.tensor_parallel_size")
         h = spec.get("hardware")
         if h is None:
@@ -127,7 +153,21 @@ def load_pd_space(source) -> PDSpace:
         replicas = {r: _int_list(reps[r], f"{where}: disaggregated.replicas.{r}") for r in ROLES}
     else:
         raise ConfigError(f"{where}: disaggregated.replicas", reps, "auto or {prefill: [..], decode: [..]}")
-    return PDSpace(tp, hw, replicas)
+    return PDSpace(tp, hw, replicas, knobs)
+
+
+def _knob_values(v, key: str, path: str) -> list:
+    """A role's engine knob: a non-empty list, its key one of the pool engine's (schema/keys.py)."""
+    from ..config.schema.keys import check_key
+    if key == "engine.tensor_parallel_size":
+        raise ConfigError(path, v, "tensor_parallel_size (one level up: the role's TP list)")
+    try:
+        check_key(f"cluster.pools[0].{key}")
+    except ConfigError as e:
+        raise ConfigError(path, None, e.expected, show_value=False) from None
+    if not isinstance(v, list) or not v:
+        raise ConfigError(path, v, "a non-empty list of candidate values")
+    return v
 
 
 def base_cluster(doc: dict, where: str) -> dict:
@@ -157,9 +197,19 @@ def cluster_override(base: dict, cand: dict) -> str:
         if cand[f"{role}_hardware"] is not None:
             p["hardware"] = cand[f"{role}_hardware"]
         p["engine"] = {**(p.get("engine") or {}), "tensor_parallel_size": cand[f"{role}_tp"]}
+        for key, v in cand.items():
+            if key.startswith(f"{role}.engine."):
+                _set_nested(p, key[len(role) + 1:].split("."), v)
         pools.append(p)
     cl["pools"] = pools
     return "cluster=" + json.dumps(cl, sort_keys=True)
+
+
+def _set_nested(doc: dict, path: list, value) -> None:
+    for k in path[:-1]:
+        doc[k] = dict(doc.get(k) or {})
+        doc = doc[k]
+    doc[path[-1]] = value
 
 
 def _pool_model(pool, base_dir):
@@ -335,8 +385,9 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     user = user + ["slo=" + json.dumps(plan_slo_section(base.raw.get("slo"), slos), sort_keys=True)]
     w = _workload_stats(base)
     cands, uncached = [], {}
-    for ph, ptp, dh, dtp in sp.families():
-        fam = {"prefill_hardware": ph, "prefill_tp": ptp, "decode_hardware": dh, "decode_tp": dtp}
+    keys = sp.keys()
+    for fam in sp.families():
+        ptp, dtp = fam["prefill_tp"], fam["decode_tp"]
         one = {**fam, "prefill_replicas": 1, "decode_replicas": 1}
         try:
             scn = load_scenario(src, user + [cluster_override(bc, one)])
@@ -374,13 +425,13 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
                     scn.fleet.pools[0].replicas, scn.fleet.pools[1].replicas = pr, dr
                     c.update(screen_candidate(scn, wf, slos, pre))
                 cands.append(c)
-    _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
+    _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
     chk = check_screen(cands, n_check, base.seed, lambda c: user + [c["_ov"]], src, slos, warmup, min_goodput, jobs,
                        backend, address)
     sims = [c for c in cands if "pass" in c]
     rank = "goodput_per_usd" if usd is not None else "efficiency_goodput_per_gpu_s"
-    ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-(c.get(rank) or 0), c["gpus"], _order(c)))
-    res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "workload": w,
+    ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-(c.get(rank) or 0), c["gpus"], _order(c, keys)))
+    res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "workload": w, "keys": keys,
            "rank_by": rank, "candidates": len(cands), "pruned": sum(1 for c in cands if c["screen"] == "pruned"),
            "simulated": len(sims), "passed": len(ok), "screen_check": chk, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
@@ -389,23 +440,24 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     return res, base
 
 
-def _order(c: dict) -> tuple:
+def _order(c: dict, keys) -> tuple:
     """A total, deterministic order of candidates (ties of the ranking are broken by it)."""
-    return tuple(str(c[k]) for k in KEYS)
+    return tuple(str(c[k]) for k in keys)
 
 
-KEYS = ["prefill_hardware", "prefill_tp", "prefill_replicas", "decode_hardware", "decode_tp", "decode_replicas",
-        "gpus", "usd_per_hour"]
+# the columns that size a candidate rather than name its family
+SIZE_KEYS = ("prefill_replicas", "decode_replicas", "gpus", "usd_per_hour")
 
 
-def _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, by_usd) -> None:
-    """Per family (GPU types and TPs): the cheapest kept candidate first (fewest GPUs, or dollars), then the
-    next cheapest per round until one passes: more hardware of the same family only lowers goodput per GPU."""
+def _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, backend, address, by_usd) -> None:
+    """Per family (GPU types, TPs and knobs): the cheapest kept candidate first (fewest GPUs, or dollars), then
+    the next cheapest per round until one passes: more hardware of the same family only lowers goodput per GPU."""
     fams: dict = {}
     for c in cands:
         if c["screen"] == "kept":
-            fams.setdefault(tuple(c[k] for k in KEYS[:2] + KEYS[3:5]), []).append(c)
-    cost = (lambda c: (c["usd_per_hour"], c["gpus"], _order(c))) if by_usd else (lambda c: (c["gpus"], _order(c)))
+            fams.setdefault(tuple(c[k] for k in keys if k not in SIZE_KEYS), []).append(c)
+    cost = (lambda c: (c["usd_per_hour"], c["gpus"], _order(c, keys))) if by_usd else \
+        (lambda c: (c["gpus"], _order(c, keys)))
     pending = {k: sorted(v, key=cost) for k, v in sorted(fams.items(), key=lambda kv: str(kv[0]))}
     for _ in range(rounds):
         batch = [(k, rows[0]) for k, rows in pending.items() if rows]
@@ -430,7 +482,7 @@ _EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_offered_prefill_tok
 
 
 def _write(res: dict, out: Path, base) -> None:
-    lead = KEYS + list(_EST) + list(_COLS)
+    lead = res["keys"] + list(_EST) + list(_COLS)
     write_atomic(out / "candidates.csv", table_csv([{k: c.get(k) for k in lead + list(CHECK_COLS)}
                                                     for c in res["rows"]], lead))
     write_atomic(out / "plan.json", json.dumps(summary_json(res), indent=1, sort_keys=True) + "\n")
@@ -454,10 +506,17 @@ def plan_line(res: dict) -> str:
         return head + "; none fits the budget" + check_phrase(res.get("screen_check"))
     per = (f"{b.get('goodput_per_usd') or 0:.4g} good req/$" if res["rank_by"] == "goodput_per_usd"
            else f"{b.get('efficiency_goodput_per_gpu_s') or 0:.3g} good req/GPU-s")
-    return head + (f"; best: prefill {b['prefill_replicas']} x {b['prefill_hardware']} TP{b['prefill_tp']}, decode "
-                   f"{b['decode_replicas']} x {b['decode_hardware']} TP{b['decode_tp']} ({b['gpus']} GPUs"
+    return head + (f"; best: prefill {b['prefill_replicas']} x {b['prefill_hardware']} TP{b['prefill_tp']}{_knobs(b, 'prefill')}"
+                   f", decode {b['decode_replicas']} x {b['decode_hardware']} TP{b['decode_tp']}{_knobs(b, 'decode')} "
+                   f"({b['gpus']} GPUs"
                    + (f", ${b['usd_per_hour']:.2f}/h" if b.get("usd_per_hour") is not None else "") + f", {per})"
                    + check_phrase(res.get("screen_check")))
+
+
+def _knobs(c: dict, role: str) -> str:
+    """' (max_num_seqs=128)': a role's searched engine knobs of a candidate, or nothing."""
+    kv = [f"{k.split('.')[-1]}={v}" for k, v in c.items() if k.startswith(f"{role}.engine.")]
+    return f" ({', '.join(kv)})" if kv else ""
 
 
 def plan_md(res: dict, title: str) -> str:
@@ -471,7 +530,7 @@ def plan_md(res: dict, title: str) -> str:
         lines += ["The best configuration as a scenario (`best.yaml`, run it with `dsim run best.yaml`; "
                   "`deploy/` has its vLLM command lines and Kubernetes manifests):", "",
                   "```yaml", yaml.safe_dump(res["best_scenario"], sort_keys=False).rstrip(), "```", ""]
-    cols = KEYS + [res["rank_by"], "p99_ttft_ms", "p99_tpot_ms", "est_prefill_util", "est_tpot_ms"]
+    cols = res["keys"] + [res["rank_by"], "p99_ttft_ms", "p99_tpot_ms", "est_prefill_util", "est_tpot_ms"]
     lines += ["## Top configurations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_fmt(c.get(k)) for k in cols) + " |" for c in res["top"]]
     why: dict = {}
@@ -483,5 +542,5 @@ def plan_md(res: dict, title: str) -> str:
               "(estimates from the latency model: prefill pool tokens/s, decode fixed point, KV transfer time).", "",
               "| pruned because | candidates |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))]
-    lines += check_md(res.get("screen_check"), res["rows"], KEYS)
+    lines += check_md(res.get("screen_check"), res["rows"], res["keys"])
     return "\n".join(lines) + "\n"
