@@ -10,8 +10,8 @@ import yaml
 import dsim
 from dsim.config.scenario import load_scenario
 from dsim.explore.plan import _workload_stats
-from dsim.explore.plan_pd import (base_cluster, cluster_override, decode_fixed_point, load_pd_space, plan_pd,
-                                  prefill_capacity)
+from dsim.explore.plan_pd import base_cluster, cluster_override, load_pd_space, plan_pd
+from dsim.explore.screen_pd import decode_fixed_point, prefill_capacity
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "scenarios" / "quickstart.yaml")
@@ -187,7 +187,7 @@ def test_screen_counts_prefix_cache_hits_and_keeps_what_passes():
     prefill replica carries it (the simulation passes); counting whole prompts the screen pruned it."""
     from dsim.config.scenario import read_scenario_file
     from dsim.explore.capacity import probe
-    from dsim.explore.plan_pd import screen_candidate, uncached_prompt_tokens
+    from dsim.explore.screen_pd import screen_candidate, uncached_prompt_tokens
     src = str(ROOT / "scenarios" / "pd_disagg.yaml")
     cand = {"prefill_hardware": "H100-SXM", "prefill_tp": 1, "decode_hardware": "H100-SXM", "decode_tp": 1,
             "prefill_replicas": 1, "decode_replicas": 2}

@@ -72,12 +72,21 @@ def _stat(values, stat: str):
     return float(np.percentile(values, q))
 
 
-def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | None) -> dict:
-    """Run one load point and judge it (plain data in and out: runs in worker processes)."""
+def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | None, early_stop: bool = False) -> dict:
+    """Run one load point and judge it (plain data in and out: runs in worker processes).  With
+    ``early_stop`` the run stops as soon as a percentile SLO is certainly missed (dsim.explore.early_stop):
+    the row then says so (``early_stopped``) and fails, without the full run's metrics."""
     from ..runner import run
     try:
         scn = resolve(source, overrides)
-        res = run(scn, None, plots=False)
+        if early_stop:
+            from .early_stop import run_watched
+            res, stop = run_watched(scn, slos, warmup)
+            if stop is not None:
+                return {"status": "ok", "error": "", **stop, "pass": False,
+                        "reasons": [f"stopped early at {stop['stopped_at_s']:.1f} s: {stop['stop_reason']}"]}
+        else:
+            res = run(scn, None, plots=False)
     except ConfigError as e:
         return {"status": "error", "error": str(e), "pass": False, "reasons": [str(e)]}
     led = res.requests                      # columns, in request id order: no request is rebuilt

@@ -246,7 +246,8 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "conservative": conservative, "workload": w,
            "candidates": len(cands),
            "pruned": sum(1 for c in cands if c["screen"] == "pruned"), "simulated": len(sims),
-           "passed": len(ok), "screen_check": chk, "keys": keys, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
+           "passed": len(ok), "early_stopped": sum(1 for c in sims if c.get("early_stopped")), "screen_check": chk,
+           "keys": keys, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
         best = load_scenario(src, res["best"]["_ovs"] + [f"{REPLICAS_KEY}={res['best']['replicas']}"])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
@@ -381,7 +382,8 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
         batch = [(k, rows[0]) for k, rows in pending.items() if rows]
         if not batch:
             break
-        calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], slos, warmup, min_goodput) for _, c in batch]
+        calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], slos, warmup, min_goodput, True)
+                 for _, c in batch]
         for (k, c), row in zip(batch, list(run_calls(probe, calls, jobs, backend, address))):
             c.update({kk: v for kk, v in row.items() if kk not in ("status",)})
             c["reasons"] = "; ".join(row.get("reasons", []))
@@ -404,7 +406,7 @@ _COLS = ("pass", "reasons", "request_goodput", "goodput_fraction", "efficiency_g
          "efficiency_output_tokens_per_s_per_gpu", "efficiency_output_tokens_per_s_per_user",
          "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost", "band_validated",
          "pessimistic_pass", "pessimistic_step_scale", "seeds_passed", "p99_ttft_ms_max_over_seeds",
-         "p99_tpot_ms_max_over_seeds")
+         "p99_tpot_ms_max_over_seeds", "early_stopped", "stopped_at_s")
 
 
 def _write(res: dict, out: Path, base) -> None:
@@ -435,8 +437,9 @@ def _write(res: dict, out: Path, base) -> None:
 
 def plan_line(res: dict) -> str:
     b = res["best"]
-    head = (f"{res['candidates']} candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated, "
-            f"{res['passed']} meet the SLOs")
+    head = (f"{res['candidates']} candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated"
+            + (f" ({res['early_stopped']} stopped early)" if res.get("early_stopped") else "")
+            + f", {res['passed']} meet the SLOs")
     if b is None:
         return head + "; none fits the budget" + check_phrase(res.get("screen_check"))
     knobs = ", ".join(f"{k}={b[k]}" for k in res["keys"] if k not in ("gpus",))

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +36,11 @@ import yaml
 
 from ..config.errors import ConfigError
 from ..config.scenario import load_scenario, read_scenario_file
-from ..latency.base import LatencyContext
-from ..latency.registry import build_latency
 from ..metrics.writers import AtomicOutput
 from .backends import run_calls
 from .capacity import parse_slos, probe
-from .plan import _step, _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, summary_json, _fmt
+from .screen_pd import screen_grid
+from .plan import _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, summary_json, _fmt
 from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .store import table_csv, write_atomic
 
@@ -71,15 +69,17 @@ class PDSpace:
                 + [f"{role}_replicas"]
         return out + ["gpus", "usd_per_hour"]
 
+    def role_families(self, role: str):
+        """One dict per (GPU, TP, knob values) of a role, in a fixed order."""
+        names = [f"{role}.{k}" for k, _ in self.role_knobs(role)]
+        for hw, tp, *vals in itertools.product(self.hardware[role], self.tp[role],
+                                               *(v for _, v in self.role_knobs(role))):
+            yield {f"{role}_hardware": hw, f"{role}_tp": tp, **dict(zip(names, vals))}
+
     def families(self):
         """One dict per (prefill GPU, TP, knob values, decode GPU, TP, knob values), in a fixed order."""
-        def role(r):
-            names = [f"{r}.{k}" for k, _ in self.role_knobs(r)]
-            for hw, tp, *vals in itertools.product(self.hardware[r], self.tp[r],
-                                                   *(v for _, v in self.role_knobs(r))):
-                yield {f"{r}_hardware": hw, f"{r}_tp": tp, **dict(zip(names, vals))}
-        for pre in role("prefill"):
-            for dec in role("decode"):
+        for pre in self.role_families("prefill"):
+            for dec in self.role_families("decode"):
                 yield {**pre, **dec}
 
 
@@ -212,120 +212,6 @@ def _set_nested(doc: dict, path: list, value) -> None:
     doc[path[-1]] = value
 
 
-def _pool_model(pool, base_dir):
-    """(step-time function, KV tokens of one replica) of a pool; ConfigError when the model does not fit."""
-    eng = pool.engine
-    kv = eng.kv_blocks(pool.model, pool.device)
-    step = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv, base_dir=base_dir))[0]
-    return step.step_time, kv * eng.block_size
-
-
-def prefill_capacity(pool, base_dir, mean_prompt: float) -> dict:
-    """Prompt tokens/s one prefill replica sustains: its token budget prefilled in every step (a full
-    prefill batch of mean-length prompts) over the step time of that batch; and the lone-prompt step
-    (the TTFT floor)."""
-    step, _ = _pool_model(pool, base_dir)
-    budget = pool.engine.max_num_batched_tokens
-    t_full = _step(step, budget, 0, 0, mean_prompt)
-    t_one = _step(step, min(max(int(mean_prompt), 1), budget), 0, 0, mean_prompt)
-    return {"tokens_per_s": budget / t_full, "t_full": t_full, "t_one": t_one}
-
-
-def decode_fixed_point(pool, base_dir, rate: float, prompt: float, output: float) -> dict:
-    """Step time of a decode replica carrying ``rate`` req/s: B = rate x output x t, t = step(B decodes)
-    (the single-pool screen with no prefill in the step).  ``overloaded`` names the bound it breaks."""
-    step, kv_tokens = _pool_model(pool, base_dir)
-    eng = pool.engine
-    ctx = prompt + output / 2
-    t = _step(step, 0, 1, ctx, prompt)
-    for _ in range(60):
-        b = math.ceil(rate * output * t)
-        if b > eng.max_num_seqs or b * (prompt + output) > kv_tokens or t > 60:
-            return {"t": t, "batch": b, "overloaded": f"{rate:.2f} req/s per decode replica needs a batch of {b} "
-                    f"per {t * 1e3:.1f} ms step (max_num_seqs {eng.max_num_seqs}, KV {kv_tokens} tokens)"}
-        t2 = _step(step, 0, max(b, 1), ctx, prompt)
-        if abs(t2 - t) <= 1e-4 * t:
-            t = t2
-            break
-        t = t2
-    return {"t": t, "batch": math.ceil(rate * output * t), "overloaded": ""}
-
-
-def kv_transfer_s(scn, prompt: float) -> float:
-    """Seconds to move one mean prompt's KV from a prefill to a decode replica (latency + bytes / bandwidth)."""
-    from ..config.schema.cluster import KvTransferConfig
-    cl = scn.fleet.clusters[0]
-    spec = getattr(cl.disaggregation, "kv_transfer", None) or KvTransferConfig()
-    return spec.latency_ms / 1e3 + prompt * cl.pools[0].model.kv_bytes_per_token / (spec.bandwidth_gb_s * 1e9)
-
-
-def uncached_prompt_tokens(scn, pool) -> float:
-    """Mean prompt tokens per request a prefill pool must compute with an ideal prefix cache: a block is
-    free when the same content (prompt blocks only: the prefill pool never holds a decode's output) was in
-    any earlier request's prompt.  An upper bound on the hits (no eviction, one cache for every replica),
-    so the prefill load it gives is a lower bound and the screen never prunes for lack of caching."""
-    from ..core.simulation import Simulation
-    from ..serving.prefix import block_hashes
-    from ..workload.generator import build_requests
-    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed).rng, scn.base_dir)
-    if not reqs:
-        return 0.0
-    if not pool.engine.enable_prefix_caching:
-        return sum(r.prompt_len for r in reqs) / len(reqs)
-    bs = pool.engine.block_size
-    seen: set = set()
-    new = 0
-    for r in sorted(reqs, key=lambda r: (r.arrival, r.rid)):
-        if r.segments is None:
-            new += r.prompt_len
-            continue
-        hs = block_hashes(r, r.prompt_len // bs, bs)
-        hit = 0
-        while hit < len(hs) and hs[hit] in seen:
-            hit += 1
-        hit = min(hit * bs, r.prompt_len - 1)         # vLLM computes at least the last prompt token
-        new += r.prompt_len - hit
-        seen.update(hs)
-        r.block_hashes = None
-    return new / len(reqs)
-
-
-def screen_candidate(scn, w: dict, slos: dict, pre: dict | None = None) -> dict:
-    """Estimates and verdict of one candidate scenario (two pools: prefill first); ``pre``: its
-    prefill_capacity when already known (it does not depend on the replica counts)."""
-    pp, dp = scn.fleet.pools
-    P, O, rate = w["prompt"], w["output"], w["rate"]
-    pre = pre or prefill_capacity(pp, scn.base_dir, P)
-    offered = rate * w.get("uncached_prompt", P)      # prompt tokens/s the prefill pool computes
-    util = offered / (pp.replicas * pre["tokens_per_s"])
-    dec = decode_fixed_point(dp, scn.base_dir, rate / dp.replicas, P, O)
-    tx = kv_transfer_s(scn, P)
-    tpot = dec["t"] + tx / max(O - 1, 1)
-    row = {"est_prefill_tokens_per_s": pp.replicas * pre["tokens_per_s"], "est_offered_prefill_tokens_per_s": offered,
-           "est_prefill_util": util,
-           "est_decode_step_ms": dec["t"] * 1e3, "est_decode_batch": dec["batch"], "est_kv_transfer_ms": tx * 1e3,
-           "est_ttft_floor_ms": pre["t_one"] * 1e3, "est_tpot_ms": tpot * 1e3, "screen": "kept", "reason": ""}
-    if util > 1:
-        row.update(screen="pruned", reason=f"prefill overloaded: {offered:.0f} prompt tokens/s offered > "
-                   f"{pp.replicas * pre['tokens_per_s']:.0f} the pool prefills")
-    elif dec["overloaded"]:
-        row.update(screen="pruned", reason="decode overloaded: " + dec["overloaded"])
-    else:
-        for key, bound in slos.items():
-            metric = key[:-3].split("_", 1)[1]
-            est = {"tpot": tpot, "itl": dec["t"], "ttft": pre["t_one"],
-                   "e2el": pre["t_one"] + tx + (O - 1) * dec["t"]}[metric] * 1e3
-            if est > bound:
-                row.update(screen="pruned", reason=f"{key} estimate {est:.1f} > {bound:g}")
-                break
-    return row
-
-
-def _gpus_of(pool) -> int:
-    e = pool.engine
-    return e.tensor_parallel_size * e.pipeline_parallel_size * e.data_parallel_size
-
-
 def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: float | None = None, slos,
             overrides=(), min_goodput: float | None = None, warmup: float = 0.1, rounds: int = 4, top: int = 10,
             jobs: int = 1, backend: str = "joblib", address: str | None = None, out=None,
@@ -384,47 +270,8 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     # re-run of best.yaml, judge every request by the same targets
     user = user + ["slo=" + json.dumps(plan_slo_section(base.raw.get("slo"), slos), sort_keys=True)]
     w = _workload_stats(base)
-    cands, uncached = [], {}
     keys = sp.keys()
-    for fam in sp.families():
-        ptp, dtp = fam["prefill_tp"], fam["decode_tp"]
-        one = {**fam, "prefill_replicas": 1, "decode_replicas": 1}
-        try:
-            scn = load_scenario(src, user + [cluster_override(bc, one)])
-            pp, dp = scn.fleet.pools
-            pre = prefill_capacity(pp, scn.base_dir, w["prompt"])
-            key = (pp.engine.enable_prefix_caching, pp.engine.block_size)
-            if key not in uncached:
-                uncached[key] = uncached_prompt_tokens(scn, pp)
-            wf = {**w, "uncached_prompt": uncached[key]}
-            decode_fixed_point(dp, scn.base_dir, 0.0, w["prompt"], w["output"])   # the decode side fits
-            bad = None
-        except ConfigError as e:
-            scn, bad = None, e
-            pp = dp = None
-        names = {r: (one[f"{r}_hardware"] or base.device.name) for r in ROLES}
-        per = {"prefill": _gpus_of(pp) if pp else ptp, "decode": _gpus_of(dp) if dp else dtp}
-        price = {"prefill": pp.device.usd_per_gpu_hour if pp else None,
-                 "decode": dp.device.usd_per_gpu_hour if dp else None}
-        if usd is not None and bad is None and None in price.values():
-            bad = ConfigError("--budget-usd-per-hour", usd, f"GPU-hour prices for {names['prefill']} and "
-                              f"{names['decode']} (usd_per_gpu_hour of the device profiles)")
-        fam.update(prefill_hardware=names["prefill"], decode_hardware=names["decode"])
-        for pr in _replica_counts(sp, "prefill", per["prefill"], price["prefill"], gpus, usd):
-            for dr in _replica_counts(sp, "decode", per["decode"], price["decode"], gpus, usd):
-                n = pr * per["prefill"] + dr * per["decode"]
-                cost = None if None in price.values() else (pr * per["prefill"] * price["prefill"]
-                                                            + dr * per["decode"] * price["decode"])
-                if (gpus is not None and n > gpus) or (usd is not None and cost is not None and cost > usd + 1e-9):
-                    continue
-                c = {**fam, "prefill_replicas": pr, "decode_replicas": dr, "gpus": n, "usd_per_hour": cost}
-                c["_ov"] = cluster_override(bc, {**one, "prefill_replicas": pr, "decode_replicas": dr})
-                if bad is not None:
-                    c.update(screen="pruned", reason=str(bad), _unfit=True)
-                else:
-                    scn.fleet.pools[0].replicas, scn.fleet.pools[1].replicas = pr, dr
-                    c.update(screen_candidate(scn, wf, slos, pre))
-                cands.append(c)
+    cands = screen_grid(src, sp, bc, user, w, slos, gpus, usd, base.device.name)
     _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
     chk = check_screen(cands, n_check, base.seed, lambda c: user + [c["_ov"]], src, slos, warmup, min_goodput, jobs,
                        backend, address)
@@ -433,7 +280,8 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-(c.get(rank) or 0), c["gpus"], _order(c, keys)))
     res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "workload": w, "keys": keys,
            "rank_by": rank, "candidates": len(cands), "pruned": sum(1 for c in cands if c["screen"] == "pruned"),
-           "simulated": len(sims), "passed": len(ok), "screen_check": chk, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
+           "simulated": len(sims), "passed": len(ok),
+           "early_stopped": sum(1 for c in sims if c.get("early_stopped")), "screen_check": chk, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
         best = load_scenario(src, user + [res["best"]["_ov"]])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
@@ -463,7 +311,7 @@ def _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, b
         batch = [(k, rows[0]) for k, rows in pending.items() if rows]
         if not batch:
             break
-        calls = [(src, user + [c["_ov"]], slos, warmup, min_goodput) for _, c in batch]
+        calls = [(src, user + [c["_ov"]], slos, warmup, min_goodput, True) for _, c in batch]
         for (k, c), row in zip(batch, list(run_calls(probe, calls, jobs, backend, address))):
             c.update({kk: v for kk, v in row.items() if kk != "reasons"})
             c["reasons"] = "; ".join(row.get("reasons", []))
@@ -476,7 +324,7 @@ def _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, b
 
 _COLS = ("pass", "reasons", "goodput_requests_per_s", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "goodput_per_usd", "efficiency_output_tokens_per_s_per_gpu", "efficiency_usd_per_hour", "p99_ttft_ms",
-         "p99_tpot_ms")
+         "p99_tpot_ms", "early_stopped", "stopped_at_s")
 _EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_offered_prefill_tokens_per_s", "est_prefill_util", "est_decode_step_ms",
         "est_decode_batch", "est_kv_transfer_ms", "est_ttft_floor_ms", "est_tpot_ms")
 
@@ -499,8 +347,9 @@ def _write(res: dict, out: Path, base) -> None:
 
 
 def plan_line(res: dict) -> str:
-    head = (f"{res['candidates']} P/D candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated, "
-            f"{res['passed']} meet the SLOs")
+    head = (f"{res['candidates']} P/D candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated"
+            + (f" ({res['early_stopped']} stopped early)" if res.get("early_stopped") else "")
+            + f", {res['passed']} meet the SLOs")
     b = res["best"]
     if b is None:
         return head + "; none fits the budget" + check_phrase(res.get("screen_check"))

@@ -36,12 +36,13 @@ def check_screen(rows: list, n: int, seed: int, overrides_of, src, slos, warmup,
     """Simulate a sample of the pruned ``rows`` (``overrides_of(row)``: the --set list that makes its
     scenario) and mark each with ``check_pass`` and its p99 TTFT/TPOT; return the counts."""
     sample = sample_pruned(rows, n, seed)
-    calls = [(src, overrides_of(c), slos, warmup, min_goodput) for c in sample]
+    calls = [(src, overrides_of(c), slos, warmup, min_goodput, True) for c in sample]
     for c, row in zip(sample, list(run_calls(probe, calls, jobs, backend, address))):
         c["check_pass"] = bool(row["pass"])
         c["check_reasons"] = "; ".join(row.get("reasons", []))
         c["check_p99_ttft_ms"] = row.get("p99_ttft_ms")
         c["check_p99_tpot_ms"] = row.get("p99_tpot_ms")
+        c["check_early_stopped"] = bool(row.get("early_stopped"))
     simulable = sum(1 for c in rows if c.get("screen") == "pruned" and not c.get("_unfit"))
     return {"requested": n, "simulable_pruned": simulable, "sampled": len(sample),
             "would_pass": sum(1 for c in sample if c["check_pass"])}
@@ -63,7 +64,7 @@ def check_md(chk: dict | None, rows: list, keys: list) -> list:
         return []
     out = ["", "## Screen check", "",
            f"{chk['sampled']} of the {chk['simulable_pruned']} simulable pruned candidates (a sample drawn by the "
-           f"scenario's seed) simulated with the same judge as the survivors: **{chk['would_pass']} would have "
+           f"scenario's seed) simulated with the same judge as the survivors (stopped early once certain to fail): **{chk['would_pass']} would have "
            "met the SLOs** (false prunes). They are not ranked; their results are the `check_*` columns of "
            "candidates.csv.", ""]
     sampled = [c for c in rows if "check_pass" in c]
@@ -81,4 +82,4 @@ def _cell(v) -> str:
     return "" if v is None else str(v).replace("|", "/")
 
 
-CHECK_COLS = ("check_pass", "check_reasons", "check_p99_ttft_ms", "check_p99_tpot_ms")
+CHECK_COLS = ("check_pass", "check_reasons", "check_p99_ttft_ms", "check_p99_tpot_ms", "check_early_stopped")
