@@ -261,7 +261,9 @@ def _replica_counts(sp: PDSpace, role: str, per: int, price: float | None, gpus,
     return [r for r in (sp.replicas[role] if sp.replicas else range(1, hi + 1)) if r <= hi]
 
 
-def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address, n_check=0):
+def screen_space(src, sp: PDSpace, gpus, usd, slos: dict, user: list) -> tuple:
+    """Stage 1 alone: (every screened candidate, the base scenario, the overrides every candidate runs
+    with, the workload's mean rate and lengths).  ``slos`` parsed (capacity.parse_slos)."""
     where = "<scenario>" if isinstance(src, dict) else src
     doc = read_scenario_file(src) if not isinstance(src, dict) else src
     bc = base_cluster(doc, where)
@@ -270,8 +272,12 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     # re-run of best.yaml, judge every request by the same targets
     user = user + ["slo=" + json.dumps(plan_slo_section(base.raw.get("slo"), slos), sort_keys=True)]
     w = _workload_stats(base)
+    return screen_grid(src, sp, bc, user, w, slos, gpus, usd, base.device.name), base, user, w
+
+
+def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address, n_check=0):
+    cands, base, user, w = screen_space(src, sp, gpus, usd, slos, user)
     keys = sp.keys()
-    cands = screen_grid(src, sp, bc, user, w, slos, gpus, usd, base.device.name)
     _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
     chk = check_screen(cands, n_check, base.seed, lambda c: user + [c["_ov"]], src, slos, warmup, min_goodput, jobs,
                        backend, address)
