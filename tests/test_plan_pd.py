@@ -240,3 +240,23 @@ def test_per_pool_engine_knobs_are_searched_and_deployed(tmp_path):
         in dec_line
     again = dsim.run(str(out / "best.yaml"))
     assert again.metrics["p99_tpot_ms"] == b["p99_tpot_ms"]
+
+
+def test_probe_fails_a_decode_pool_whose_queue_grows():
+    """A decode pool of 32 sequences behind an ample prefill replica at 60 req/s: requests queue in the
+    decode pool after their KV arrives (their time there grows from ~2.6 s to ~36 s over the run), which
+    the wait for the first (prefill) scheduling never shows; with a loose TPOT bound the probe passed it.
+    With 96 sequences the pool keeps up and the probe passes."""
+    from dsim.explore.capacity import parse_slos, probe
+    slos = parse_slos(["ttft_p99_ms=300", "tpot_p99_ms=1000"])
+    rows = {}
+    for seqs in (32, 96):
+        cand = {"prefill_hardware": "H100-SXM", "prefill_tp": 1, "decode_hardware": "H100-SXM", "decode_tp": 1,
+                "prefill_replicas": 1, "decode_replicas": 1, "decode.engine.max_num_seqs": seqs}
+        rows[seqs] = probe(QUICK, ["workload.rate=60", "workload.num_requests=3000",
+                                   cluster_override(base_cluster({}, "q"), cand)], slos, 0.1, None)
+    small, big = rows[32], rows[96]
+    assert small["p99_ttft_ms"] <= 300 and small["p99_tpot_ms"] <= 1000 and small["queue_delay_trend"] < 0.02
+    assert not small["pass"] and small["reasons"][0].startswith("decode queue grows")
+    assert small["decode_wait_trend"] > 0.5
+    assert big["pass"] and abs(big["decode_wait_trend"]) < 0.005
