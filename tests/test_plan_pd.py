@@ -10,8 +10,8 @@ import yaml
 import dsim
 from dsim.config.scenario import load_scenario
 from dsim.explore.plan import _workload_stats
-from dsim.explore.plan_pd import (base_cluster, cluster_override, decode_fixed_point, load_pd_space, plan_pd,
-                                  prefill_capacity)
+from dsim.explore.plan_pd import base_cluster, cluster_override, load_pd_space, plan_pd
+from dsim.explore.screen_pd import decode_fixed_point, prefill_capacity
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "scenarios" / "quickstart.yaml")
@@ -153,6 +153,11 @@ def test_same_inputs_same_outputs(planned, tmp_path):
     ({"disaggregated": {"replicas": {"prefill": [1]}}}, "disaggregated.replicas"),
     ({"disaggregated": {"prefill": {"tp": [1]}}}, "disaggregated.prefill.tp"),
     ({"disaggregated": {}, "engine.max_num_seqs": [8]}, ""),
+    ({"disaggregated": {"decode": {"engine.max_num_seq": [8]}}}, "disaggregated.decode.engine.max_num_seq"),
+    ({"disaggregated": {"prefill": {"engine.max_num_batched_tokens": 4096}}},
+     "disaggregated.prefill.engine.max_num_batched_tokens"),
+    ({"disaggregated": {"prefill": {"engine.tensor_parallel_size": [2]}}},
+     "disaggregated.prefill.engine.tensor_parallel_size"),
 ])
 def test_bad_space_is_a_path_qualified_error_exit_2(space, where, tmp_path, capsys):
     from dsim.cli import main
@@ -182,7 +187,7 @@ def test_screen_counts_prefix_cache_hits_and_keeps_what_passes():
     prefill replica carries it (the simulation passes); counting whole prompts the screen pruned it."""
     from dsim.config.scenario import read_scenario_file
     from dsim.explore.capacity import probe
-    from dsim.explore.plan_pd import screen_candidate, uncached_prompt_tokens
+    from dsim.explore.screen_pd import screen_candidate, uncached_prompt_tokens
     src = str(ROOT / "scenarios" / "pd_disagg.yaml")
     cand = {"prefill_hardware": "H100-SXM", "prefill_tp": 1, "decode_hardware": "H100-SXM", "decode_tp": 1,
             "prefill_replicas": 1, "decode_replicas": 2}
@@ -194,3 +199,64 @@ def test_screen_counts_prefix_cache_hits_and_keeps_what_passes():
     slos = {"p99_ttft_ms": 300.0, "p99_tpot_ms": 30.0}
     assert screen_candidate(scn, w, slos)["screen"] == "kept"
     assert probe(src, [ov], slos, 0.1, None)["pass"]
+
+
+def test_per_pool_engine_knobs_are_searched_and_deployed(tmp_path):
+    """Each role's engine.* lists are knobs of that pool only: every combination is a candidate, the screen
+    reads them (a decode pool of 16 sequences cannot carry 150 req/s), and the best one's values are in its
+    pool of best.yaml and on that pool's vllm serve line."""
+    space = {"disaggregated": {
+        "prefill": {"hardware": ["H100-SXM"], "engine.max_num_batched_tokens": [2048, 8192]},
+        "decode": {"tensor_parallel_size": [1, 2], "engine.max_num_seqs": [16, 256],
+                   "engine.enable_chunked_prefill": [True, False],
+                   "engine.max_num_batched_tokens": [8192]}}}      # chunked prefill off needs >= max_model_len
+    sp = load_pd_space(space)
+    assert sp.keys()[:4] == ["prefill_hardware", "prefill_tp", "prefill.engine.max_num_batched_tokens",
+                             "prefill_replicas"]
+    assert len(list(sp.families())) == 2 * 2 * 2 * 2
+    out = tmp_path / "p"
+    res = plan_pd(QUICK, space, gpus=4, slos=SLOS, overrides=LOAD, out=out, screen_check=0)
+    rows = res["rows"]
+    assert {(c["prefill.engine.max_num_batched_tokens"], c["decode.engine.max_num_seqs"],
+             c["decode.engine.enable_chunked_prefill"]) for c in rows} == \
+        {(a, b, e) for a in (2048, 8192) for b in (16, 256) for e in (True, False)}
+    assert not any(c.get("_unfit") for c in rows)
+    small = [c for c in rows if c["decode.engine.max_num_seqs"] == 16 and c["decode_replicas"] == 1]
+    assert small and all(c["reason"].startswith("decode overloaded") and "max_num_seqs 16" in c["reason"]
+                         for c in small)
+    b = res["best"]
+    doc = yaml.safe_load((out / "best.yaml").read_text())
+    pre, dec = doc["cluster"]["pools"]
+    assert pre["engine"]["max_num_batched_tokens"] == b["prefill.engine.max_num_batched_tokens"]
+    assert dec["engine"]["max_num_seqs"] == b["decode.engine.max_num_seqs"]
+    assert dec["engine"]["enable_chunked_prefill"] == b["decode.engine.enable_chunked_prefill"]
+    assert "max_num_seqs" not in pre["engine"]                      # a decode knob stays in the decode pool
+    serve = (out / "deploy" / "serve.sh").read_text().split("# pool ")
+    pre_line = next(x for x in serve if x.startswith("prefill"))
+    dec_line = next(x for x in serve if x.startswith("decode"))
+    assert f"--max-num-batched-tokens {b['prefill.engine.max_num_batched_tokens']}" in pre_line
+    assert f"--max-num-seqs {b['decode.engine.max_num_seqs']}" in dec_line
+    assert ("--enable-chunked-prefill" if b["decode.engine.enable_chunked_prefill"] else "--no-enable-chunked-prefill") \
+        in dec_line
+    again = dsim.run(str(out / "best.yaml"))
+    assert again.metrics["p99_tpot_ms"] == b["p99_tpot_ms"]
+
+
+def test_probe_fails_a_decode_pool_whose_queue_grows():
+    """A decode pool of 32 sequences behind an ample prefill replica at 60 req/s: requests queue in the
+    decode pool after their KV arrives (their time there grows from ~2.6 s to ~36 s over the run), which
+    the wait for the first (prefill) scheduling never shows; with a loose TPOT bound the probe passed it.
+    With 96 sequences the pool keeps up and the probe passes."""
+    from dsim.explore.capacity import parse_slos, probe
+    slos = parse_slos(["ttft_p99_ms=300", "tpot_p99_ms=1000"])
+    rows = {}
+    for seqs in (32, 96):
+        cand = {"prefill_hardware": "H100-SXM", "prefill_tp": 1, "decode_hardware": "H100-SXM", "decode_tp": 1,
+                "prefill_replicas": 1, "decode_replicas": 1, "decode.engine.max_num_seqs": seqs}
+        rows[seqs] = probe(QUICK, ["workload.rate=60", "workload.num_requests=3000",
+                                   cluster_override(base_cluster({}, "q"), cand)], slos, 0.1, None)
+    small, big = rows[32], rows[96]
+    assert small["p99_ttft_ms"] <= 300 and small["p99_tpot_ms"] <= 1000 and small["queue_delay_trend"] < 0.02
+    assert not small["pass"] and small["reasons"][0].startswith("decode queue grows")
+    assert small["decode_wait_trend"] > 0.5
+    assert big["pass"] and abs(big["decode_wait_trend"]) < 0.005

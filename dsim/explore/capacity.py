@@ -26,7 +26,7 @@ import numpy as np
 from ..config.errors import ConfigError
 from .backends import run_calls
 from .evaluate import resolve, summary_row
-from ..metrics.measures import GROWTH_LIMIT, delay_trend, ledger_latencies
+from ..metrics.measures import GROWTH_LIMIT, decode_wait_trend, delay_trend, ledger_latencies
 from ..metrics.band import get_path, own_latency_pools, validated_models
 from .points import as_overrides
 from ..metrics.writers import output_folder
@@ -72,12 +72,21 @@ def _stat(values, stat: str):
     return float(np.percentile(values, q))
 
 
-def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | None) -> dict:
-    """Run one load point and judge it (plain data in and out: runs in worker processes)."""
+def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | None, early_stop: bool = False) -> dict:
+    """Run one load point and judge it (plain data in and out: runs in worker processes).  With
+    ``early_stop`` the run stops as soon as a percentile SLO is certainly missed (dsim.explore.early_stop):
+    the row then says so (``early_stopped``) and fails, without the full run's metrics."""
     from ..runner import run
     try:
         scn = resolve(source, overrides)
-        res = run(scn, None, plots=False)
+        if early_stop:
+            from .early_stop import run_watched
+            res, stop = run_watched(scn, slos, warmup)
+            if stop is not None:
+                return {"status": "ok", "error": "", **stop, "pass": False,
+                        "reasons": [f"stopped early at {stop['stopped_at_s']:.1f} s: {stop['stop_reason']}"]}
+        else:
+            res = run(scn, None, plots=False)
     except ConfigError as e:
         return {"status": "error", "error": str(e), "pass": False, "reasons": [str(e)]}
     led = res.requests                      # columns, in request id order: no request is rebuilt
@@ -108,6 +117,15 @@ def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | Non
     row.update(offered_rate=offered, queue_delay_trend=growth)
     if growth > GROWTH_LIMIT:
         reasons.append(f"queueing delay grows {growth * 1e3:.0f} ms per s of arrivals (> {GROWTH_LIMIT * 1e3:.0f})")
+    # P/D: a saturated decode pool queues requests after their KV arrives, which the wait for the first
+    # scheduling (a prefill replica's) never sees; its growth shows in the time spent in the decode pool
+    handed = win & finished & led.present("t_kv_ready")
+    if handed.sum() >= 4:
+        dgrowth = decode_wait_trend(arrival[handed], led.col("t_completion")[handed] - led.col("t_kv_ready")[handed],
+                                    led.col("n_out")[handed])
+        row["decode_wait_trend"] = dgrowth
+        if dgrowth > GROWTH_LIMIT:
+            reasons.append(f"decode queue grows {dgrowth * 1e3:.0f} ms per s of arrivals (> {GROWTH_LIMIT * 1e3:.0f})")
     rejected = row.get("requests_rejected", 0)
     if rejected:
         reasons.append(f"{rejected} requests rejected")

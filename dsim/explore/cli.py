@@ -142,8 +142,12 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--seeds", type=int, default=1, metavar="K",
                    help="simulate the top configurations with K seeds; the chosen one must pass on every "
                    "seed (default 1)")
+    p.add_argument("--screen-check", type=int, default=None, metavar="N",
+                   help="simulate up to N candidates the screen pruned (a seeded sample) and report how many "
+                   "would have met the SLOs (default 8; 0: off)")
     _exec_args(p)
-    p.add_argument("--out", required=True, help="folder: plan.md, best.yaml, top.csv, pareto.csv, candidates.csv")
+    p.add_argument("--out", required=True, help="folder: plan.md, plan.json, best.yaml, top.csv, pareto.csv, "
+                   "candidates.csv")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -151,7 +155,8 @@ def run_plan(args) -> int:
     from ..config.limits import MAX_GPUS, MAX_TOP
     from .plan import plan, plan_line
     from .plan_pd import is_pd_space
-    _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP), seeds=(1, 100))
+    _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP), seeds=(1, 100),
+                 screen_check=(0, MAX_TOP))
     from ..log import quiet
     from .backends import progress
     if is_pd_space(args.space):
@@ -166,12 +171,17 @@ def run_plan(args) -> int:
         res = plan(args.scenario, args.space, gpus=args.gpus, slos=args.slo, overrides=args.overrides,
                    min_goodput=args.min_goodput, rounds=args.rounds, top=args.top, jobs=args.jobs,
                    backend=args.backend, address=args.address, out=args.out, band=args.band,
-                   conservative=args.conservative, seeds=args.seeds)
+                   conservative=args.conservative, seeds=args.seeds, **_check_kw(args))
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
     sims = [c for c in res["rows"] if "pass" in c]
     return _all_failed("plan", "simulated candidate", len(sims), sum(1 for c in sims if c.get("status") == "error"),
                        sims)
+
+
+def _check_kw(args) -> dict:
+    """--screen-check when given (the planners' own default, screen_check.DEFAULT_SAMPLE, otherwise)."""
+    return {} if args.screen_check is None else {"screen_check": args.screen_check}
 
 
 def _run_plan_pd(args) -> int:
@@ -186,7 +196,8 @@ def _run_plan_pd(args) -> int:
     with progress("simulation", not (args.quiet or quiet())):
         res = plan_pd(args.scenario, args.space, gpus=args.gpus, budget_usd_per_hour=args.budget_usd_per_hour,
                       slos=args.slo, overrides=args.overrides, min_goodput=args.min_goodput, rounds=args.rounds,
-                      top=args.top, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out)
+                      top=args.top, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out,
+                      **_check_kw(args))
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
     sims = [c for c in res["rows"] if "pass" in c]

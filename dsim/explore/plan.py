@@ -33,6 +33,7 @@ from ..latency.registry import build_latency
 from .backends import run_calls
 from .capacity import band_scales, scale_overrides, parse_slos, probe
 from .pareto import pareto_front
+from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .points import as_overrides
 from ..metrics.writers import output_folder
 from .store import table_csv, write_atomic
@@ -117,7 +118,7 @@ def screen_family(scn, w: dict, replicas: list, slos: dict) -> list[dict]:
     try:
         kv = eng.kv_blocks(pool.model, pool.device)
     except ConfigError as e:
-        return [{"replicas": r, "screen": "pruned", "reason": f"does not fit: {e}"} for r in replicas]
+        return [{"replicas": r, "screen": "pruned", "reason": f"does not fit: {e}", "_unfit": True} for r in replicas]
     step_model = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv,
                                                             base_dir=scn.base_dir))[0]
     step = step_model.step_time
@@ -157,7 +158,8 @@ def screen_family(scn, w: dict, replicas: list, slos: dict) -> list[dict]:
 
 def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float | None = None, warmup: float = 0.1,
          rounds: int = 4, top: int = 10, jobs: int = 1, backend: str = "joblib", address: str | None = None,
-         out=None, band: bool = True, conservative: bool = False, seeds: int = 1) -> dict:
+         out=None, band: bool = True, conservative: bool = False, seeds: int = 1,
+         screen_check: int = DEFAULT_SAMPLE) -> dict:
     """Screen every candidate of ``space`` within ``gpus`` GPUs, simulate the survivors, and return
     {"best", "top", "candidates", "pareto", ...} (also written to ``out``).
 
@@ -174,6 +176,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     rounds = check_number(rounds, "--rounds", lo=1, hi=MAX_TOP, integer=True)
     jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
     seeds = check_number(seeds, "--seeds", lo=1, hi=100, integer=True)
+    screen_check = check_number(screen_check, "--screen-check", lo=0, hi=MAX_TOP, integer=True)
     sp = space if isinstance(space, Space) else load_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
     user = list(overrides)
@@ -183,7 +186,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
     # unfinished run); an unwritable --out fails now, not after the simulations
     with output_folder(out) as ao:
         res, base = _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,
-                          band, conservative, seeds)
+                          band, conservative, seeds, screen_check)
         res["overrides"] = user                      # --set as given (titles say what was run)
         if ao is not None:
             _write(res, ao.tmp, base)
@@ -191,7 +194,7 @@ def plan(scenario, space, *, gpus: int, slos, overrides=(), min_goodput: float |
 
 
 def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs, backend, address,
-          band=True, conservative=False, seeds=1) -> tuple:
+          band=True, conservative=False, seeds=1, n_check=0) -> tuple:
     base = load_scenario(src, overrides)
     w = _workload_stats(base)
     cands = []
@@ -214,11 +217,13 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
             except ConfigError as e:
                 bad = e
         if bad is not None:
-            rows = [{"replicas": r, "screen": "pruned", "reason": str(bad)} for r in reps]
+            rows = [{"replicas": r, "screen": "pruned", "reason": str(bad), "_unfit": True} for r in reps]
         for row in rows:
             cands.append({**fam, **row, "gpus": per * row["replicas"], "_ovs": ovs})
     judge = (src, slos, warmup, min_goodput, jobs, backend, address, base)
     _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, judge if conservative else None)
+    chk = check_screen(cands, n_check, base.seed, lambda c: c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], src,
+                       slos, warmup, min_goodput, jobs, backend, address)
     sims = [c for c in cands if "pass" in c]
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
     if seeds > 1:
@@ -235,7 +240,8 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "conservative": conservative, "workload": w,
            "candidates": len(cands),
            "pruned": sum(1 for c in cands if c["screen"] == "pruned"), "simulated": len(sims),
-           "passed": len(ok), "keys": keys, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
+           "passed": len(ok), "early_stopped": sum(1 for c in sims if c.get("early_stopped")), "screen_check": chk,
+           "keys": keys, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
         best = load_scenario(src, res["best"]["_ovs"] + [f"{REPLICAS_KEY}={res['best']['replicas']}"])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
@@ -370,7 +376,8 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
         batch = [(k, rows[0]) for k, rows in pending.items() if rows]
         if not batch:
             break
-        calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], slos, warmup, min_goodput) for _, c in batch]
+        calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], slos, warmup, min_goodput, True)
+                 for _, c in batch]
         for (k, c), row in zip(batch, list(run_calls(probe, calls, jobs, backend, address))):
             c.update({kk: v for kk, v in row.items() if kk not in ("status",)})
             c["reasons"] = "; ".join(row.get("reasons", []))
@@ -393,14 +400,15 @@ _COLS = ("pass", "reasons", "request_goodput", "goodput_fraction", "efficiency_g
          "efficiency_output_tokens_per_s_per_gpu", "efficiency_output_tokens_per_s_per_user",
          "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost", "band_validated",
          "pessimistic_pass", "pessimistic_step_scale", "seeds_passed", "p99_ttft_ms_max_over_seeds",
-         "p99_tpot_ms_max_over_seeds")
+         "p99_tpot_ms_max_over_seeds", "early_stopped", "stopped_at_s")
 
 
 def _write(res: dict, out: Path, base) -> None:
     keys = res["keys"]
     lead = keys + ["screen", "reason", "est_tpot_ms", "est_ttft_floor_ms", "est_batch"] + list(_COLS)
-    slim = [{k: c.get(k) for k in lead + [f"window_{s}" for s in res["slos"]]} for c in res["rows"]]
+    slim = [{k: c.get(k) for k in lead + [f"window_{s}" for s in res["slos"]] + list(CHECK_COLS)} for c in res["rows"]]
     write_atomic(out / "candidates.csv", table_csv(slim, lead))
+    write_atomic(out / "plan.json", json.dumps(summary_json(res), indent=1, sort_keys=True) + "\n")
     write_atomic(out / "top.csv", table_csv([{k: c.get(k) for k in lead} for c in res["top"]], lead))
     sims = [{k: c.get(k) for k in keys + list(_COLS)} for c in res["rows"] if "pass" in c]
     write_atomic(out / "pareto.csv", table_csv(sims, keys + list(_COLS)))
@@ -423,20 +431,29 @@ def _write(res: dict, out: Path, base) -> None:
 
 def plan_line(res: dict) -> str:
     b = res["best"]
-    head = (f"{res['candidates']} candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated, "
-            f"{res['passed']} meet the SLOs")
+    head = (f"{res['candidates']} candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated"
+            + (f" ({res['early_stopped']} stopped early)" if res.get("early_stopped") else "")
+            + f", {res['passed']} meet the SLOs")
     if b is None:
-        return head + "; none fits the budget"
+        return head + "; none fits the budget" + check_phrase(res.get("screen_check"))
     knobs = ", ".join(f"{k}={b[k]}" for k in res["keys"] if k not in ("gpus",))
     line = head + f"; best: {knobs} ({b['gpus']} GPUs, {b.get('efficiency_goodput_per_gpu_s', 0):.3g} good req/GPU-s)"
     if res.get("conservative"):
-        return line + "; planned at the pessimistic end of the error band"
+        return line + "; planned at the pessimistic end of the error band" + check_phrase(res.get("screen_check"))
     marked = [c for c in res["top"] if c.get("pessimistic_pass") is False]
     if marked:
         line += (f"; {len(marked)} of the top {len(res['top'])} (best included)" if b.get("pessimistic_pass") is False
                  else f"; {len(marked)} of the top {len(res['top'])}") + \
             " meet the SLOs only if dsim is right or optimistic (see --conservative)"
-    return line
+    return line + check_phrase(res.get("screen_check"))
+
+
+def summary_json(res: dict) -> dict:
+    """plan.json: the plan's counts, its screen check and the best row, as data (no private keys)."""
+    pub = (lambda c: None if c is None else {k: v for k, v in c.items() if not k.startswith("_")})
+    keep = ("scenario", "gpus_budget", "usd_budget", "slos", "rank_by", "conservative", "workload", "candidates",
+            "pruned", "simulated", "passed", "early_stopped", "screen_check", "overrides")
+    return {**{k: res[k] for k in keep if k in res}, "best": pub(res.get("best"))}
 
 
 def plan_md(res: dict, title: str) -> str:
@@ -465,6 +482,7 @@ def plan_md(res: dict, title: str) -> str:
             why[k] = why.get(k, 0) + 1
     lines += ["", "## Screen", "", "| pruned because | candidates |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(why.items(), key=lambda kv: -kv[1])]
+    lines += check_md(res.get("screen_check"), res["rows"], res["keys"])
     lines += ["", "![pareto](pareto.png)", ""]
     return "\n".join(lines)
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +36,12 @@ import yaml
 
 from ..config.errors import ConfigError
 from ..config.scenario import load_scenario, read_scenario_file
-from ..latency.base import LatencyContext
-from ..latency.registry import build_latency
 from ..metrics.writers import output_folder
 from .backends import run_calls
 from .capacity import parse_slos, probe
-from .plan import _step, _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, _fmt
+from .screen_pd import screen_grid
+from .plan import _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, summary_json, _fmt
+from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .store import table_csv, write_atomic
 
 ROLES = ("prefill", "decode")
@@ -51,16 +50,37 @@ DEFAULT_ROUTER = "least_outstanding"
 
 @dataclass
 class PDSpace:
-    """Candidate values per role: TP sizes, GPU types (None: the scenario's) and replica counts
-    (None: every count the budget allows)."""
+    """Candidate values per role: TP sizes, GPU types (None: the scenario's), engine knobs
+    ([(key under the pool, values)]) and replica counts (None: every count the budget allows)."""
     tp: dict
     hardware: dict
     replicas: dict | None
+    knobs: dict = None
+
+    def role_knobs(self, role: str) -> list:
+        return (self.knobs or {}).get(role, [])
+
+    def keys(self) -> list:
+        """The candidate table's leading columns: each role's GPU, TP, knobs (``prefill.engine.max_num_seqs``)
+        and replica count, then the totals."""
+        out = []
+        for role in ROLES:
+            out += [f"{role}_hardware", f"{role}_tp"] + [f"{role}.{k}" for k, _ in self.role_knobs(role)] \
+                + [f"{role}_replicas"]
+        return out + ["gpus", "usd_per_hour"]
+
+    def role_families(self, role: str):
+        """One dict per (GPU, TP, knob values) of a role, in a fixed order."""
+        names = [f"{role}.{k}" for k, _ in self.role_knobs(role)]
+        for hw, tp, *vals in itertools.product(self.hardware[role], self.tp[role],
+                                               *(v for _, v in self.role_knobs(role))):
+            yield {f"{role}_hardware": hw, f"{role}_tp": tp, **dict(zip(names, vals))}
 
     def families(self):
-        """(prefill GPU, prefill TP, decode GPU, decode TP), in a fixed order."""
-        return itertools.product(self.hardware["prefill"], self.tp["prefill"],
-                                 self.hardware["decode"], self.tp["decode"])
+        """One dict per (prefill GPU, TP, knob values, decode GPU, TP, knob values), in a fixed order."""
+        for pre in self.role_families("prefill"):
+            for dec in self.role_families("decode"):
+                yield {**pre, **dec}
 
 
 def is_pd_space(source) -> bool:
@@ -80,33 +100,40 @@ def load_pd_space(source) -> PDSpace:
     """A P/D SPACE.yaml (or mapping)::
 
         disaggregated:
-          prefill: {tensor_parallel_size: [1, 2], hardware: [H100-SXM, A100-80GB]}
-          decode:  {tensor_parallel_size: [1, 2], hardware: [H100-SXM]}
+          prefill: {tensor_parallel_size: [1, 2], hardware: [H100-SXM, A100-80GB],
+                    engine.max_num_batched_tokens: [4096, 8192]}
+          decode:  {tensor_parallel_size: [1, 2], hardware: [H100-SXM], engine.max_num_seqs: [128, 256]}
           replicas: auto            # or {prefill: [1, 2], decode: [1, 2, 3]}
 
-    Every mistake is a ConfigError naming its path in the file (``<file>: disaggregated.decode.hardware[1]``)."""
+    A role's ``engine.*`` keys are that pool's engine knobs, searched like TP (checked against the
+    scenario schema's pool engine).  Every mistake is a ConfigError naming its path in the file (``<file>: disaggregated.decode.hardware[1]``)."""
     from ..config.hardware import device_names
     where = "<space>" if isinstance(source, dict) else str(source)
     data = dict(source) if isinstance(source, dict) else read_scenario_file(source)
     if not isinstance(data, dict) or set(data) != {"disaggregated"}:
         raise ConfigError(f"{where}", sorted(data) if isinstance(data, dict) else data,
-                          "only the key disaggregated (a P/D space; engine knobs go in --set)")
+                          "only the key disaggregated (a P/D space; engine knobs go under disaggregated.prefill / "
+                          ".decode as engine.KEY lists, or in --set for both pools)")
     d = data["disaggregated"]
     if not isinstance(d, dict):
         raise ConfigError(f"{where}: disaggregated", d, "a mapping with prefill, decode and replicas")
     extra = sorted(set(d) - {"prefill", "decode", "replicas"})
     if extra:
         raise ConfigError(f"{where}: disaggregated.{extra[0]}", d[extra[0]], "no such key (prefill, decode, replicas)")
-    tp, hw = {}, {}
+    tp, hw, knobs = {}, {}, {}
     known = set(device_names())
     for role in ROLES:
         spec = d.get(role, {}) or {}
         if not isinstance(spec, dict):
-            raise ConfigError(f"{where}: disaggregated.{role}", spec, "a mapping with tensor_parallel_size, hardware")
-        bad = sorted(set(spec) - {"tensor_parallel_size", "hardware"})
+            raise ConfigError(f"{where}: disaggregated.{role}", spec, "a mapping with tensor_parallel_size, hardware "
+                              "and engine.KEY lists")
+        bad = sorted(k for k in spec if k not in ("tensor_parallel_size", "hardware")
+                     and not str(k).startswith("engine."))
         if bad:
             raise ConfigError(f"{where}: disaggregated.{role}.{bad[0]}", spec[bad[0]],
-                              "no such key (tensor_parallel_size, hardware)")
+                              "no such key (tensor_parallel_size, hardware, engine.KEY)")
+        knobs[role] = [(str(k), _knob_values(v, str(k), f"{where}: disaggregated.{role}.{k}"))
+                       for k, v in spec.items() if str(k).startswith("engine.")]
         tp[role] = _int_list(spec.get("tensor_parallel_size", [1]), f"{where}: disaggregated.{role}.tensor_parallel_size")
         h = spec.get("hardware")
         if h is None:
@@ -126,7 +153,21 @@ def load_pd_space(source) -> PDSpace:
         replicas = {r: _int_list(reps[r], f"{where}: disaggregated.replicas.{r}") for r in ROLES}
     else:
         raise ConfigError(f"{where}: disaggregated.replicas", reps, "auto or {prefill: [..], decode: [..]}")
-    return PDSpace(tp, hw, replicas)
+    return PDSpace(tp, hw, replicas, knobs)
+
+
+def _knob_values(v, key: str, path: str) -> list:
+    """A role's engine knob: a non-empty list, its key one of the pool engine's (schema/keys.py)."""
+    from ..config.schema.keys import check_key
+    if key == "engine.tensor_parallel_size":
+        raise ConfigError(path, v, "tensor_parallel_size (one level up: the role's TP list)")
+    try:
+        check_key(f"cluster.pools[0].{key}")
+    except ConfigError as e:
+        raise ConfigError(path, None, e.expected, show_value=False) from None
+    if not isinstance(v, list) or not v:
+        raise ConfigError(path, v, "a non-empty list of candidate values")
+    return v
 
 
 def base_cluster(doc: dict, where: str) -> dict:
@@ -156,131 +197,29 @@ def cluster_override(base: dict, cand: dict) -> str:
         if cand[f"{role}_hardware"] is not None:
             p["hardware"] = cand[f"{role}_hardware"]
         p["engine"] = {**(p.get("engine") or {}), "tensor_parallel_size": cand[f"{role}_tp"]}
+        for key, v in cand.items():
+            if key.startswith(f"{role}.engine."):
+                _set_nested(p, key[len(role) + 1:].split("."), v)
         pools.append(p)
     cl["pools"] = pools
     return "cluster=" + json.dumps(cl, sort_keys=True)
 
 
-def _pool_model(pool, base_dir):
-    """(step-time function, KV tokens of one replica) of a pool; ConfigError when the model does not fit."""
-    eng = pool.engine
-    kv = eng.kv_blocks(pool.model, pool.device)
-    step = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv, base_dir=base_dir))[0]
-    return step.step_time, kv * eng.block_size
-
-
-def prefill_capacity(pool, base_dir, mean_prompt: float) -> dict:
-    """Prompt tokens/s one prefill replica sustains: its token budget prefilled in every step (a full
-    prefill batch of mean-length prompts) over the step time of that batch; and the lone-prompt step
-    (the TTFT floor)."""
-    step, _ = _pool_model(pool, base_dir)
-    budget = pool.engine.max_num_batched_tokens
-    t_full = _step(step, budget, 0, 0, mean_prompt)
-    t_one = _step(step, min(max(int(mean_prompt), 1), budget), 0, 0, mean_prompt)
-    return {"tokens_per_s": budget / t_full, "t_full": t_full, "t_one": t_one}
-
-
-def decode_fixed_point(pool, base_dir, rate: float, prompt: float, output: float) -> dict:
-    """Step time of a decode replica carrying ``rate`` req/s: B = rate x output x t, t = step(B decodes)
-    (the single-pool screen with no prefill in the step).  ``overloaded`` names the bound it breaks."""
-    step, kv_tokens = _pool_model(pool, base_dir)
-    eng = pool.engine
-    ctx = prompt + output / 2
-    t = _step(step, 0, 1, ctx, prompt)
-    for _ in range(60):
-        b = math.ceil(rate * output * t)
-        if b > eng.max_num_seqs or b * (prompt + output) > kv_tokens or t > 60:
-            return {"t": t, "batch": b, "overloaded": f"{rate:.2f} req/s per decode replica needs a batch of {b} "
-                    f"per {t * 1e3:.1f} ms step (max_num_seqs {eng.max_num_seqs}, KV {kv_tokens} tokens)"}
-        t2 = _step(step, 0, max(b, 1), ctx, prompt)
-        if abs(t2 - t) <= 1e-4 * t:
-            t = t2
-            break
-        t = t2
-    return {"t": t, "batch": math.ceil(rate * output * t), "overloaded": ""}
-
-
-def kv_transfer_s(scn, prompt: float) -> float:
-    """Seconds to move one mean prompt's KV from a prefill to a decode replica (latency + bytes / bandwidth)."""
-    from ..config.schema.cluster import KvTransferConfig
-    cl = scn.fleet.clusters[0]
-    spec = getattr(cl.disaggregation, "kv_transfer", None) or KvTransferConfig()
-    return spec.latency_ms / 1e3 + prompt * cl.pools[0].model.kv_bytes_per_token / (spec.bandwidth_gb_s * 1e9)
-
-
-def uncached_prompt_tokens(scn, pool) -> float:
-    """Mean prompt tokens per request a prefill pool must compute with an ideal prefix cache: a block is
-    free when the same content (prompt blocks only: the prefill pool never holds a decode's output) was in
-    any earlier request's prompt.  An upper bound on the hits (no eviction, one cache for every replica),
-    so the prefill load it gives is a lower bound and the screen never prunes for lack of caching."""
-    from ..core.simulation import Simulation
-    from ..serving.prefix import block_hashes
-    from ..workload.generator import build_requests
-    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed).rng, scn.base_dir)
-    if not reqs:
-        return 0.0
-    if not pool.engine.enable_prefix_caching:
-        return sum(r.prompt_len for r in reqs) / len(reqs)
-    bs = pool.engine.block_size
-    seen: set = set()
-    new = 0
-    for r in sorted(reqs, key=lambda r: (r.arrival, r.rid)):
-        if r.segments is None:
-            new += r.prompt_len
-            continue
-        hs = block_hashes(r, r.prompt_len // bs, bs)
-        hit = 0
-        while hit < len(hs) and hs[hit] in seen:
-            hit += 1
-        hit = min(hit * bs, r.prompt_len - 1)         # vLLM computes at least the last prompt token
-        new += r.prompt_len - hit
-        seen.update(hs)
-        r.block_hashes = None
-    return new / len(reqs)
-
-
-def screen_candidate(scn, w: dict, slos: dict, pre: dict | None = None) -> dict:
-    """Estimates and verdict of one candidate scenario (two pools: prefill first); ``pre``: its
-    prefill_capacity when already known (it does not depend on the replica counts)."""
-    pp, dp = scn.fleet.pools
-    P, O, rate = w["prompt"], w["output"], w["rate"]
-    pre = pre or prefill_capacity(pp, scn.base_dir, P)
-    offered = rate * w.get("uncached_prompt", P)      # prompt tokens/s the prefill pool computes
-    util = offered / (pp.replicas * pre["tokens_per_s"])
-    dec = decode_fixed_point(dp, scn.base_dir, rate / dp.replicas, P, O)
-    tx = kv_transfer_s(scn, P)
-    tpot = dec["t"] + tx / max(O - 1, 1)
-    row = {"est_prefill_tokens_per_s": pp.replicas * pre["tokens_per_s"], "est_offered_prefill_tokens_per_s": offered,
-           "est_prefill_util": util,
-           "est_decode_step_ms": dec["t"] * 1e3, "est_decode_batch": dec["batch"], "est_kv_transfer_ms": tx * 1e3,
-           "est_ttft_floor_ms": pre["t_one"] * 1e3, "est_tpot_ms": tpot * 1e3, "screen": "kept", "reason": ""}
-    if util > 1:
-        row.update(screen="pruned", reason=f"prefill overloaded: {offered:.0f} prompt tokens/s offered > "
-                   f"{pp.replicas * pre['tokens_per_s']:.0f} the pool prefills")
-    elif dec["overloaded"]:
-        row.update(screen="pruned", reason="decode overloaded: " + dec["overloaded"])
-    else:
-        for key, bound in slos.items():
-            metric = key[:-3].split("_", 1)[1]
-            est = {"tpot": tpot, "itl": dec["t"], "ttft": pre["t_one"],
-                   "e2el": pre["t_one"] + tx + (O - 1) * dec["t"]}[metric] * 1e3
-            if est > bound:
-                row.update(screen="pruned", reason=f"{key} estimate {est:.1f} > {bound:g}")
-                break
-    return row
-
-
-def _gpus_of(pool) -> int:
-    e = pool.engine
-    return e.tensor_parallel_size * e.pipeline_parallel_size * e.data_parallel_size
+def _set_nested(doc: dict, path: list, value) -> None:
+    for k in path[:-1]:
+        doc[k] = dict(doc.get(k) or {})
+        doc = doc[k]
+    doc[path[-1]] = value
 
 
 def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: float | None = None, slos,
             overrides=(), min_goodput: float | None = None, warmup: float = 0.1, rounds: int = 4, top: int = 10,
-            jobs: int = 1, backend: str = "joblib", address: str | None = None, out=None) -> dict:
+            jobs: int = 1, backend: str = "joblib", address: str | None = None, out=None,
+            screen_check: int = DEFAULT_SAMPLE) -> dict:
     """Screen every P/D candidate of ``space`` within ``gpus`` GPUs and/or ``budget_usd_per_hour``,
     simulate the survivors, return {"best", "top", "rows", "candidates", "pruned", ...} (also written to
-    ``out``: best.yaml, top.csv, candidates.csv, plan.md, deploy/)."""
+    ``out``: best.yaml, top.csv, candidates.csv, plan.md, plan.json, deploy/).  ``screen_check`` N: simulate up
+    to N pruned candidates and report how many would have passed (dsim.explore.screen_check)."""
     from ..config.fields import check_number
     from ..config.limits import MAX_GPUS, MAX_JOBS, MAX_TOP
     slos = parse_slos(slos)
@@ -294,11 +233,12 @@ def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: fl
     top = check_number(top, "--top", lo=1, hi=MAX_TOP, integer=True)
     rounds = check_number(rounds, "--rounds", lo=1, hi=MAX_TOP, integer=True)
     jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
+    screen_check = check_number(screen_check, "--screen-check", lo=0, hi=MAX_TOP, integer=True)
     sp = space if isinstance(space, PDSpace) else load_pd_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
     with output_folder(out) as ao:
         res, base = _plan_pd(src, sp, gpus, budget_usd_per_hour, slos, list(overrides), min_goodput, warmup,
-                             rounds, top, jobs, backend, address)
+                             rounds, top, jobs, backend, address, screen_check)
         res["overrides"] = list(overrides)
         if ao is not None:
             _write(res, ao.tmp, base)
@@ -315,7 +255,9 @@ def _replica_counts(sp: PDSpace, role: str, per: int, price: float | None, gpus,
     return [r for r in (sp.replicas[role] if sp.replicas else range(1, hi + 1)) if r <= hi]
 
 
-def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address):
+def screen_space(src, sp: PDSpace, gpus, usd, slos: dict, user: list) -> tuple:
+    """Stage 1 alone: (every screened candidate, the base scenario, the overrides every candidate runs
+    with, the workload's mean rate and lengths).  ``slos`` parsed (capacity.parse_slos)."""
     where = "<scenario>" if isinstance(src, dict) else src
     doc = read_scenario_file(src) if not isinstance(src, dict) else src
     bc = base_cluster(doc, where)
@@ -324,82 +266,52 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     # re-run of best.yaml, judge every request by the same targets
     user = user + ["slo=" + json.dumps(plan_slo_section(base.raw.get("slo"), slos), sort_keys=True)]
     w = _workload_stats(base)
-    cands, uncached = [], {}
-    for ph, ptp, dh, dtp in sp.families():
-        fam = {"prefill_hardware": ph, "prefill_tp": ptp, "decode_hardware": dh, "decode_tp": dtp}
-        one = {**fam, "prefill_replicas": 1, "decode_replicas": 1}
-        try:
-            scn = load_scenario(src, user + [cluster_override(bc, one)])
-            pp, dp = scn.fleet.pools
-            pre = prefill_capacity(pp, scn.base_dir, w["prompt"])
-            key = (pp.engine.enable_prefix_caching, pp.engine.block_size)
-            if key not in uncached:
-                uncached[key] = uncached_prompt_tokens(scn, pp)
-            wf = {**w, "uncached_prompt": uncached[key]}
-            decode_fixed_point(dp, scn.base_dir, 0.0, w["prompt"], w["output"])   # the decode side fits
-            bad = None
-        except ConfigError as e:
-            scn, bad = None, e
-            pp = dp = None
-        names = {r: (one[f"{r}_hardware"] or base.device.name) for r in ROLES}
-        per = {"prefill": _gpus_of(pp) if pp else ptp, "decode": _gpus_of(dp) if dp else dtp}
-        price = {"prefill": pp.device.usd_per_gpu_hour if pp else None,
-                 "decode": dp.device.usd_per_gpu_hour if dp else None}
-        if usd is not None and bad is None and None in price.values():
-            bad = ConfigError("--budget-usd-per-hour", usd, f"GPU-hour prices for {names['prefill']} and "
-                              f"{names['decode']} (usd_per_gpu_hour of the device profiles)")
-        fam.update(prefill_hardware=names["prefill"], decode_hardware=names["decode"])
-        for pr in _replica_counts(sp, "prefill", per["prefill"], price["prefill"], gpus, usd):
-            for dr in _replica_counts(sp, "decode", per["decode"], price["decode"], gpus, usd):
-                n = pr * per["prefill"] + dr * per["decode"]
-                cost = None if None in price.values() else (pr * per["prefill"] * price["prefill"]
-                                                            + dr * per["decode"] * price["decode"])
-                if (gpus is not None and n > gpus) or (usd is not None and cost is not None and cost > usd + 1e-9):
-                    continue
-                c = {**fam, "prefill_replicas": pr, "decode_replicas": dr, "gpus": n, "usd_per_hour": cost}
-                c["_ov"] = cluster_override(bc, {**one, "prefill_replicas": pr, "decode_replicas": dr})
-                if bad is not None:
-                    c.update(screen="pruned", reason=str(bad))
-                else:
-                    scn.fleet.pools[0].replicas, scn.fleet.pools[1].replicas = pr, dr
-                    c.update(screen_candidate(scn, wf, slos, pre))
-                cands.append(c)
-    _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
+    return screen_grid(src, sp, bc, user, w, slos, gpus, usd, base.device.name), base, user, w
+
+
+def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address, n_check=0):
+    cands, base, user, w = screen_space(src, sp, gpus, usd, slos, user)
+    keys = sp.keys()
+    _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
+    chk = check_screen(cands, n_check, base.seed, lambda c: user + [c["_ov"]], src, slos, warmup, min_goodput, jobs,
+                       backend, address)
     sims = [c for c in cands if "pass" in c]
     rank = "goodput_per_usd" if usd is not None else "efficiency_goodput_per_gpu_s"
-    ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-(c.get(rank) or 0), c["gpus"], _order(c)))
-    res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "workload": w,
+    ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-(c.get(rank) or 0), c["gpus"], _order(c, keys)))
+    res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "workload": w, "keys": keys,
            "rank_by": rank, "candidates": len(cands), "pruned": sum(1 for c in cands if c["screen"] == "pruned"),
-           "simulated": len(sims), "passed": len(ok), "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
+           "simulated": len(sims), "passed": len(ok),
+           "early_stopped": sum(1 for c in sims if c.get("early_stopped")), "screen_check": chk, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
     if res["best"] is not None:
         best = load_scenario(src, user + [res["best"]["_ov"]])
         res["best_scenario"] = absolute_paths(best.raw, best.base_dir)
     return res, base
 
 
-def _order(c: dict) -> tuple:
+def _order(c: dict, keys) -> tuple:
     """A total, deterministic order of candidates (ties of the ranking are broken by it)."""
-    return tuple(str(c[k]) for k in KEYS)
+    return tuple(str(c[k]) for k in keys)
 
 
-KEYS = ["prefill_hardware", "prefill_tp", "prefill_replicas", "decode_hardware", "decode_tp", "decode_replicas",
-        "gpus", "usd_per_hour"]
+# the columns that size a candidate rather than name its family
+SIZE_KEYS = ("prefill_replicas", "decode_replicas", "gpus", "usd_per_hour")
 
 
-def _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, by_usd) -> None:
-    """Per family (GPU types and TPs): the cheapest kept candidate first (fewest GPUs, or dollars), then the
-    next cheapest per round until one passes: more hardware of the same family only lowers goodput per GPU."""
+def _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, backend, address, by_usd) -> None:
+    """Per family (GPU types, TPs and knobs): the cheapest kept candidate first (fewest GPUs, or dollars), then
+    the next cheapest per round until one passes: more hardware of the same family only lowers goodput per GPU."""
     fams: dict = {}
     for c in cands:
         if c["screen"] == "kept":
-            fams.setdefault(tuple(c[k] for k in KEYS[:2] + KEYS[3:5]), []).append(c)
-    cost = (lambda c: (c["usd_per_hour"], c["gpus"], _order(c))) if by_usd else (lambda c: (c["gpus"], _order(c)))
+            fams.setdefault(tuple(c[k] for k in keys if k not in SIZE_KEYS), []).append(c)
+    cost = (lambda c: (c["usd_per_hour"], c["gpus"], _order(c, keys))) if by_usd else \
+        (lambda c: (c["gpus"], _order(c, keys)))
     pending = {k: sorted(v, key=cost) for k, v in sorted(fams.items(), key=lambda kv: str(kv[0]))}
     for _ in range(rounds):
         batch = [(k, rows[0]) for k, rows in pending.items() if rows]
         if not batch:
             break
-        calls = [(src, user + [c["_ov"]], slos, warmup, min_goodput) for _, c in batch]
+        calls = [(src, user + [c["_ov"]], slos, warmup, min_goodput, True) for _, c in batch]
         for (k, c), row in zip(batch, list(run_calls(probe, calls, jobs, backend, address))):
             c.update({kk: v for kk, v in row.items() if kk != "reasons"})
             c["reasons"] = "; ".join(row.get("reasons", []))
@@ -412,14 +324,16 @@ def _simulate(src, user, cands, slos, warmup, min_goodput, rounds, jobs, backend
 
 _COLS = ("pass", "reasons", "goodput_requests_per_s", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "goodput_per_usd", "efficiency_output_tokens_per_s_per_gpu", "efficiency_usd_per_hour", "p99_ttft_ms",
-         "p99_tpot_ms")
+         "p99_tpot_ms", "early_stopped", "stopped_at_s")
 _EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_offered_prefill_tokens_per_s", "est_prefill_util", "est_decode_step_ms",
         "est_decode_batch", "est_kv_transfer_ms", "est_ttft_floor_ms", "est_tpot_ms")
 
 
 def _write(res: dict, out: Path, base) -> None:
-    lead = KEYS + list(_EST) + list(_COLS)
-    write_atomic(out / "candidates.csv", table_csv([{k: c.get(k) for k in lead} for c in res["rows"]], lead))
+    lead = res["keys"] + list(_EST) + list(_COLS)
+    write_atomic(out / "candidates.csv", table_csv([{k: c.get(k) for k in lead + list(CHECK_COLS)}
+                                                    for c in res["rows"]], lead))
+    write_atomic(out / "plan.json", json.dumps(summary_json(res), indent=1, sort_keys=True) + "\n")
     write_atomic(out / "top.csv", table_csv([{k: c.get(k) for k in lead} for c in res["top"]], lead))
     if res.get("best_scenario") is not None:
         slo = ", ".join(f"{k} <= {v:g}" for k, v in res["slos"].items())
@@ -433,16 +347,25 @@ def _write(res: dict, out: Path, base) -> None:
 
 
 def plan_line(res: dict) -> str:
-    head = (f"{res['candidates']} P/D candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated, "
-            f"{res['passed']} meet the SLOs")
+    head = (f"{res['candidates']} P/D candidates, {res['pruned']} pruned by the screen, {res['simulated']} simulated"
+            + (f" ({res['early_stopped']} stopped early)" if res.get("early_stopped") else "")
+            + f", {res['passed']} meet the SLOs")
     b = res["best"]
     if b is None:
-        return head + "; none fits the budget"
+        return head + "; none fits the budget" + check_phrase(res.get("screen_check"))
     per = (f"{b.get('goodput_per_usd') or 0:.4g} good req/$" if res["rank_by"] == "goodput_per_usd"
            else f"{b.get('efficiency_goodput_per_gpu_s') or 0:.3g} good req/GPU-s")
-    return head + (f"; best: prefill {b['prefill_replicas']} x {b['prefill_hardware']} TP{b['prefill_tp']}, decode "
-                   f"{b['decode_replicas']} x {b['decode_hardware']} TP{b['decode_tp']} ({b['gpus']} GPUs"
-                   + (f", ${b['usd_per_hour']:.2f}/h" if b.get("usd_per_hour") is not None else "") + f", {per})")
+    return head + (f"; best: prefill {b['prefill_replicas']} x {b['prefill_hardware']} TP{b['prefill_tp']}{_knobs(b, 'prefill')}"
+                   f", decode {b['decode_replicas']} x {b['decode_hardware']} TP{b['decode_tp']}{_knobs(b, 'decode')} "
+                   f"({b['gpus']} GPUs"
+                   + (f", ${b['usd_per_hour']:.2f}/h" if b.get("usd_per_hour") is not None else "") + f", {per})"
+                   + check_phrase(res.get("screen_check")))
+
+
+def _knobs(c: dict, role: str) -> str:
+    """' (max_num_seqs=128)': a role's searched engine knobs of a candidate, or nothing."""
+    kv = [f"{k.split('.')[-1]}={v}" for k, v in c.items() if k.startswith(f"{role}.engine.")]
+    return f" ({', '.join(kv)})" if kv else ""
 
 
 def plan_md(res: dict, title: str) -> str:
@@ -456,7 +379,7 @@ def plan_md(res: dict, title: str) -> str:
         lines += ["The best configuration as a scenario (`best.yaml`, run it with `dsim run best.yaml`; "
                   "`deploy/` has its vLLM command lines and Kubernetes manifests):", "",
                   "```yaml", yaml.safe_dump(res["best_scenario"], sort_keys=False).rstrip(), "```", ""]
-    cols = KEYS + [res["rank_by"], "p99_ttft_ms", "p99_tpot_ms", "est_prefill_util", "est_tpot_ms"]
+    cols = res["keys"] + [res["rank_by"], "p99_ttft_ms", "p99_tpot_ms", "est_prefill_util", "est_tpot_ms"]
     lines += ["## Top configurations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_fmt(c.get(k)) for k in cols) + " |" for c in res["top"]]
     why: dict = {}
@@ -468,4 +391,5 @@ def plan_md(res: dict, title: str) -> str:
               "(estimates from the latency model: prefill pool tokens/s, decode fixed point, KV transfer time).", "",
               "| pruned because | candidates |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines += check_md(res.get("screen_check"), res["rows"], res["keys"])
     return "\n".join(lines) + "\n"

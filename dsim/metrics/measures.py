@@ -77,6 +77,18 @@ def delay_trend(t: np.ndarray, q: np.ndarray) -> float:
     return float(np.polyfit(t - t.min(), q, 1)[0])
 
 
+def decode_wait_trend(t: np.ndarray, residence: np.ndarray, n_out: np.ndarray) -> float:
+    """P/D: the least-squares slope on arrival time of a request's time in the decode pool (KV ready to
+    completion), with its output tokens as a second regressor.  The residence is the decode queue wait
+    plus the request's own decoding, which grows with its output, not with time; a saturated decode pool
+    adds a wait that grows with time (0 for fewer than 4 points or a degenerate fit)."""
+    if t.size < 4 or not t.max() > t.min() or not np.isfinite(t).all() or not np.isfinite(residence).all():
+        return 0.0
+    x = np.column_stack([np.ones(t.size), n_out.astype(float), t - t.min()])
+    coef, _, rank, _ = np.linalg.lstsq(x, residence, rcond=None)
+    return float(coef[2]) if rank == 3 else delay_trend(t, residence)
+
+
 def meets_slo(r, ttft_ms=None, tpot_ms=None) -> bool:
     """A completed request meets its TTFT and TPOT SLOs: its own targets (``r.ttft_slo_ms``, set
     from its class or the scenario), else the ones given (None = no bound)."""

@@ -60,6 +60,13 @@ class Workload:
         i = int(np.argmin(pr.astype(np.int64) + out))
         return int(pr[i]), int(out[i])
 
+    def arrival_times(self) -> np.ndarray:
+        """Every request's arrival time, in order, without building the requests (a plan's early stop
+        needs the measurement window before the run)."""
+        if self._items is not None:
+            return np.fromiter((r.arrival for r in self._items), dtype=float, count=len(self._items))
+        return self._cols[0]
+
     def tail(self, start: int):
         """The requests from index ``start`` on."""
         if self._items is not None:
