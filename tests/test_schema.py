@@ -127,3 +127,41 @@ def test_numpy_booleans_are_booleans():
     import numpy as np
     data = _read(ROOT / "scenarios" / "quickstart.yaml")
     assert dsim.load_scenario({**data, "drain": np.False_}).drain is False
+
+
+# values both the loader and an editor's schema accept, as YAML 1.1 writes them
+GOOD = [
+    (("slo",), None),                              # `slo:` with nothing under it
+    (("engine",), None),
+    (("speculation",), {"mode": False}),           # `mode: off` reads as false
+]
+
+
+@pytest.mark.parametrize("keys,value", GOOD, ids=lambda x: ".".join(x) if isinstance(x, tuple) else None)
+def test_empty_sections_and_yaml_off_are_accepted_by_both(keys, value):
+    ok = _with(_read(ROOT / "scenarios" / "quickstart.yaml"), keys, value)
+    jsonschema.validate(ok, reference.json_schema())
+    dsim.load_scenario(ok)
+    bad = _with(ok, ("speculation",), {"mode": True})           # `on` is not a mode
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, reference.json_schema())
+    with pytest.raises(ConfigError, match="speculation.mode"):
+        dsim.load_scenario(bad)
+
+
+def test_a_number_as_mapping_key_is_named_as_a_key():
+    bad = _with(_read(ROOT / "scenarios" / "quickstart.yaml"), ("slo", "classes"), {1: {"ttft_ms": 100}})
+    with pytest.raises(ConfigError) as e:
+        dsim.load_scenario(bad)
+    assert str(e.value).startswith("slo.classes.1: ")
+
+
+@pytest.mark.parametrize("router,expected", [(None, "round_robin"), ({}, "round_robin"),
+                                             ({"policy": "jsq"}, "jsq"), ("jsq", "jsq")])
+def test_router_null_or_without_policy_is_the_default(router, expected):
+    data = _read(ROOT / "scenarios" / "quickstart.yaml")
+    data["cluster"] = {"pools": [{"name": "p", "replicas": 2}], "router": router}
+    scn = dsim.load_scenario(data)
+    assert scn.config.cluster.router.policy == expected
+    if router != {}:                    # the schema still asks an editor's mapping to name its policy
+        jsonschema.validate(data, reference.json_schema())

@@ -149,7 +149,8 @@ def test_json_schema_documents_every_key():
     top = defs["SpeculationConfig"]["properties"]
     for key in ("mode", "drafter", "acceptance", "gamma", "mode_switch", "drafts", "tree", "portfolio", "verify_order"):
         assert top[key].get("description"), key
-    assert top["mode"]["enum"] == list(S.MODES)
+    assert top["mode"]["anyOf"][0]["enum"] == list(S.MODES)
+    assert top["mode"]["anyOf"][1]["const"] is False              # YAML 1.1's bare `off`, as editors read it
     for name in ("SpeculationConfig", "DraftGroup", "InlineDraftProfile", "LatencyHeadGamma", "PIDGamma",
                  "PromptTokensPortfolio", "AcceptancePortfolio", "CurveAcceptance", "ModeSwitch", "TreeDrafts"):
         for key, prop in defs[name]["properties"].items():

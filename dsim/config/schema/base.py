@@ -113,7 +113,7 @@ def _walk(loc: tuple, data: Any, missing: bool) -> tuple[list, Any]:
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
         if isinstance(node, dict) and part in node:
-            out.append(part)
+            out.append(str(part))          # a mapping's key, even a number (`devices: {1: ...}`) is `.1`
             node = node[part]
         elif isinstance(node, (list, tuple)) and isinstance(part, int) and -len(node) <= part < len(node):
             out.append(part)
@@ -280,6 +280,8 @@ class _TaggedUnion:
                               show_value=False)
         if tag not in self.members:
             raise ConfigError(self.key, tag, "one of " + ", ".join(self.names))
+        if self.key not in v:                   # the default tag: the member sees it as written
+            v = {**v, self.key: tag}
         return self.members[tag].model_validate(v)
 
     def __get_pydantic_core_schema__(self, _source, _handler):
@@ -289,7 +291,9 @@ class _TaggedUnion:
     def __get_pydantic_json_schema__(self, _schema, handler):
         from pydantic import TypeAdapter
         unique = dict.fromkeys(self.members.values())        # several tags may share one model
-        return {"oneOf": [handler(TypeAdapter(m).core_schema) for m in unique]}
+        # anyOf, not oneOf: the tag tells members apart, and a section may be null ({}), which
+        # every member accepts
+        return {"anyOf": [handler(TypeAdapter(m).core_schema) for m in unique]}
 
 
 def Tagged(key: str, members: dict, default: str | None = None):

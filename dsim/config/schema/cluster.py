@@ -99,8 +99,14 @@ class SemiClairvoyantRouter(_Router):
 
 _ROUTER_MEMBERS = {n: (PrefixAffinityRouter if n == "prefix_affinity" else SemiClairvoyantRouter
                        if n == "semi_clairvoyant" else PlainRouter) for n in sorted(ROUTERS)}
-RouterField = Annotated[Tagged("policy", _ROUTER_MEMBERS), NameOrMapping("policy", sorted(ROUTERS), "a router")]
-"""A router: its policy name, or a mapping with ``policy`` and the policy's settings."""
+def _router_type(default: str):
+    """A router: its policy name, or a mapping with ``policy`` and the policy's settings; ``router:
+    null`` (or a mapping without ``policy``) is the field's default policy."""
+    return Annotated[Tagged("policy", _ROUTER_MEMBERS, default), NameOrMapping("policy", sorted(ROUTERS), "a router")]
+
+
+RouterField = _router_type("round_robin")
+DecodeRouterField = _router_type("least_outstanding")
 
 
 def _router(default: str):
@@ -160,7 +166,7 @@ class KvTransferConfig(Section):
 
 class DisaggregationConfig(Section):
     """Prefill/decode disaggregation of a cluster with ``role: prefill`` and ``role: decode`` pools."""
-    decode_router: RouterField = _router("least_outstanding")
+    decode_router: DecodeRouterField = _router("least_outstanding")
     """The router that picks a decode replica when a prefill replica hands a request off."""
     kv_transfer: KvTransferConfig | None = None
     """The KV path from prefill to decode replicas (None: the defaults of kv_transfer; not allowed

@@ -17,6 +17,9 @@ def json_schema() -> dict:
     from .docstrings import described_schema
     from .scenario import ScenarioConfig
     js = described_schema(ScenarioConfig)
+    for section in js.get("$defs", {}).values():
+        if section.get("type") == "object" and "properties" in section:
+            section["type"] = ["object", "null"]     # a section written as `slo:` or `slo: null` is {}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **js}
 
 
@@ -103,7 +106,8 @@ def _tag(obj: dict) -> str:
 
 def _type(p: dict, defs: dict) -> str:
     if "const" in p:
-        return f"`{p['const']}`"
+        c = p["const"]
+        return f"`{c if isinstance(c, str) else json.dumps(c)}`"
     if "enum" in p:
         return " \\| ".join(f"`{v}`" for v in p["enum"])
     alts = p.get("anyOf") or p.get("oneOf")

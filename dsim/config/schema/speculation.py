@@ -45,11 +45,16 @@ def _tag_of(members: dict, v) -> str | None:
     return next((t for t, m in members.items() if isinstance(m, type) and isinstance(v, m)), None)
 
 
-def _yaml_off(v):
-    return "off" if v is False else v         # YAML 1.1 reads a bare `off` as false
+_MODE_CHECK = Choice(*MODES).__metadata__[0].check
 
 
-Mode = Annotated[Choice(*MODES), BeforeValidator(_yaml_off)]
+def _mode(v):
+    return _MODE_CHECK("off" if v is False else v)      # YAML 1.1 reads a bare `off` as false
+
+
+# an editor's YAML server reads `mode: off` as false too, so the JSON Schema accepts it
+Mode = checked(str, _mode, {"anyOf": [{"type": "string", "enum": list(MODES)},
+                                      {"const": False, "description": "YAML 1.1's bare off"}]})
 
 ModelRef = Raw({"anyOf": [{"type": "string", "description": "a catalogue model name"},
                           {"type": "object", "properties": {"config": {"type": "string"}, "name": {"type": "string"}},
