@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | lut | cosim | report | calibrate | fit | acceptance | specdec``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | baseline | compare | lut | cosim | report | calibrate | fit | acceptance | specdec``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -108,9 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("folder", help="an output folder of dsim run/sweep/capacity/plan/cosim/calibrate")
     _fit_parser(sub)
     _calibrate_parser(sub)
-    from .explore.cli import add_parsers, add_plan_parser
+    from .explore.cli import add_compare_parsers, add_parsers, add_plan_parser
     add_parsers(sub)
     add_plan_parser(sub)
+    add_compare_parsers(sub)
     return p
 
 
@@ -462,9 +463,10 @@ def _main(argv=None) -> int:
         if args.cmd == "fit":
             from .calibrate.fit import fit_cli
             return fit_cli(args)
-        if args.cmd in ("sweep", "capacity", "plan"):
+        if args.cmd in ("sweep", "capacity", "plan", "baseline", "compare"):
             from .explore import cli as ecli
-            return {"sweep": ecli.run_sweep, "capacity": ecli.run_capacity, "plan": ecli.run_plan}[args.cmd](args)
+            return {"sweep": ecli.run_sweep, "capacity": ecli.run_capacity, "plan": ecli.run_plan,
+                    "baseline": ecli.run_baseline, "compare": ecli.run_compare}[args.cmd](args)
         if args.cmd == "calibrate":
             from .calibrate.command import calibrate_cli
             return calibrate_cli(args, _columns(args.columns) if args.columns else None)

@@ -1,4 +1,5 @@
-"""Command-line front ends of the explore layer: ``dsim sweep`` and ``dsim capacity``."""
+"""Command-line front ends of the explore layer: ``dsim sweep``, ``dsim capacity``, ``dsim baseline`` and
+``dsim compare`` (``dsim plan``: add_plan_parser)."""
 from __future__ import annotations
 
 import sys
@@ -49,6 +50,58 @@ def add_parsers(sub) -> None:
     _exec_args(c)
     c.add_argument("--out", required=True, help="folder: capacity.json, capacity.md, capacity.png")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_compare_parsers(sub) -> None:
+    b = sub.add_parser("baseline", help="run a scenario with K seeds and store each headline metric's mean and "
+                       "seed-to-seed spread (for dsim compare)")
+    b.add_argument("scenario", help="scenario file, or a shipped scenario's name (quickstart, ...)")
+    b.add_argument("--seeds", type=int, default=3, metavar="K",
+                   help="seeds: the scenario's seed, +1, ... (default 3, at least 2)")
+    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key (repeatable; recorded in the baseline)")
+    b.add_argument("--jobs", type=int, default=1, help="seeds simulated in parallel (default 1)")
+    b.add_argument("--out", required=True, metavar="FILE.json", help="baseline file to write")
+    c = sub.add_parser("compare", help="which headline metrics moved from A to B beyond the seed spread; exit 1 "
+                       "when one did (for CI)",
+                       epilog="A and B: a run's output folder, its summary.json, or a baseline file. A metric moved "
+                       "when |B - A| exceeds the seed spread of the baseline side(s) (max of the min-max range and "
+                       "3 std) or --tolerance x |A|. Exit 0: nothing moved; 1: something moved; 2: bad input.")
+    c.add_argument("a", metavar="A", help="the reference: baseline file, run folder or summary.json")
+    c.add_argument("b", metavar="B", help="the candidate: run folder, summary.json or baseline file")
+    c.add_argument("--tolerance", type=float, default=None, metavar="REL",
+                   help="relative change that always counts as within (0.05 = 5 %%); required when neither side "
+                   "is a baseline")
+    c.add_argument("--moved", action="store_true", help="list only the metrics that moved")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of a table")
+
+
+def run_baseline(args) -> int:
+    import shlex
+
+    from ..config.limits import MAX_SEEDS
+    from ..shipped import resolve
+    from .baseline import make_baseline, write_baseline
+    _check_flags(args, seeds=(2, MAX_SEEDS))
+    cmd = " ".join(["dsim baseline", shlex.quote(args.scenario), f"--seeds {args.seeds}"]
+                   + [f"--set {shlex.quote(o)}" for o in args.overrides] + [f"--out {shlex.quote(args.out)}"])
+    doc = make_baseline(resolve(args.scenario), args.seeds, args.overrides, jobs=args.jobs, command=cmd,
+                        source=args.scenario)
+    write_baseline(doc, args.out)
+    print(f"{doc['scenario']['name']}: {len(doc['metrics'])} metrics over seeds {doc['seeds']} -> {args.out}")
+    return 0
+
+
+def run_compare(args) -> int:
+    import json
+
+    from .baseline import compare, load_side, table
+    res = compare(load_side(args.a), load_side(args.b), args.tolerance)
+    if res["a"].get("name") != res["b"].get("name"):
+        print(f"dsim compare: note: different scenarios ({res['a'].get('name')} vs {res['b'].get('name')})",
+              file=sys.stderr)
+    print(json.dumps(res, indent=1, sort_keys=True) if args.json else table(res, args.moved))
+    return 1 if res["moved"] else 0
 
 
 def _exec_args(p) -> None:
