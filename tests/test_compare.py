@@ -115,4 +115,8 @@ def test_baseline_refuses_bad_input_without_writing(tmp_path, capsys):
     assert main(["baseline", "quickstart", "--set", "engine.max_num_seqs=0", "--out", str(out)]) == 2
     assert "engine.max_num_seqs" in capsys.readouterr().err
     assert main(["baseline", "no_such_scenario", "--out", str(out)]) == 2
+    capsys.readouterr()
+    assert main(["baseline", "quickstart", "--out", str(tmp_path)]) == 2      # a folder: refused before running
+    err = capsys.readouterr().err
+    assert err.startswith("dsim: error: --out:") and "this is a folder" in err and err.count("\n") == 1
     assert not out.exists() and list(tmp_path.iterdir()) == []

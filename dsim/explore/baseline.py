@@ -70,11 +70,17 @@ def headline_row(row: dict) -> dict:
     return out
 
 
-def write_baseline(doc: dict, out) -> Path:
-    from ..metrics.writers import write_atomic
+def check_out(out) -> Path:
+    """A baseline's --out, refused before any simulation when it names a folder."""
     p = Path(out)
     if p.is_dir():
-        raise ConfigError(str(out), None, "a baseline file path (this is a folder)", show_value=False)
+        raise ConfigError("--out", str(out), "a baseline file path (this is a folder)")
+    return p
+
+
+def write_baseline(doc: dict, out) -> Path:
+    from ..metrics.writers import write_atomic
+    p = check_out(out)
     try:
         write_atomic(p, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     except OSError as e:
@@ -183,7 +189,9 @@ def table(res: dict, only_moved: bool = False) -> str:
         verdict = "MOVED" if r["moved"] else ("(one side only)" if r["change"] is None else "")
         lines.append((r["metric"], _num(r["a"]), _num(r["b"]), chg, pct, lim, verdict))
     widths = [max(len(x[i]) for x in [head] + lines) for i in range(len(head))]
-    fmt = lambda row: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+    def fmt(row):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
     out = [f"A: {_describe(res['a'])}", f"B: {_describe(res['b'])}"] + [fmt(head).rstrip()] * bool(lines)
     out += [fmt(x).rstrip() for x in lines]
     n = sum(1 for r in res["metrics"] if r["change"] is not None)
@@ -194,5 +202,6 @@ def table(res: dict, only_moved: bool = False) -> str:
 
 
 def _describe(ident: dict) -> str:
-    what = f"baseline over seeds {ident.get('seeds')}" if ident["kind"] == "baseline" else f"run (seed {ident.get('seed')})"
+    what = (f"baseline over seeds {ident.get('seeds')}" if ident["kind"] == "baseline" else
+            f"run (seed {ident.get('seed')})")
     return f"{ident['label']} - {ident.get('name')} {what}"

@@ -79,10 +79,10 @@ def add_compare_parsers(sub) -> None:
 def run_baseline(args) -> int:
     import shlex
 
-    from ..config.limits import MAX_SEEDS
     from ..shipped import resolve
-    from .baseline import make_baseline, write_baseline
-    _check_flags(args, seeds=(2, MAX_SEEDS))
+    from .baseline import check_out, make_baseline, write_baseline
+    _check_flags(args)                          # --jobs; --seeds is checked by make_baseline
+    check_out(args.out)
     cmd = " ".join(["dsim baseline", shlex.quote(args.scenario), f"--seeds {args.seeds}"]
                    + [f"--set {shlex.quote(o)}" for o in args.overrides] + [f"--out {shlex.quote(args.out)}"])
     doc = make_baseline(resolve(args.scenario), args.seeds, args.overrides, jobs=args.jobs, command=cmd,
