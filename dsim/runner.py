@@ -17,7 +17,7 @@ from .cluster.fleet import Fleet
 from .core.request import PENDING
 from .core.simulation import Simulation, arrival_timeout
 from .metrics.provenance import software_versions
-from .latency.credibility import validation_rows
+from .latency.credibility import outside_design, validation_rows
 from .metrics import band
 from .metrics import plots as plots_mod
 from .metrics.ledger import RequestLedger
@@ -419,6 +419,11 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
     summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
     lat_warn = sorted({p.latency_desc["warning"] for p in fleet.pools.values()
                        if isinstance(p.latency_desc, dict) and p.latency_desc.get("warning")})
+    speculating = ses.spec is not None and ses.spec.cfg.mode != "off"
+    lat_warn += sorted({w for p in fleet.pools.values() if isinstance(p.latency_desc, dict)
+                        for w in outside_design(p.latency_desc.get("model"), speculation=speculating,
+                                                pipeline=p.engine.pipeline_parallel_size,
+                                                expert_parallel=p.engine.enable_expert_parallel)})
     if lat_warn:
         summary["warnings"] = summary.get("warnings", []) + lat_warn
     deps = band.deployments(scn, fleet, summary)

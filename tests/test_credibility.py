@@ -50,3 +50,30 @@ def test_zero_shot_error_is_the_shipped_tables_mean():
     want = sum(abs(float(r["tpot_p50_err"])) for r in rows) / len(rows)
     assert zero_shot_mape("physics")["tpot_p50"] == pytest.approx(want)
     assert f"TPOT p50 {want:.0%}" in credibility_warnings("physics")[0]
+
+
+def _physics_run(**extra):
+    import dsim
+    scn = {"name": "ng", "model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM", "latency": {"model": "physics"},
+           "workload": {"type": "poisson", "rate": 5, "num_requests": 20, "prompt_tokens": 100, "output_tokens": 8},
+           **extra}
+    return [w for w in dsim.run(scn).summary.get("warnings", []) if "was not built for" in w]
+
+
+@pytest.mark.parametrize("extra,feature", [
+    ({"speculation": {"mode": "fused"}}, "speculative decoding"),
+    ({"engine": {"pipeline_parallel_size": 2}}, "pipeline parallelism"),
+])
+def test_physics_outside_its_design_is_flagged_in_the_report(extra, feature):
+    """The physics model's design scoped out speculative decoding, EP and PP: a run that uses one
+    says so; the same run without it does not."""
+    got = _physics_run(**extra)
+    assert len(got) == 1 and feature in got[0]
+    assert _physics_run() == []
+
+
+def test_outside_design_names_only_what_is_used():
+    from dsim.latency.credibility import outside_design
+    assert outside_design("roofline", speculation=True, pipeline=4, expert_parallel=True) == []
+    got = outside_design("physics", speculation=False, pipeline=1, expert_parallel=True)
+    assert len(got) == 1 and "expert parallelism" in got[0]

@@ -71,6 +71,27 @@ def beyond_peak(kind: str, coeffs) -> list[str]:
     return out
 
 
+# what a model's design scoped out (seed 000 lists speculative decoding and expert-parallel
+# communication as non-goals of the physics model, and its features describe one TP group running
+# every layer): a run that asks for one still runs, with the reason it may be off in its report
+NOT_BUILT_FOR = {
+    "physics": {
+        "speculation": "speculative decoding (verify batches of k+1 tokens per request are outside the steps "
+                       "it was fitted on; a non-goal of its design)",
+        "pipeline": "pipeline parallelism (its features describe one TP group running every layer)",
+        "expert_parallel": "expert parallelism (expert-to-expert communication is a non-goal of its design)",
+    },
+}
+
+
+def outside_design(kind: str, *, speculation: bool = False, pipeline: int = 1, expert_parallel: bool = False) -> list[str]:
+    """Warnings for the features a run uses that ``kind`` was not built for (NOT_BUILT_FOR)."""
+    scoped_out = NOT_BUILT_FOR.get(kind, {})
+    used = {"speculation": speculation, "pipeline": pipeline > 1, "expert_parallel": expert_parallel}
+    return [f"latency.model={kind} was not built for {why}: treat this answer as unvalidated"
+            for feature, why in scoped_out.items() if used[feature]]
+
+
 def credibility_warnings(kind: str, coeffs=None, shipped_defaults: bool = True) -> list[str]:
     """What a report should say about trusting ``kind`` run with ``coeffs`` (empty when nothing is amiss)."""
     out = []
