@@ -597,3 +597,24 @@ def test_specpp_policies_of_one_configuration_share_their_choices():
     assert len(pols) == 3 and len({id(p) for p in pols}) == 3
     assert len({id(p._memo) for p in pols}) == 1 and pols[0]._memo is cfg.make_policy()._memo
     assert sum(len(v) for v in pols[0]._memo.values()) > 3      # filled by the run
+
+
+def _two_pools(second: dict) -> dict:
+    return {"name": "x", "model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
+            "workload": {"type": "poisson", "rate": 5, "num_requests": 20, "prompt_tokens": 100, "output_tokens": 8},
+            "cluster": {"pools": [{"name": "llama", "replicas": 1}, {"name": "other", "replicas": 1, **second}]},
+            "speculation": {"mode": "fused"}}
+
+
+def test_a_drafter_is_refused_on_a_pool_of_another_tokenizer_family():
+    """Only the first pool's model was checked against the drafter: a Qwen pool behind the Llama
+    drafter (128,256 vs 152,064 tokens) was accepted."""
+    import dsim
+    from dsim.config.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        dsim.load_scenario(_two_pools({"model": "qwen2.5-7b-instruct"}))
+    assert str(e.value).startswith("cluster.pools[1].model: got 'qwen2.5-7b-instruct', expected a model of "
+                                   "the drafter's tokenizer family (meta-llama/Llama-3.2-1B: 128256 tokens")
+    scn = dsim.load_scenario(_two_pools({"model": "meta-llama/Llama-3.1-70B-Instruct",
+                                         "engine": {"tensor_parallel_size": 4}}))     # same family: fine
+    assert [p.model.vocab_size for p in scn.fleet.pools] == [128256, 128256]

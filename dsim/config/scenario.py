@@ -155,8 +155,9 @@ def load_scenario(source, overrides=None, seed: int | None = None, base_dir=None
         model, device, engine = first.model, first.device, first.engine
     spec = None
     if cfg.speculation is not None:
-        from ..specdec.config import load_spec
+        from ..specdec.config import check_targets, load_spec
         spec = load_spec(cfg.speculation, "speculation", base_dir, model)
+        check_targets(spec, fleet.pools)
     slo = cfg.slo
     return Scenario(raw=data, base_dir=base_dir, seed=cfg.seed, name=name, model=model, device=device,
                     engine=engine, slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms, horizon_s=cfg.horizon_s,

@@ -196,3 +196,16 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
                       cfg.kv_admission.max_kv_utilization_pct, cfg.cold_start.model_dump(), cfg.token_bytes,
                       cfg.bundle_bytes_per_token, cfg.header_bytes, cfg.gateway, groups, tree, portfolio,
                       cfg.verify_order)
+
+
+def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:
+    """Every pool a drafter may verify on shares its vocabulary (its tokenizer family): a Qwen pool
+    behind a Llama drafter would verify tokens it cannot read.  ``pools``: the fleet's PoolSpecs."""
+    drafters = [spec.drafter, spec.fused_drafter] + ([d.model for d in spec.portfolio.drafters]
+                                                     if spec.portfolio is not None else [])
+    for pool in pools:
+        for d in drafters:
+            if d.vocab_size != pool.model.vocab_size:
+                raise ConfigError(f"{pool.path or 'cluster.pools'}.model", pool.model.name,
+                                  f"a model of the drafter's tokenizer family ({d.name}: {d.vocab_size} tokens, "
+                                  f"not {pool.model.vocab_size}); speculation drafts for every pool")
