@@ -190,14 +190,14 @@ def _run_plan_pd(args) -> int:
     from ..log import quiet
     from .backends import progress
     from .plan_pd import plan_line, plan_pd
-    for flag, given in (("--conservative", args.conservative), ("--seeds", args.seeds != 1)):
-        if given:
-            raise ConfigError(flag, None, "not with a P/D space (single-pool plans only, for now)", show_value=False)
+    if args.conservative:
+        raise ConfigError("--conservative", None, "not with a P/D space (single-pool plans only, for now)",
+                          show_value=False)
     with progress("simulation", not (args.quiet or quiet())):
         res = plan_pd(args.scenario, args.space, gpus=args.gpus, budget_usd_per_hour=args.budget_usd_per_hour,
                       slos=args.slo, overrides=args.overrides, min_goodput=args.min_goodput, rounds=args.rounds,
                       top=args.top, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out,
-                      **_check_kw(args))
+                      seeds=args.seeds, **_check_kw(args))
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
     sims = [c for c in res["rows"] if "pass" in c]

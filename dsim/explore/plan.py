@@ -33,6 +33,7 @@ from ..latency.registry import build_latency
 from .backends import run_calls
 from .capacity import band_scales, scale_overrides, parse_slos, probe
 from .pareto import pareto_front
+from .every_seed import SEED_COLS, on_every_seed
 from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .points import as_overrides
 from ..metrics.writers import output_folder
@@ -227,7 +228,8 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     sims = [c for c in cands if "pass" in c]
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
     if seeds > 1:
-        ok = _on_every_seed(ok, top, seeds, src, slos, warmup, min_goodput, jobs, backend, address, base.seed)
+        ok = on_every_seed(ok, top, seeds, lambda c: c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], src, slos,
+                           warmup, min_goodput, jobs, backend, address, base.seed)
     if band and not conservative:
         _pessimistic(ok[:top], *judge)
     # Pareto fronts over the configurations that meet the SLOs only (a faster one that misses them is no option)
@@ -237,7 +239,8 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     for i in pareto_front(ok, [("request_goodput", "max"), ("efficiency_usd_per_hour", "min")]):
         ok[i]["front_cost"] = True
     keys = ["tensor_parallel_size"] + [k for k, _ in sp.knobs] + ["replicas", "gpus"]
-    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "conservative": conservative, "workload": w,
+    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "seeds": seeds, "conservative": conservative,
+           "workload": w,
            "candidates": len(cands),
            "pruned": sum(1 for c in cands if c["screen"] == "pruned"), "simulated": len(sims),
            "passed": len(ok), "early_stopped": sum(1 for c in sims if c.get("early_stopped")), "screen_check": chk,
@@ -332,35 +335,6 @@ def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, 
             c["pessimistic_reasons"] = "; ".join(row.get("reasons", []))
 
 
-def _on_every_seed(ok, top, k, src, slos, warmup, min_goodput, jobs, backend, address, seed0) -> list:
-    """The passing configurations, best first, simulated with seeds seed0+1 .. seed0+k-1 as well, in
-    batches of ``top`` until ``top`` of them pass on every seed (or none is left); one that fails a
-    seed is no longer a passing configuration.  Each checked row gets ``seeds_passed`` (of k) and the
-    largest p99 TTFT/TPOT over its seeds."""
-    kept, i = [], 0
-    while len(kept) < top and i < len(ok):
-        batch, i = ok[i:i + top], i + top
-        todo = [(c, sd) for c in batch for sd in range(seed0 + 1, seed0 + k)]
-        calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}", f"seed={sd}"], slos, warmup, min_goodput)
-                 for c, sd in todo]
-        rows: dict = {}
-        for (c, _), row in zip(todo, list(run_calls(probe, calls, jobs, backend, address))):
-            rows.setdefault(id(c), []).append(row)
-        for c in batch:
-            runs = [c] + rows.get(id(c), [])
-            c["seeds_passed"] = sum(1 for r in runs if r.get("pass"))
-            for m in ("p99_ttft_ms", "p99_tpot_ms"):
-                vals = [r[m] for r in runs if r.get(m) is not None]
-                if vals:
-                    c[f"{m}_max_over_seeds"] = max(vals)
-            if c["seeds_passed"] == k:
-                kept.append(c)
-            else:
-                c["pass"] = False
-                c["reasons"] = f"passes on {c['seeds_passed']} of {k} seeds"
-    return kept + [c for c in ok[i:]]
-
-
 def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, judge=None) -> None:
     """Per family: the fewest kept replicas, then one more per round until a run passes (with ``judge``,
     until it also passes at the pessimistic end of its error band)."""
@@ -399,8 +373,7 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
 _COLS = ("pass", "reasons", "request_goodput", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "efficiency_output_tokens_per_s_per_gpu", "efficiency_output_tokens_per_s_per_user",
          "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost", "band_validated",
-         "pessimistic_pass", "pessimistic_step_scale", "seeds_passed", "p99_ttft_ms_max_over_seeds",
-         "p99_tpot_ms_max_over_seeds", "early_stopped", "stopped_at_s")
+         "pessimistic_pass", "pessimistic_step_scale", *SEED_COLS, "early_stopped", "stopped_at_s")
 
 
 def _write(res: dict, out: Path, base) -> None:
@@ -451,7 +424,7 @@ def plan_line(res: dict) -> str:
 def summary_json(res: dict) -> dict:
     """plan.json: the plan's counts, its screen check and the best row, as data (no private keys)."""
     pub = (lambda c: None if c is None else {k: v for k, v in c.items() if not k.startswith("_")})
-    keep = ("scenario", "gpus_budget", "usd_budget", "slos", "rank_by", "conservative", "workload", "candidates",
+    keep = ("scenario", "gpus_budget", "usd_budget", "slos", "seeds", "rank_by", "conservative", "workload", "candidates",
             "pruned", "simulated", "passed", "early_stopped", "screen_check", "overrides")
     return {**{k: res[k] for k in keep if k in res}, "best": pub(res.get("best"))}
 
