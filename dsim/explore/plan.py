@@ -33,6 +33,7 @@ from ..latency.registry import build_latency
 from .backends import run_calls
 from .capacity import band_scales, scale_overrides, parse_slos, probe
 from .pareto import pareto_front
+from .deploy import gpus_per_replica
 from .every_seed import SEED_COLS, on_every_seed
 from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .points import as_overrides
@@ -104,6 +105,13 @@ def _workload_stats(scn) -> dict:
             "output": sum(r.max_tokens for r in reqs) / n}
 
 
+def schedulers_per_replica(engine) -> int:
+    """Schedulers one replica runs, each with its own batch: PP virtual engines (1/PP of the KV each,
+    dsim.serving.pipeline) or DP ranks (dsim.serving.dataparallel); the screens split a replica's load
+    over them (one engine carrying it all pruned DP=4 candidates that pass)."""
+    return engine.pipeline_parallel_size * engine.data_parallel_size
+
+
 def _step(step, prefill: int, decode: int, ctx: float, mean_prompt: float) -> float:
     nre = max(1, math.ceil(prefill / max(mean_prompt, 1))) if prefill else 0
     return step(BatchShape(prefill_tokens=prefill, num_prefill=nre,
@@ -123,20 +131,22 @@ def screen_family(scn, w: dict, replicas: list, slos: dict) -> list[dict]:
     step_model = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv,
                                                             base_dir=scn.base_dir))[0]
     step = step_model.step_time
-    kv_tokens = kv * eng.block_size
+    ranks = schedulers_per_replica(eng)
+    kv_tokens = kv // eng.pipeline_parallel_size * eng.block_size           # one scheduler's share
     P, O = w["prompt"], w["output"]
     ctx = P + O / 2
     ttft_floor = _step(step, min(int(P), eng.max_num_batched_tokens), 0, 0, P)
     out = []
     for r in replicas:
-        lam = w["rate"] / r
+        lam = w["rate"] / (r * ranks)                # req/s one scheduler carries
         t = _step(step, 0, 1, ctx, P)
         verdict, reason = "kept", ""
         for _ in range(60):
             b = math.ceil(lam * O * t)
             c = math.ceil(lam * P * t)
             if b > eng.max_num_seqs or b + c > eng.max_num_batched_tokens or b * (P + O) > kv_tokens or t > 60:
-                verdict, reason = "pruned", (f"overloaded: {lam:.2f} req/s per replica needs a batch of {b} "
+                verdict, reason = "pruned", (f"overloaded: {lam:.2f} req/s per "
+                                             + ("replica" if ranks == 1 else "scheduler") + f" needs a batch of {b} "
                                              f"decodes + {c} prefill tokens per {t * 1e3:.1f} ms step")
                 break
             t2 = _step(step, c, max(b, 1), ctx, P)
@@ -205,8 +215,7 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
         bad = None
         try:
             scn = load_scenario(src, ovs)
-            e = scn.fleet.pools[0].engine
-            per = tp * e.pipeline_parallel_size * e.data_parallel_size       # GPUs of one replica
+            per = gpus_per_replica(scn.fleet.pools[0].engine)
         except ConfigError as e:
             scn, per, bad = None, tp, e
         reps = [r for r in (sp.replicas or range(1, gpus // per + 1)) if r * per <= gpus]

@@ -162,6 +162,10 @@ def _knob_values(v, key: str, path: str) -> list:
     from ..config.schema.keys import check_key
     if key == "engine.tensor_parallel_size":
         raise ConfigError(path, v, "tensor_parallel_size (one level up: the role's TP list)")
+    if key in ("engine.pipeline_parallel_size", "engine.data_parallel_size") and v != [1]:
+        # dsim.cluster.fleet refuses them with a role: say so before any candidate is screened
+        raise ConfigError(path, v, "[1]: PP virtual engines and DP ranks are not simulated in a prefill/decode "
+                          "pool yet (single-pool spaces search them; enable_expert_parallel is a P/D knob)")
     try:
         check_key(f"cluster.pools[0].{key}")
     except ConfigError as e:
