@@ -106,6 +106,13 @@ def test_plan_picks_one_prefill_and_one_decode_pool_that_reruns_exactly(planned)
               "deploy/decode.k8s.yaml"):
         assert (out / f).is_file(), f
     assert "--kv-transfer-config" in (out / "deploy" / "serve.sh").read_text()
+    # each runner-up of the top table says what it lost on against the best
+    assert b["why_not_best"] == "" and len(res["top"]) > 1
+    for c in res["top"][1:]:
+        v = c["efficiency_goodput_per_gpu_s"]
+        assert c["why_not_best"].startswith(f"good req/GPU-s {v:.4g} vs " if v < b["efficiency_goodput_per_gpu_s"]
+                                            else "the same good req/GPU-s on more GPUs"), c["why_not_best"]
+    assert "why_not_best" in (out / "top.csv").read_text().splitlines()[0]
     # the best has the most goodput per GPU of every passing candidate
     assert b["efficiency_goodput_per_gpu_s"] == max(c["efficiency_goodput_per_gpu_s"] for c in res["rows"]
                                                     if c.get("pass"))

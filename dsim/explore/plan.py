@@ -241,6 +241,7 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
                            warmup, min_goodput, jobs, backend, address, base.seed)
     if band and not conservative:
         _pessimistic(ok[:top], *judge)
+    why_not_best(ok[:top], "efficiency_goodput_per_gpu_s", "good req/GPU-s")
     # Pareto fronts over the configurations that meet the SLOs only (a faster one that misses them is no option)
     for i in pareto_front(ok, [("efficiency_output_tokens_per_s_per_gpu", "max"),
                                ("efficiency_output_tokens_per_s_per_user", "max")]):
@@ -328,6 +329,26 @@ def plan_slo_section(base_slo, slos: dict) -> dict:
     return out
 
 
+def why_not_best(top: list, key: str, label: str) -> None:
+    """Set ``why_not_best`` on each row of ``top`` (best first, ranked by ``key`` descending, then fewer
+    GPUs): what it lost on -- its score against the best's, else its GPU count -- so a reader of the top
+    table sees whether a runner-up is a near tie worth weighing or far behind."""
+    if not top:
+        return
+    b = top[0]
+    b["why_not_best"] = ""
+    for c in top[1:]:
+        v, bv = c.get(key) or 0.0, b.get(key) or 0.0
+        if v < bv:
+            why = f"{label} {v:.4g} vs {bv:.4g} ({(v / bv - 1) * 100:+.1f} %)"
+        elif c["gpus"] > b["gpus"]:
+            why = (f"the same {label} on " if c.get(key) is not None else "") + f"more GPUs ({c['gpus']} vs {b['gpus']})"
+        else:
+            why = "a tie with the best (same score and GPUs; listed after it in a fixed order)"
+        c["why_not_best"] = why + ("" if c.get("pessimistic_pass") is not False or b.get("pessimistic_pass") is False
+                                   else "; also misses the SLOs at the pessimistic end of its band")
+
+
 def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, scn) -> None:
     """Simulate passing ``cands`` again at the pessimistic end of their error band; mark them
     (``pessimistic_pass``: True, False, or None when the run had no band)."""
@@ -382,7 +403,7 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
 _COLS = ("pass", "reasons", "request_goodput", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "efficiency_output_tokens_per_s_per_gpu", "efficiency_output_tokens_per_s_per_user",
          "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost", "band_validated",
-         "pessimistic_pass", "pessimistic_step_scale", *SEED_COLS, "early_stopped", "stopped_at_s")
+         "pessimistic_pass", "pessimistic_step_scale", *SEED_COLS, "early_stopped", "stopped_at_s", "why_not_best")
 
 
 def _write(res: dict, out: Path, base) -> None:
@@ -447,7 +468,7 @@ def plan_md(res: dict, title: str) -> str:
         lines += ["The best configuration as a scenario (`best.yaml`, run it with `dsim run best.yaml`):", "",
                   "```yaml", yaml.safe_dump(res["best_scenario"], sort_keys=False).rstrip(), "```", ""]
     cols = res["keys"] + ["efficiency_goodput_per_gpu_s", "p99_ttft_ms", "p99_tpot_ms", "efficiency_usd_per_hour",
-                          "pessimistic_pass"]
+                          "pessimistic_pass", "why_not_best"]
     lines += ["## Top configurations", ""]
     lines += (["Planned at the pessimistic end of dsim's error band (`--conservative`): every configuration below "
                "meets the SLOs even if the real engine is as slow as the band allows.", ""] if res.get("conservative")

@@ -41,7 +41,7 @@ from .backends import run_calls
 from .capacity import parse_slos, probe
 from .every_seed import SEED_COLS, on_every_seed
 from .screen_pd import screen_grid
-from .plan import _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, summary_json, _fmt
+from .plan import _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, summary_json, why_not_best, _fmt
 from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .store import table_csv, write_atomic
 
@@ -290,6 +290,7 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     if seeds > 1:
         ok = on_every_seed(ok, top, seeds, lambda c: user + [c["_ov"]], src, slos, warmup, min_goodput, jobs, backend,
                            address, base.seed)
+    why_not_best(ok[:top], rank, "good req/$" if usd is not None else "good req/GPU-s")
     res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "seeds": seeds,
            "workload": w, "keys": keys,
            "rank_by": rank, "candidates": len(cands), "pruned": sum(1 for c in cands if c["screen"] == "pruned"),
@@ -337,7 +338,7 @@ def _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, b
 
 _COLS = ("pass", "reasons", "goodput_requests_per_s", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "goodput_per_usd", "efficiency_output_tokens_per_s_per_gpu", "efficiency_usd_per_hour", "p99_ttft_ms",
-         "p99_tpot_ms", *SEED_COLS, "early_stopped", "stopped_at_s")
+         "p99_tpot_ms", *SEED_COLS, "early_stopped", "stopped_at_s", "why_not_best")
 _EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_offered_prefill_tokens_per_s", "est_prefill_util", "est_decode_step_ms",
         "est_decode_batch", "est_kv_transfer_ms", "est_ttft_floor_ms", "est_tpot_ms")
 
@@ -398,6 +399,7 @@ def plan_md(res: dict, title: str) -> str:
         cols += list(SEED_COLS)
         lines += [f"Every configuration below passes on {res['seeds']} seeds (the scenario's, +1, ...); "
                   "`*_max_over_seeds`: the largest p99 over them.", ""]
+    cols += ["why_not_best"]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_fmt(c.get(k)) for k in cols) + " |" for c in res["top"]]
     why: dict = {}
