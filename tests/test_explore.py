@@ -195,6 +195,9 @@ def test_plan_sizes_the_closed_form_deployment(tmp_path):
     assert res["candidates"] == 16
     four = [c for c in res["rows"] if c["engine.max_num_seqs"] == 4 and "pass" in c]
     assert [c["replicas"] for c in four if c["pass"]] == [7]
+    runner = next(c for c in res["top"] if c["engine.max_num_seqs"] == 4)        # 7 GPUs for the same load
+    assert best["why_not_best"] == "" and runner["why_not_best"] == "more GPUs (7 vs 4)"   # no goodput/GPU score here
+    assert "why_not_best" in (tmp_path / "p" / "plan.md").read_text()
     doc = yaml.safe_load((tmp_path / "p" / "best.yaml").read_text())
     assert doc["cluster"]["pools"][0]["replicas"] == 4 and doc["engine"]["max_num_seqs"] == 8
     assert dsim.run(doc).metrics["p99_ttft_ms"] <= 200                  # the plan's answer, run directly

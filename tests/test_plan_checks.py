@@ -191,3 +191,14 @@ def test_early_stopped_candidates_are_reported_and_never_chosen(tmp_path, monkey
     with open(tmp_path / "p" / "candidates.csv") as f:
         first = next(csv.DictReader(f))
     assert (first["replicas"], first["early_stopped"]) == ("1", "true")
+
+
+def test_why_not_best_names_what_each_runner_up_lost_on():
+    from dsim.explore.plan import why_not_best
+    top = [{"score": 2.0, "gpus": 4, "pessimistic_pass": True}, {"score": 1.5, "gpus": 2},
+           {"score": 2.0, "gpus": 6}, {"score": 2.0, "gpus": 4, "pessimistic_pass": False}]
+    why_not_best(top, "score", "good req/GPU-s")
+    assert [c["why_not_best"] for c in top] == [
+        "", "good req/GPU-s 1.5 vs 2 (-25.0 %)", "the same good req/GPU-s on more GPUs (6 vs 4)",
+        "a tie with the best (same score and GPUs; listed after it in a fixed order); also misses the SLOs at the "
+        "pessimistic end of its band"]

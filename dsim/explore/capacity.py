@@ -297,6 +297,11 @@ def _capacity(scenario, base, ovs, slos, vary, target_rate, tolerance, warmup, m
     s = _Search(src, ovs, vary, slos, warmup, min_goodput, jobs, backend, address, integer)
     if not minimize and vary.endswith("rate"):
         floor = s.run_floor()
+        if floor["status"] == "error":
+            # the scenario itself cannot run (the model does not fit, ...): every probe would fail the
+            # same way, so the search stops at once with that error (exit 2, no card)
+            path, _, rest = floor["error"].partition(": ")
+            raise ConfigError(path, None, rest, show_value=False)
         if floor["status"] == "ok" and not floor["pass"]:
             rec = _record(base, s, None, vary, slos, minimize, target_rate, warmup, min_goodput, tolerance)
             if ao is not None:

@@ -138,12 +138,31 @@ def run_sweep(args) -> int:
 
 
 def _all_failed(cmd: str, what: str, n: int, bad: int, rows) -> int:
-    """Exit code 1 when every point failed (no answer at all), else 0; the first error on stderr."""
+    """Exit code 1 when every point failed (no answer at all), else 0; the most frequent error (the
+    first of them on a tie) on stderr: a capacity search that failed everywhere probed ever smaller
+    loads, and its last probes' errors are about those loads, not the cause."""
     if n == 0 or bad < n:
         return 0
-    first = next((r.get("error") for r in rows if r.get("error")), "")
-    print(f"dsim {cmd}: every {what} failed ({n}); the first: {first}", file=sys.stderr)
+    from collections import Counter
+    errors = Counter(r.get("error") for r in rows if r.get("error"))
+    top = errors.most_common(1)[0][0] if errors else ""
+    print(f"dsim {cmd}: every {what} failed ({n}); " + (f"the first: {top}" if len(errors) == 1 else
+          f"the most frequent error ({errors[top]} of them): {top}"), file=sys.stderr)
     return 1
+
+
+def _plan_failed(res: dict) -> int:
+    """``dsim plan``'s exit code: 1 when no candidate was judged -- each either could not be built (the model
+    does not fit, the engine refuses the combination: pruned as unfit) or its simulation failed -- or when
+    every simulated one failed; else 0 (a plan in which nothing meets the SLOs is an answer)."""
+    rows = res["rows"]
+    sims = [c for c in rows if "pass" in c]               # a simulation that failed has its error in "error"
+    failed = [{"error": c["reason"]} if c.get("_unfit") else c for c in rows if c.get("_unfit") or c.get("error")]
+    judged = [c for c in rows if (c["screen"] == "pruned" and not c.get("_unfit")) or ("pass" in c and
+                                                                                        not c.get("error"))]
+    if rows and not judged:
+        return _all_failed("plan", "candidate", len(rows), len(rows), failed)
+    return _all_failed("plan", "simulated candidate", len(sims), sum(1 for c in sims if c.get("error")), sims)
 
 
 def run_capacity(args) -> int:
@@ -227,9 +246,7 @@ def run_plan(args) -> int:
                    conservative=args.conservative, seeds=args.seeds, **_check_kw(args))
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
-    sims = [c for c in res["rows"] if "pass" in c]
-    return _all_failed("plan", "simulated candidate", len(sims), sum(1 for c in sims if c.get("status") == "error"),
-                       sims)
+    return _plan_failed(res)
 
 
 def _check_kw(args) -> dict:
@@ -243,16 +260,14 @@ def _run_plan_pd(args) -> int:
     from ..log import quiet
     from .backends import progress
     from .plan_pd import plan_line, plan_pd
-    for flag, given in (("--conservative", args.conservative), ("--seeds", args.seeds != 1)):
-        if given:
-            raise ConfigError(flag, None, "not with a P/D space (single-pool plans only, for now)", show_value=False)
+    if args.conservative:
+        raise ConfigError("--conservative", None, "not with a P/D space (single-pool plans only, for now)",
+                          show_value=False)
     with progress("simulation", not (args.quiet or quiet())):
         res = plan_pd(args.scenario, args.space, gpus=args.gpus, budget_usd_per_hour=args.budget_usd_per_hour,
                       slos=args.slo, overrides=args.overrides, min_goodput=args.min_goodput, rounds=args.rounds,
                       top=args.top, jobs=args.jobs, backend=args.backend, address=args.address, out=args.out,
-                      **_check_kw(args))
+                      seeds=args.seeds, **_check_kw(args))
     print(plan_line(res))
     print(f"report: {args.out}/plan.md" + (f"; best scenario: {args.out}/best.yaml" if res["best"] else ""))
-    sims = [c for c in res["rows"] if "pass" in c]
-    return _all_failed("plan", "simulated candidate", len(sims), sum(1 for c in sims if c.get("status") == "error"),
-                       sims)
+    return _plan_failed(res)

@@ -33,6 +33,8 @@ from ..latency.registry import build_latency
 from .backends import run_calls
 from .capacity import band_scales, scale_overrides, parse_slos, probe
 from .pareto import pareto_front
+from .deploy import gpus_per_replica
+from .every_seed import SEED_COLS, on_every_seed
 from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .points import as_overrides
 from ..metrics.writers import output_folder
@@ -103,6 +105,13 @@ def _workload_stats(scn) -> dict:
             "output": sum(r.max_tokens for r in reqs) / n}
 
 
+def schedulers_per_replica(engine) -> int:
+    """Schedulers one replica runs, each with its own batch: PP virtual engines (1/PP of the KV each,
+    dsim.serving.pipeline) or DP ranks (dsim.serving.dataparallel); the screens split a replica's load
+    over them (one engine carrying it all pruned DP=4 candidates that pass)."""
+    return engine.pipeline_parallel_size * engine.data_parallel_size
+
+
 def _step(step, prefill: int, decode: int, ctx: float, mean_prompt: float) -> float:
     nre = max(1, math.ceil(prefill / max(mean_prompt, 1))) if prefill else 0
     return step(BatchShape(prefill_tokens=prefill, num_prefill=nre,
@@ -122,20 +131,22 @@ def screen_family(scn, w: dict, replicas: list, slos: dict) -> list[dict]:
     step_model = build_latency(pool.latency, LatencyContext(pool.model, pool.device, eng, kv,
                                                             base_dir=scn.base_dir))[0]
     step = step_model.step_time
-    kv_tokens = kv * eng.block_size
+    ranks = schedulers_per_replica(eng)
+    kv_tokens = kv // eng.pipeline_parallel_size * eng.block_size           # one scheduler's share
     P, O = w["prompt"], w["output"]
     ctx = P + O / 2
     ttft_floor = _step(step, min(int(P), eng.max_num_batched_tokens), 0, 0, P)
     out = []
     for r in replicas:
-        lam = w["rate"] / r
+        lam = w["rate"] / (r * ranks)                # req/s one scheduler carries
         t = _step(step, 0, 1, ctx, P)
         verdict, reason = "kept", ""
         for _ in range(60):
             b = math.ceil(lam * O * t)
             c = math.ceil(lam * P * t)
             if b > eng.max_num_seqs or b + c > eng.max_num_batched_tokens or b * (P + O) > kv_tokens or t > 60:
-                verdict, reason = "pruned", (f"overloaded: {lam:.2f} req/s per replica needs a batch of {b} "
+                verdict, reason = "pruned", (f"overloaded: {lam:.2f} req/s per "
+                                             + ("replica" if ranks == 1 else "scheduler") + f" needs a batch of {b} "
                                              f"decodes + {c} prefill tokens per {t * 1e3:.1f} ms step")
                 break
             t2 = _step(step, c, max(b, 1), ctx, P)
@@ -204,8 +215,7 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
         bad = None
         try:
             scn = load_scenario(src, ovs)
-            e = scn.fleet.pools[0].engine
-            per = tp * e.pipeline_parallel_size * e.data_parallel_size       # GPUs of one replica
+            per = gpus_per_replica(scn.fleet.pools[0].engine)
         except ConfigError as e:
             scn, per, bad = None, tp, e
         reps = [r for r in (sp.replicas or range(1, gpus // per + 1)) if r * per <= gpus]
@@ -227,9 +237,11 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     sims = [c for c in cands if "pass" in c]
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-c.get("efficiency_goodput_per_gpu_s", 0), c["gpus"]))
     if seeds > 1:
-        ok = _on_every_seed(ok, top, seeds, src, slos, warmup, min_goodput, jobs, backend, address, base.seed)
+        ok = on_every_seed(ok, top, seeds, lambda c: c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"], src, slos,
+                           warmup, min_goodput, jobs, backend, address, base.seed)
     if band and not conservative:
         _pessimistic(ok[:top], *judge)
+    why_not_best(ok[:top], "efficiency_goodput_per_gpu_s", "good req/GPU-s")
     # Pareto fronts over the configurations that meet the SLOs only (a faster one that misses them is no option)
     for i in pareto_front(ok, [("efficiency_output_tokens_per_s_per_gpu", "max"),
                                ("efficiency_output_tokens_per_s_per_user", "max")]):
@@ -237,7 +249,8 @@ def _plan(src, sp, gpus, slos, overrides, min_goodput, warmup, rounds, top, jobs
     for i in pareto_front(ok, [("request_goodput", "max"), ("efficiency_usd_per_hour", "min")]):
         ok[i]["front_cost"] = True
     keys = ["tensor_parallel_size"] + [k for k, _ in sp.knobs] + ["replicas", "gpus"]
-    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "conservative": conservative, "workload": w,
+    res = {"scenario": base.name, "gpus_budget": gpus, "slos": slos, "seeds": seeds, "conservative": conservative,
+           "workload": w,
            "candidates": len(cands),
            "pruned": sum(1 for c in cands if c["screen"] == "pruned"), "simulated": len(sims),
            "passed": len(ok), "early_stopped": sum(1 for c in sims if c.get("early_stopped")), "screen_check": chk,
@@ -316,6 +329,26 @@ def plan_slo_section(base_slo, slos: dict) -> dict:
     return out
 
 
+def why_not_best(top: list, key: str, label: str) -> None:
+    """Set ``why_not_best`` on each row of ``top`` (best first, ranked by ``key`` descending, then fewer
+    GPUs): what it lost on -- its score against the best's, else its GPU count -- so a reader of the top
+    table sees whether a runner-up is a near tie worth weighing or far behind."""
+    if not top:
+        return
+    b = top[0]
+    b["why_not_best"] = ""
+    for c in top[1:]:
+        v, bv = c.get(key) or 0.0, b.get(key) or 0.0
+        if v < bv:
+            why = f"{label} {v:.4g} vs {bv:.4g} ({(v / bv - 1) * 100:+.1f} %)"
+        elif c["gpus"] > b["gpus"]:
+            why = (f"the same {label} on " if c.get(key) is not None else "") + f"more GPUs ({c['gpus']} vs {b['gpus']})"
+        else:
+            why = "a tie with the best (same score and GPUs; listed after it in a fixed order)"
+        c["why_not_best"] = why + ("" if c.get("pessimistic_pass") is not False or b.get("pessimistic_pass") is False
+                                   else "; also misses the SLOs at the pessimistic end of its band")
+
+
 def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, scn) -> None:
     """Simulate passing ``cands`` again at the pessimistic end of their error band; mark them
     (``pessimistic_pass``: True, False, or None when the run had no band)."""
@@ -330,35 +363,6 @@ def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, 
         c["pessimistic_step_scale"] = round(f, 6)
         if not row["pass"]:
             c["pessimistic_reasons"] = "; ".join(row.get("reasons", []))
-
-
-def _on_every_seed(ok, top, k, src, slos, warmup, min_goodput, jobs, backend, address, seed0) -> list:
-    """The passing configurations, best first, simulated with seeds seed0+1 .. seed0+k-1 as well, in
-    batches of ``top`` until ``top`` of them pass on every seed (or none is left); one that fails a
-    seed is no longer a passing configuration.  Each checked row gets ``seeds_passed`` (of k) and the
-    largest p99 TTFT/TPOT over its seeds."""
-    kept, i = [], 0
-    while len(kept) < top and i < len(ok):
-        batch, i = ok[i:i + top], i + top
-        todo = [(c, sd) for c in batch for sd in range(seed0 + 1, seed0 + k)]
-        calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}", f"seed={sd}"], slos, warmup, min_goodput)
-                 for c, sd in todo]
-        rows: dict = {}
-        for (c, _), row in zip(todo, list(run_calls(probe, calls, jobs, backend, address))):
-            rows.setdefault(id(c), []).append(row)
-        for c in batch:
-            runs = [c] + rows.get(id(c), [])
-            c["seeds_passed"] = sum(1 for r in runs if r.get("pass"))
-            for m in ("p99_ttft_ms", "p99_tpot_ms"):
-                vals = [r[m] for r in runs if r.get(m) is not None]
-                if vals:
-                    c[f"{m}_max_over_seeds"] = max(vals)
-            if c["seeds_passed"] == k:
-                kept.append(c)
-            else:
-                c["pass"] = False
-                c["reasons"] = f"passes on {c['seeds_passed']} of {k} seeds"
-    return kept + [c for c in ok[i:]]
 
 
 def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, address, judge=None) -> None:
@@ -399,8 +403,7 @@ def _simulate(src, cands, slos, warmup, min_goodput, rounds, jobs, backend, addr
 _COLS = ("pass", "reasons", "request_goodput", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "efficiency_output_tokens_per_s_per_gpu", "efficiency_output_tokens_per_s_per_user",
          "efficiency_usd_per_hour", "p99_ttft_ms", "p99_tpot_ms", "front_tokens", "front_cost", "band_validated",
-         "pessimistic_pass", "pessimistic_step_scale", "seeds_passed", "p99_ttft_ms_max_over_seeds",
-         "p99_tpot_ms_max_over_seeds", "early_stopped", "stopped_at_s")
+         "pessimistic_pass", "pessimistic_step_scale", *SEED_COLS, "early_stopped", "stopped_at_s", "why_not_best")
 
 
 def _write(res: dict, out: Path, base) -> None:
@@ -451,7 +454,7 @@ def plan_line(res: dict) -> str:
 def summary_json(res: dict) -> dict:
     """plan.json: the plan's counts, its screen check and the best row, as data (no private keys)."""
     pub = (lambda c: None if c is None else {k: v for k, v in c.items() if not k.startswith("_")})
-    keep = ("scenario", "gpus_budget", "usd_budget", "slos", "rank_by", "conservative", "workload", "candidates",
+    keep = ("scenario", "gpus_budget", "usd_budget", "slos", "seeds", "rank_by", "conservative", "workload", "candidates",
             "pruned", "simulated", "passed", "early_stopped", "screen_check", "overrides")
     return {**{k: res[k] for k in keep if k in res}, "best": pub(res.get("best"))}
 
@@ -465,7 +468,7 @@ def plan_md(res: dict, title: str) -> str:
         lines += ["The best configuration as a scenario (`best.yaml`, run it with `dsim run best.yaml`):", "",
                   "```yaml", yaml.safe_dump(res["best_scenario"], sort_keys=False).rstrip(), "```", ""]
     cols = res["keys"] + ["efficiency_goodput_per_gpu_s", "p99_ttft_ms", "p99_tpot_ms", "efficiency_usd_per_hour",
-                          "pessimistic_pass"]
+                          "pessimistic_pass", "why_not_best"]
     lines += ["## Top configurations", ""]
     lines += (["Planned at the pessimistic end of dsim's error band (`--conservative`): every configuration below "
                "meets the SLOs even if the real engine is as slow as the band allows.", ""] if res.get("conservative")

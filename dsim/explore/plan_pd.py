@@ -39,8 +39,9 @@ from ..config.scenario import load_scenario, read_scenario_file
 from ..metrics.writers import output_folder
 from .backends import run_calls
 from .capacity import parse_slos, probe
+from .every_seed import SEED_COLS, on_every_seed
 from .screen_pd import screen_grid
-from .plan import _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, summary_json, _fmt
+from .plan import _workload_stats, absolute_paths, paths_relative_to, plan_slo_section, summary_json, why_not_best, _fmt
 from .screen_check import CHECK_COLS, DEFAULT_SAMPLE, check_md, check_phrase, check_screen
 from .store import table_csv, write_atomic
 
@@ -161,6 +162,10 @@ def _knob_values(v, key: str, path: str) -> list:
     from ..config.schema.keys import check_key
     if key == "engine.tensor_parallel_size":
         raise ConfigError(path, v, "tensor_parallel_size (one level up: the role's TP list)")
+    if key in ("engine.pipeline_parallel_size", "engine.data_parallel_size") and v != [1]:
+        # dsim.cluster.fleet refuses them with a role: say so before any candidate is screened
+        raise ConfigError(path, v, "[1]: PP virtual engines and DP ranks are not simulated in a prefill/decode "
+                          "pool yet (single-pool spaces search them; enable_expert_parallel is a P/D knob)")
     try:
         check_key(f"cluster.pools[0].{key}")
     except ConfigError as e:
@@ -215,11 +220,13 @@ def _set_nested(doc: dict, path: list, value) -> None:
 def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: float | None = None, slos,
             overrides=(), min_goodput: float | None = None, warmup: float = 0.1, rounds: int = 4, top: int = 10,
             jobs: int = 1, backend: str = "joblib", address: str | None = None, out=None,
-            screen_check: int = DEFAULT_SAMPLE) -> dict:
+            screen_check: int = DEFAULT_SAMPLE, seeds: int = 1) -> dict:
     """Screen every P/D candidate of ``space`` within ``gpus`` GPUs and/or ``budget_usd_per_hour``,
     simulate the survivors, return {"best", "top", "rows", "candidates", "pruned", ...} (also written to
     ``out``: best.yaml, top.csv, candidates.csv, plan.md, plan.json, deploy/).  ``screen_check`` N: simulate up
-    to N pruned candidates and report how many would have passed (dsim.explore.screen_check)."""
+    to N pruned candidates and report how many would have passed (dsim.explore.screen_check).  ``seeds`` K > 1:
+    the top candidates are simulated with K - 1 more seeds and one that fails any seed is not chosen
+    (dsim.explore.every_seed)."""
     from ..config.fields import check_number
     from ..config.limits import MAX_GPUS, MAX_JOBS, MAX_TOP
     slos = parse_slos(slos)
@@ -234,11 +241,12 @@ def plan_pd(scenario, space, *, gpus: int | None = None, budget_usd_per_hour: fl
     rounds = check_number(rounds, "--rounds", lo=1, hi=MAX_TOP, integer=True)
     jobs = check_number(jobs, "--jobs", lo=1, hi=MAX_JOBS, integer=True)
     screen_check = check_number(screen_check, "--screen-check", lo=0, hi=MAX_TOP, integer=True)
+    seeds = check_number(seeds, "--seeds", lo=1, hi=100, integer=True)
     sp = space if isinstance(space, PDSpace) else load_pd_space(space)
     src = scenario if isinstance(scenario, dict) else str(scenario)
     with output_folder(out) as ao:
         res, base = _plan_pd(src, sp, gpus, budget_usd_per_hour, slos, list(overrides), min_goodput, warmup,
-                             rounds, top, jobs, backend, address, screen_check)
+                             rounds, top, jobs, backend, address, screen_check, seeds)
         res["overrides"] = list(overrides)
         if ao is not None:
             _write(res, ao.tmp, base)
@@ -269,7 +277,8 @@ def screen_space(src, sp: PDSpace, gpus, usd, slos: dict, user: list) -> tuple:
     return screen_grid(src, sp, bc, user, w, slos, gpus, usd, base.device.name), base, user, w
 
 
-def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address, n_check=0):
+def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, jobs, backend, address, n_check=0,
+             seeds=1):
     cands, base, user, w = screen_space(src, sp, gpus, usd, slos, user)
     keys = sp.keys()
     _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, backend, address, usd is not None)
@@ -278,7 +287,12 @@ def _plan_pd(src, sp, gpus, usd, slos, user, min_goodput, warmup, rounds, top, j
     sims = [c for c in cands if "pass" in c]
     rank = "goodput_per_usd" if usd is not None else "efficiency_goodput_per_gpu_s"
     ok = sorted((c for c in sims if c["pass"]), key=lambda c: (-(c.get(rank) or 0), c["gpus"], _order(c, keys)))
-    res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "workload": w, "keys": keys,
+    if seeds > 1:
+        ok = on_every_seed(ok, top, seeds, lambda c: user + [c["_ov"]], src, slos, warmup, min_goodput, jobs, backend,
+                           address, base.seed)
+    why_not_best(ok[:top], rank, "good req/$" if usd is not None else "good req/GPU-s")
+    res = {"scenario": base.name, "gpus_budget": gpus, "usd_budget": usd, "slos": slos, "seeds": seeds,
+           "workload": w, "keys": keys,
            "rank_by": rank, "candidates": len(cands), "pruned": sum(1 for c in cands if c["screen"] == "pruned"),
            "simulated": len(sims), "passed": len(ok),
            "early_stopped": sum(1 for c in sims if c.get("early_stopped")), "screen_check": chk, "rows": cands, "top": ok[:top], "best": ok[0] if ok else None}
@@ -324,7 +338,7 @@ def _simulate(src, user, cands, keys, slos, warmup, min_goodput, rounds, jobs, b
 
 _COLS = ("pass", "reasons", "goodput_requests_per_s", "goodput_fraction", "efficiency_goodput_per_gpu_s",
          "goodput_per_usd", "efficiency_output_tokens_per_s_per_gpu", "efficiency_usd_per_hour", "p99_ttft_ms",
-         "p99_tpot_ms", "early_stopped", "stopped_at_s")
+         "p99_tpot_ms", *SEED_COLS, "early_stopped", "stopped_at_s", "why_not_best")
 _EST = ("screen", "reason", "est_prefill_tokens_per_s", "est_offered_prefill_tokens_per_s", "est_prefill_util", "est_decode_step_ms",
         "est_decode_batch", "est_kv_transfer_ms", "est_ttft_floor_ms", "est_tpot_ms")
 
@@ -380,7 +394,13 @@ def plan_md(res: dict, title: str) -> str:
                   "`deploy/` has its vLLM command lines and Kubernetes manifests):", "",
                   "```yaml", yaml.safe_dump(res["best_scenario"], sort_keys=False).rstrip(), "```", ""]
     cols = res["keys"] + [res["rank_by"], "p99_ttft_ms", "p99_tpot_ms", "est_prefill_util", "est_tpot_ms"]
-    lines += ["## Top configurations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["## Top configurations", ""]
+    if res.get("seeds", 1) > 1:
+        cols += list(SEED_COLS)
+        lines += [f"Every configuration below passes on {res['seeds']} seeds (the scenario's, +1, ...); "
+                  "`*_max_over_seeds`: the largest p99 over them.", ""]
+    cols += ["why_not_best"]
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_fmt(c.get(k)) for k in cols) + " |" for c in res["top"]]
     why: dict = {}
     for c in res["rows"]:

@@ -17,6 +17,7 @@ from ..config.errors import ConfigError
 from ..config.scenario import load_scenario
 from ..latency.base import LatencyContext
 from ..latency.registry import build_latency
+from .deploy import gpus_per_replica
 from .plan import _step
 
 
@@ -208,7 +209,7 @@ def _role_info(src, bc, user, w, role: str, fam: dict, device_name: str, uncache
     try:
         scn = load_scenario(src, user + [cluster_override(bc, {**mirror, "prefill_replicas": 1, "decode_replicas": 1})])
         pool = scn.fleet.pools[ROLES.index(role)]
-        info.update(per=_gpus_of(pool), price=pool.device.usd_per_gpu_hour, name=pool.device.name)
+        info.update(per=gpus_per_replica(pool.engine), price=pool.device.usd_per_gpu_hour, name=pool.device.name)
         if role == "prefill":
             info["pre"] = prefill_capacity(pool, scn.base_dir, w["prompt"])
             key = (pool.engine.enable_prefix_caching, pool.engine.block_size)
@@ -228,10 +229,3 @@ def _role_info(src, bc, user, w, role: str, fam: dict, device_name: str, uncache
     except ConfigError as e:
         info["error"] = e
     return info
-
-
-def _gpus_of(pool) -> int:
-    e = pool.engine
-    return e.tensor_parallel_size * e.pipeline_parallel_size * e.data_parallel_size
-
-
