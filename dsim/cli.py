@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="rebuild report.html of an output folder (run, sweep, capacity, plan, cosim, "
                         "calibrate)")
     rp.add_argument("folder", help="an output folder of dsim run/sweep/capacity/plan/cosim/calibrate")
+    pl = sub.add_parser("plot", help="redraw a run report's plots (latency_cdf.png, timeline.png) from its files")
+    pl.add_argument("folder", help="an output folder of dsim run (with or without --no-plots)")
+    pl.add_argument("--out", default=None, help="a new (or empty) folder for the PNGs (default: FOLDER/plots)")
     _trace_parser(sub)
     _fit_parser(sub)
     _calibrate_parser(sub)
@@ -473,6 +476,10 @@ def _main(argv=None) -> int:
         if args.cmd == "report":
             from .report import rebuild
             print(f"report: {rebuild(args.folder)}")
+            return 0
+        if args.cmd == "plot":
+            from .report.replot import plot_folder
+            print("written: " + ", ".join(str(p) for p in plot_folder(args.folder, args.out)))
             return 0
         if args.cmd == "trace":
             return _trace(args)
