@@ -11,12 +11,13 @@ from pathlib import Path
 
 from ._version import __version__
 from .config.errors import ConfigError
+from .config.files import recording_reads
 from .config.scenario import Scenario, load_scenario
 from .cluster.control import build_controllers, run_controller
 from .cluster.fleet import Fleet
 from .core.request import PENDING
 from .core.simulation import Simulation, arrival_timeout
-from .metrics.provenance import software_versions
+from .metrics.provenance import data_file_hashes, software_versions
 from .latency.credibility import validation_rows
 from .metrics import band
 from .metrics import plots as plots_mod
@@ -143,6 +144,11 @@ class Session:
 
     def __init__(self, scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=(),
                  vllm_traces: dict | None = None, keep_steps: bool = False):
+        with recording_reads() as read:       # traces, LUTs, coefficient files: hashed in the manifest
+            self._build(scn, check_invariants, progress, controllers, vllm_traces, keep_steps)
+        self.data_files = frozenset(read) | scn.data_files
+
+    def _build(self, scn, check_invariants, progress, controllers, vllm_traces, keep_steps) -> None:
         self.scn = scn
         self.sim = sim = Simulation(scn.seed)
         self.recorders: list = []          # (instance, StepRecorder) when emitting vLLM traces
@@ -449,6 +455,7 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
         "python": platform.python_version(),
         "versions": software_versions(),
         "overrides": list(scn.overrides),
+        "data_files": data_file_hashes(ses.data_files),
         "resolved_scenario": scn.raw,
     }
     if scn.spec is not None:

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..config.errors import ConfigError
-from ..config.files import read_text
+from ..config.files import note_read, read_text
 from ..config.limits import MAX_GROUPS, MAX_TOKENS
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -141,6 +141,7 @@ def read_trace(path: Path, shown: str) -> list:
     if not path.is_file():
         raise ConfigError(shown, str(path), "an existing trace file")
     st = path.stat()
+    note_read(path)
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _PARSED:
         rows = _parse_trace(path, shown)
