@@ -47,6 +47,8 @@ CASES = {
     "shared_prefix_multi_turn": ("pd_disagg.yaml", _num(150)),
     "prompt_pool": ("prompt_pool_tp4.yaml", _num(150)),
     "staged_shared_prefix": ("staged_shared_prefix.yaml", _num(150)),
+    "closed_loop": ("closed_loop.yaml", _num(120)),              # max_concurrency stays in the workload
+    "speculation": ("trained_gamma_head.yaml", _num(50)),
 }
 
 
@@ -73,7 +75,7 @@ def test_exported_trace_replays_to_identical_requests(case, tmp_path):
     recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
     if case.startswith("mix"):
         assert len({r["tenant"] for r in recs}) >= 2          # the tenant column carries the mix
-    if case != "poisson":
+    if case not in ("poisson", "closed_loop", "speculation"):
         assert any("segments" in r or "priority" in r for r in recs)
 
 
