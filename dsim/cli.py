@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | baseline | compare | lut | cosim | report | calibrate | fit | acceptance | specdec``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | baseline | compare | lut | cosim | report | plot | trace | calibrate | fit | acceptance | specdec``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -106,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="rebuild report.html of an output folder (run, sweep, capacity, plan, cosim, "
                         "calibrate)")
     rp.add_argument("folder", help="an output folder of dsim run/sweep/capacity/plan/cosim/calibrate")
+    pl = sub.add_parser("plot", help="redraw a run report's plots (latency_cdf.png, timeline.png) from its files")
+    pl.add_argument("folder", help="an output folder of dsim run (with or without --no-plots)")
+    pl.add_argument("--out", default=None, help="a new (or empty) folder for the PNGs (default: FOLDER/plots)")
+    _trace_parser(sub)
     _fit_parser(sub)
     _calibrate_parser(sub)
     from .explore.cli import add_compare_parsers, add_parsers, add_plan_parser
@@ -113,6 +117,28 @@ def _parser() -> argparse.ArgumentParser:
     add_plan_parser(sub)
     add_compare_parsers(sub)
     return p
+
+
+def _trace_parser(sub) -> None:
+    t = sub.add_parser("trace", help="workload traces: export a scenario's generated workload as a JSONL trace")
+    ts = t.add_subparsers(dest="trace_cmd", required=True)
+    g = ts.add_parser("generate", help="write every request of the scenario's workload (drawn with its seed) as "
+                      "the JSONL trace dsim run replays: workload {type: trace, path: FILE} runs the same requests")
+    g.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name")
+    g.add_argument("--out", required=True, help="JSONL file to write (replaced atomically)")
+    g.add_argument("--seed", type=int, default=None, help="master seed (replaces the scenario's seed:)")
+    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key before generating (repeatable)")
+
+
+def _trace(args) -> int:
+    from .config.scenario import load_scenario
+    from .shipped import resolve
+    from .workload.export import generate_trace
+    scn = load_scenario(resolve(args.scenario), args.overrides, args.seed)
+    n = generate_trace(scn, args.out)
+    print(f"wrote {n} requests to {args.out}; replay: workload: {{type: trace, path: {args.out}}}")
+    return 0
 
 
 def _calibrate_parser(sub) -> None:
@@ -452,6 +478,12 @@ def _main(argv=None) -> int:
             from .report import rebuild
             print(f"report: {rebuild(args.folder)}")
             return 0
+        if args.cmd == "plot":
+            from .report.replot import plot_folder
+            print("written: " + ", ".join(str(p) for p in plot_folder(args.folder, args.out)))
+            return 0
+        if args.cmd == "trace":
+            return _trace(args)
         if args.cmd == "lut":
             return _lut(args)
         if args.cmd == "cosim":

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from ._version import __version__
 from .config.errors import ConfigError
+from .config.files import recording_reads
 from .config.scenario import Scenario, load_scenario
 from .cluster.control import build_controllers, run_controller
 from .cluster.fleet import Fleet
 from .core.request import PENDING
 from .core.simulation import Simulation, arrival_timeout
-from .metrics.provenance import software_versions
+from .metrics.provenance import data_file_hashes, software_versions
 from .latency.credibility import outside_design, validation_rows
 from .metrics import band
 from .metrics import plots as plots_mod
@@ -143,6 +144,11 @@ class Session:
 
     def __init__(self, scn: Scenario, check_invariants: bool = False, progress: bool = False, controllers=(),
                  vllm_traces: dict | None = None, keep_steps: bool = False):
+        with recording_reads() as read:       # traces, LUTs, coefficient files: hashed in the manifest
+            self._build(scn, check_invariants, progress, controllers, vllm_traces, keep_steps)
+        self.data_files = frozenset(read) | scn.data_files
+
+    def _build(self, scn, check_invariants, progress, controllers, vllm_traces, keep_steps) -> None:
         self.scn = scn
         self.sim = sim = Simulation(scn.seed)
         self.recorders: list = []          # (instance, StepRecorder) when emitting vLLM traces
@@ -454,6 +460,7 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
         "python": platform.python_version(),
         "versions": software_versions(),
         "overrides": list(scn.overrides),
+        "data_files": data_file_hashes(ses.data_files),
         "resolved_scenario": scn.raw,
     }
     if scn.spec is not None:
@@ -484,24 +491,15 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
         if res.scenario.timeline:
             from .metrics.timeline import chrome_trace
             ao.write_text("timeline.json", chrome_trace([r.inst for r in reps]))
+        from .metrics.timeline import series_csv
+        # written with or without plots: `dsim plot DIR` redraws the plots from it
+        ao.write_text("timeline.csv", series_csv([r.inst for r in reps]))
         if plots:
-            from .metrics.timeline import series_csv
-            ao.write_text("timeline.csv", series_csv([r.inst for r in reps]))
-            scn = res.scenario
-            title = plots_mod.title_of(scn)
-            slos = {"ttft_ms": scn.slo_ttft_ms, "tpot_ms": scn.slo_tpot_ms}
-            led = res.requests
-            arrivals = led.col("arrival")[led.col("state") != PENDING].tolist()
-            plots_mod.latency_cdfs(request_latencies(res.requests), ao.path("plots/latency_cdf.png"), title,
-                                   {k: v for k, v in slos.items() if v is not None})
+            from .report.replot import draw_run_plots, manifest_title   # reads the files above, as `dsim plot` does
+            draw_run_plots(ao.tmp, ao.path("plots"))
             if res.fleet.network is not None:
-                plots_mod.network_timeline(res.fleet.network, ao.path("plots/network.png"), title=title)
-            if len(reps) == 1:
-                plots_mod.timeline(res.instance.log, res.instance.kv.total, ao.path("plots/timeline.png"),
-                                   title=title, arrivals=arrivals)
-            else:
-                plots_mod.fleet_timeline([r.inst for r in reps], ao.path("plots/timeline.png"), title=title,
-                                         arrivals=arrivals, scale_events=res.summary.get("scale_events", ()))
+                plots_mod.network_timeline(res.fleet.network, ao.path("plots/network.png"),
+                                           title=manifest_title(res.manifest))
             from .report import write as write_html      # reads the files above, as `dsim report` does
             write_html(ao.tmp, "run")
     return ao.out

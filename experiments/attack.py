@@ -577,6 +577,8 @@ BASES = {      # a working invocation of each subcommand; {o} = output path
     ("examples",): lambda d: ["examples", str(d / "o")],
     ("schema",): lambda d: ["schema", "--markdown"],
     ("report",): lambda d: ["report", str(_run_dir(d))],
+    ("plot",): lambda d: ["plot", str(_run_dir(d)), "--out", str(d / "o")],
+    ("trace", "generate"): lambda d: ["trace", "generate", QUICK, "--out", str(d / "o.jsonl")] + N30,
     ("plan",): lambda d: ["plan", QUICK, "--gpus", "2", "--space", str(SCN / "spaces" / "small.yaml"), "--no-band",
                           "--out", str(d / "o")] + SLO + N30,
 }

@@ -46,4 +46,4 @@ def test_timeline_json(tmp_path):
     # re-running into the same folder without a timeline drops the old one: no mixed reports
     dsim.run(scenario(workload={"type": "trace", "path": str(p)}, output={"plots": False}), tmp_path / "o")
     assert sorted(x.name for x in (tmp_path / "o").iterdir()) == [".dsim-report", "manifest.json", "requests.csv",
-                                                                  "summary.json"]
+                                                                  "summary.json", "timeline.csv"]

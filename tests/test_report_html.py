@@ -64,11 +64,16 @@ def test_run_report_is_self_contained_deterministic_and_rebuilt(tmp_path):
     _rebuilds(tmp_path / "a")
 
 
-def test_run_without_plots_writes_no_report_and_rebuilds_one_without_timeline(tmp_path):
+def test_run_without_plots_writes_no_report_and_rebuilds_one_with_timeline(tmp_path):
+    """--no-plots still writes timeline.csv (dsim plot and dsim report draw from it); a report of an
+    older dsim, without one, is rebuilt without a timeline and says so."""
     s = _scn(tmp_path)
     out = tmp_path / "n"
     assert main(["run", str(s), "--out", str(out), "--quiet", "--no-plots"]) == 0
     assert not (out / "report.html").exists()
+    assert main(["report", str(out)]) == 0
+    assert "requests running" in _check(out / "report.html")
+    (out / "timeline.csv").unlink()
     assert main(["report", str(out)]) == 0
     text = _check(out / "report.html")
     assert "No timeline.csv" in text

@@ -2,6 +2,8 @@
 is a ConfigError naming the file (binary junk, Latin-1, 100k-deep nesting, 5,000-digit numbers)."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import functools
 import json
@@ -18,9 +20,36 @@ def _size(n: int) -> str:
     return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
 
 
+_READS: contextvars.ContextVar = contextvars.ContextVar("dsim_data_files_read", default=None)
+
+
+def note_read(path) -> None:
+    """Tell the scenario or run being built (``recording_reads``) that it read this data file; a
+    reader with a cache calls it on a cache hit too, so the manifest lists what the run used."""
+    reads = _READS.get()
+    if reads is not None:
+        reads.add(str(Path(path).resolve()))
+
+
+@contextlib.contextmanager
+def recording_reads():
+    """Collect the resolved paths of the files read inside the block (``note_read``), for the
+    manifest's content hashes; a recording inside another also counts for the outer one."""
+    outer = _READS.get()
+    mine: set = set()
+    token = _READS.set(mine)
+    try:
+        yield mine
+    finally:
+        _READS.reset(token)
+        if outer is not None:
+            outer |= mine
+
+
 def read_text(path, shown: str | None = None, limit: int = MAX_FILE_BYTES, what: str = "a file") -> str:
     """The file's UTF-8 text; more than ``limit`` bytes is refused before anything is read or parsed."""
     p = Path(path)
+    note_read(p)
     shown = shown or str(p)
     too_big = f"{what} under {_size(limit)}"
     try:

@@ -14,7 +14,7 @@ import yaml
 from .cluster import FleetSpec, check_tp, load_fleet, single_pool
 from .engine import EngineConfig, load_engine
 from .errors import ConfigError
-from .files import load_value, load_yaml, parse_json, read_text
+from .files import load_value, load_yaml, parse_json, read_text, recording_reads
 from .limits import MAX_SCENARIO_BYTES
 from .hardware import DeviceProfile, load_device
 from .model import ModelSpec, load_model
@@ -44,6 +44,7 @@ class Scenario:
     slo_classes: dict = field(default_factory=dict)   # slo.classes: name -> (ttft_ms, tpot_ms), None = no bound
     overrides: tuple = ()            # the --set strings applied to the file (recorded in manifest.json)
     config: object = None            # the validated ScenarioConfig (dsim.config.schema): typed sections
+    data_files: frozenset = frozenset()   # resolved paths of the data files loading read (manifest hashes)
 
     @property
     def digest(self) -> str:
@@ -139,7 +140,13 @@ def load_scenario(source, overrides=None, seed: int | None = None, base_dir=None
     if seed is not None:
         data["seed"] = seed
     from .schema.scenario import parse_scenario
-    cfg = parse_scenario(data)
+    with recording_reads() as read:
+        scn = _build(data, cfg := parse_scenario(data), shown, base_dir, overrides)
+    scn.data_files = frozenset(read)
+    return scn
+
+
+def _build(data: dict, cfg, shown: str, base_dir, overrides) -> Scenario:
     name = cfg.name if cfg.name is not None else (Path(shown).stem if shown != "<dict>" else "scenario")
     if cfg.cluster is None:
         model = load_model(cfg.model, "model", base_dir)

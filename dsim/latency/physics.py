@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import yaml
 
-from ..config.files import read_yaml
+from ..config.files import note_read, read_yaml
 from ..config.errors import ConfigError
 from .base import BatchShape
 
@@ -211,6 +211,7 @@ class PhysicsCoefficients:
 def load_coefficients(path, where: str = "latency.coefficients") -> PhysicsCoefficients:
     p = Path(path)
     try:
+        note_read(p)
         doc = read_yaml(p.read_text())
     except OSError as e:
         raise ConfigError(where, str(path), f"a readable coefficient file ({e.strerror})") from None

@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 
-from ..config.files import read_yaml
+from ..config.files import note_read, read_yaml
 from ..config.errors import ConfigError
 from .base import BatchShape
 
@@ -101,6 +101,7 @@ class Unified5Model:
 def load_unified5_coeffs(path: Path, where: str) -> tuple[list, list]:
     """(beta, alpha) from a unified5_coefficients file."""
     try:
+        note_read(path)
         doc = read_yaml(Path(path).read_text())
     except OSError as e:
         raise ConfigError(where, str(path), f"a readable coefficient file ({e.strerror})") from None

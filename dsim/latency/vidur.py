@@ -33,6 +33,7 @@ from scipy.optimize import nnls
 from sklearn.tree import DecisionTreeRegressor
 
 from ..config.errors import ConfigError
+from ..config.files import note_read
 from .base import BatchShape
 
 VERSION = "1"
@@ -106,7 +107,11 @@ def find_profile(model, device_name: str, root: Path | None = None) -> tuple[Pat
         seen.append(f"{f.parent.parent.name}/{f.parent.name}")
         if _row_arch(first) == want:
             ar = root / "network" / net / "all_reduce.csv" if net else None
-            return f, (ar if ar is not None and ar.exists() else None)
+            ar = ar if ar is not None and ar.exists() else None
+            for used in (f, ar):
+                if used is not None:
+                    note_read(used)
+            return f, ar
     if model.is_moe:
         raise ConfigError("model", model.name, "a dense model: the VIDUR profiles have no MoE layers")
     raise ConfigError("model", model.name, f"a model whose layer shapes were profiled on {gpu}: {', '.join(seen)}")

@@ -28,13 +28,20 @@ def run_title(name: str, overrides=()) -> str:
 def title_of(scn) -> str:
     """'name (--set overrides): model on hardware' (pools listed for fleets)."""
     pools = getattr(scn.fleet, "pools", None) or []
+    return fleet_title(scn.name, getattr(scn, "overrides", ()), scn.model.name, scn.device.name,
+                       [(p.replicas, p.model.name, p.device.name) for p in pools])
+
+
+def fleet_title(name: str, overrides, model: str, hardware: str, pools=()) -> str:
+    """``title_of`` from plain values (a report's manifest.json has them): pools are (replicas,
+    model, hardware) triples."""
     if len(pools) > 1:
-        what = ", ".join(f"{p.replicas} x {p.model.name.split('/')[-1]} on {p.device.name}" for p in pools)
+        what = ", ".join(f"{n} x {m.split('/')[-1]} on {d}" for n, m, d in pools)
     else:
-        what = f"{scn.model.name} on {scn.device.name}"
-        if pools and pools[0].replicas > 1:
-            what = f"{pools[0].replicas} x {what}"
-    return f"{run_title(scn.name, getattr(scn, 'overrides', ()))}: {what}"
+        what = f"{model} on {hardware}"
+        if pools and pools[0][0] > 1:
+            what = f"{pools[0][0]} x {what}"
+    return f"{run_title(name, overrides)}: {what}"
 
 
 def latency_cdfs(lat: dict, path, title: str = "", slos: dict | None = None) -> None:
@@ -93,11 +100,13 @@ def _arrival_rate(ax, arrivals, color="tab:gray"):
     return tw
 
 
-def timeline(log, total_blocks: int, path, max_points: int = 4000, title: str = "", arrivals=()) -> None:
+def timeline(series: dict, path, max_points: int = 4000, title: str = "", arrivals=()) -> None:
+    """One replica: requests waiting and running, KV cache used (%); ``series``: name -> (times,
+    values) for "waiting", "running" and "kv_pct"."""
     plt = _plt()
     fig, ax = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True)
     for name in ("waiting", "running"):
-        ax[0].plot(*minmax_decimate(*log.series(name), max_points), label=name, lw=0.8)
+        ax[0].plot(*minmax_decimate(*series[name], max_points), label=name, lw=0.8)
     ax[0].set_ylabel("requests")
     tw = _arrival_rate(ax[0], arrivals)
     handles = ax[0].get_legend_handles_labels()
@@ -105,22 +114,18 @@ def timeline(log, total_blocks: int, path, max_points: int = 4000, title: str = 
         h2 = tw.get_legend_handles_labels()
         handles = (handles[0] + h2[0], handles[1] + h2[1])
     ax[0].legend(*handles, loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=7, borderaxespad=0)
-    t, kv = log.series("kv")
-    ax[1].plot(*minmax_decimate(t, kv * 100 / max(1, total_blocks), max_points), lw=0.8)
+    ax[1].plot(*minmax_decimate(*series["kv_pct"], max_points), lw=0.8)
     _finish_timeline(plt, fig, ax, path, title)
 
 
-def fleet_timeline(insts, path, max_points: int = 2000, title: str = "", arrivals=(), scale_events=()) -> None:
-    """Queue depth (waiting + running) and KV usage per replica over time; scale events marked."""
+def fleet_timeline(replicas, path, max_points: int = 2000, title: str = "", arrivals=(), scale_events=()) -> None:
+    """Queue depth (waiting + running) and KV usage per replica over time; scale events marked.
+    ``replicas``: (name, {"depth": (times, values), "kv_pct": (times, values)}) pairs."""
     plt = _plt()
     fig, ax = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True)
-    for inst in insts:
-        log = inst.log
-        if not log.steps:
-            continue
-        ax[0].plot(*minmax_decimate(*log.series("depth"), max_points), label=inst.name, lw=0.8)
-        t, kv = log.series("kv")
-        ax[1].plot(*minmax_decimate(t, kv * 100 / max(1, inst.kv.total), max_points), lw=0.8)
+    for name, series in replicas:
+        ax[0].plot(*minmax_decimate(*series["depth"], max_points), label=name, lw=0.8)
+        ax[1].plot(*minmax_decimate(*series["kv_pct"], max_points), lw=0.8)
     colors = {"scale_out": "tab:green", "scale_in": "tab:orange", "retired": "tab:red"}
     seen = set()
     for ev in scale_events:

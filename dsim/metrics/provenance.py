@@ -8,7 +8,9 @@ still give byte-identical files.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -41,6 +43,32 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("-dirty" if dirty else "") if head else None
+
+
+_HASHES: dict = {}          # (path, inode, size, mtime_ns, ctime_ns) -> sha256: a sweep hashes its trace once
+
+
+def data_file_hashes(paths) -> list[dict]:
+    """[{path, bytes, sha256}] of the data files a run read (traces, LUTs, coefficient files,
+    acceptance curves, gamma heads, model config.json), sorted by path: the manifest names what the
+    results rest on by content, not only by a path whose file may have changed since."""
+    out = []
+    for p in sorted(set(paths)):
+        try:
+            st = os.stat(p)
+            key = (p, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if key not in _HASHES:
+                h = hashlib.sha256()
+                with open(p, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        h.update(block)
+                if len(_HASHES) > 256:
+                    _HASHES.clear()
+                _HASHES[key] = h.hexdigest()
+            out.append({"path": p, "bytes": st.st_size, "sha256": _HASHES[key]})
+        except OSError as e:                  # removed or unreadable since the run read it: say so
+            out.append({"path": p, "bytes": None, "sha256": None, "error": e.strerror})
+    return out
 
 
 @functools.lru_cache(maxsize=1)

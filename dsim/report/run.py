@@ -1,7 +1,7 @@
 """report.html of a ``dsim run`` folder: the headline and error band, latency CDFs with SLO lines,
 the timeline (running, waiting, KV, arrivals) and per-replica / per-pool tables.
 
-Reads summary.json, manifest.json, requests.csv and timeline.csv (written with the plots)."""
+Reads summary.json, manifest.json, requests.csv and timeline.csv."""
 from __future__ import annotations
 
 import csv
@@ -13,7 +13,7 @@ from . import charts
 from .html import Page
 
 
-def _latencies(path: Path) -> dict:
+def read_latencies(path: Path) -> dict:
     """Per completed request (ms): TTFT, TPOT, E2E and queueing from requests.csv."""
     cols = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "e2el_ms": "e2e_ms", "queue_ms": "queue_ms"}
     out: dict = {k: [] for k in cols}
@@ -38,7 +38,7 @@ def _latencies(path: Path) -> dict:
     return out
 
 
-def _timeline(path: Path) -> list[dict]:
+def read_timeline(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     rows = []
@@ -95,7 +95,7 @@ def build(d: Path) -> str:
     for w in s.get("warnings", []):
         page.para(f"Warning: {w}", "warn")
 
-    samples = _latencies(d / "requests.csv")
+    samples = read_latencies(d / "requests.csv")
     page.h2("Latency distributions (hover a line for the percentile)")
     panels = []
     for key, name, slo in (("ttft_ms", "TTFT", slo_ttft), ("tpot_ms", "TPOT", slo_tpot), ("e2el_ms", "E2E", None),
@@ -108,12 +108,12 @@ def build(d: Path) -> str:
     else:
         page.para("No request completed: no latency to draw.", "warn")
 
-    tl = _timeline(d / "timeline.csv")
+    tl = read_timeline(d / "timeline.csv")
     page.h2("Timeline (scroll or drag to zoom and pan time, double-click to reset)")
     if tl:
         page.chart(charts.finish(charts.timeline(tl, charts.arrival_bins(samples["_arrivals"]))))
     else:
-        page.para("No timeline.csv in this folder (written with the plots; rerun without --no-plots).", "note")
+        page.para("No timeline.csv in this folder (reports written before every run wrote one).", "note")
     _tables(page, s)
     return page.render()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..config.files import read_yaml
+from ..config.files import note_read, read_yaml
 from ..config.errors import ConfigError
 
 SPEC_VERSION = "1.0"
@@ -157,6 +157,7 @@ def load_curves(path) -> dict:
     """name -> CurveAcceptance from an ``acceptance_curves`` YAML file (path-qualified errors)."""
     p = Path(path)
     try:
+        note_read(p)
         doc = read_yaml(p.read_text())
     except OSError as e:
         raise ConfigError(str(p), None, f"a readable acceptance curve file ({e.strerror})", show_value=False) from None
@@ -198,6 +199,7 @@ def curves_from_published(csv_path) -> list:
     per-position rates when given (cumulative shares -> conditional), else the geometric rate that
     reproduces the published tokens per verify step with ``ASSUMED_K``."""
     groups: dict = {}
+    note_read(csv_path)
     with open(csv_path, newline="") as f:
         for row in csv.DictReader(f):
             key = (row["method"], row["drafter"], row["target"], row["dataset"], row["temperature"])

@@ -157,19 +157,23 @@ def _from_trace(wl, base_dir, desc, path: str) -> list:
     scale = scale or 1.0
     block = wl.hash_block_tokens
     out = []
-    for i, (t, pr, o, g, rid, ids, service) in enumerate(rows):
+    own = set()                     # requests whose content a segments column gave
+    for i, (t, pr, o, g, rid, ids, attrs) in enumerate(rows):
         r = Request(i, (t - t0) / scale, pr, o, None, g, rid)
         if ids:
             r.segments = _hash_segments(ids, pr, block, i)
-        if service is not None:
-            r.priority, r.slo_class, r.ttft_slo_ms, r.tpot_slo_ms = service
+        if attrs is not None:
+            for k, v in attrs.items():
+                setattr(r, k, v)
+            if "segments" in attrs:
+                own.add(i)
         out.append(r)
     # a trace says which requests share a prefix but not how long it is: requests of one group
     # share their first ``prefix_tokens`` tokens (default: the shortest prompt of the group)
     pref = wl.prefix_tokens
     groups: dict = {}
     for r in out:
-        if r.prefix_group >= 0:
+        if r.prefix_group >= 0 and r.rid not in own:
             groups.setdefault(r.prefix_group, []).append(r)
     for g, rs in groups.items():
         plen = pref if pref is not None else min(r.prompt_len for r in rs)
@@ -286,12 +290,16 @@ def _mix(wl, rng, base_dir, desc, path: str) -> list:
 
 
 def _remap(sid: int, k: int, new_id: dict) -> int:
+    """A tenant's segment id in the merged workload.  Ids that name no request of the tenant (a
+    trace's own segments column may hold any) are shifted into the tenant's range, like groups."""
     if sid >= _HASH_BASE:                     # a trace's content block: shared within the tenant only
         return sid + k * _GROUP_SHIFT
     if sid < 0:                               # an earlier answer of request -sid - 1
-        return -(new_id[(k, -sid - 1)] + 1)
+        j = new_id.get((k, -sid - 1))
+        return sid - k * _GROUP_SHIFT if j is None else -(j + 1)
     if sid >= _QUESTION_BASE:                 # the question of request sid - base
-        return _QUESTION_BASE + new_id[(k, sid - _QUESTION_BASE)]
+        j = new_id.get((k, sid - _QUESTION_BASE))
+        return sid + k * _GROUP_SHIFT if j is None else _QUESTION_BASE + j
     return sid + k * _GROUP_SHIFT             # a shared system prompt (group)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config.errors import ConfigError
+from ..config.files import note_read
 
 
 def sample_lengths(spec, path: str, n: int, rng: np.random.Generator, base_dir: Path | None) -> np.ndarray:
@@ -45,6 +46,7 @@ def _read_empirical(spec, path: str, base_dir: Path | None) -> np.ndarray:
     if not p.is_file():
         raise ConfigError(f"{path}.path", raw, "an existing file of lengths")
     vals = []
+    note_read(p)
     with p.open() as f:
         col = None
         for lineno, line in enumerate(f, 1):

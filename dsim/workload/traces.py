@@ -1,8 +1,10 @@
 """Trace readers, told apart by their columns:
 
 - dsim JSONL/CSV: arrival_s, prompt_tokens, output_tokens[, prefix_group, request_id, priority,
-  slo_class, ttft_slo_ms, tpot_slo_ms] (the last four: scheduling priority, a class of
-  ``slo.classes``, and this request's own SLO targets; empty = none);
+  slo_class, ttft_slo_ms, tpot_slo_ms, tenant, session, segments] (priority .. tpot_slo_ms:
+  scheduling priority, a class of ``slo.classes``, and this request's own SLO targets; tenant and
+  session: the fairness report's tenant and the conversation id; segments (JSONL only): the
+  prompt's content as [[id, tokens], ...], what ``dsim trace generate`` writes; empty = none);
 - Azure LLM inference trace 2023 CSV: TIMESTAMP, ContextTokens, GeneratedTokens;
 - BurstGPT CSV: Timestamp (s), Model, Request tokens, Response tokens, ... (rows with 0 response
   tokens are failed requests in that trace and are dropped);
@@ -10,8 +12,9 @@
   prompt, equal ids = equal content: they become prefix-cache identity).
 
 Every reader returns rows (arrival_s, prompt, output, prefix_group or -1, request_id, hash_ids or
-None, service or None) sorted by arrival, service being (priority, slo_class, ttft_slo_ms,
-tpot_slo_ms), the first arrival at its own time (Azure: shifted to 0).
+None, attrs or None) sorted by arrival, attrs being the Request attributes the optional columns
+set (priority, slo_class, ttft_slo_ms, tpot_slo_ms, tenant, session, segments), the first arrival
+at its own time (Azure: shifted to 0).
 """
 from __future__ import annotations
 
@@ -22,11 +25,13 @@ from datetime import datetime
 from pathlib import Path
 
 from ..config.errors import ConfigError
-from ..config.files import read_text
+from ..config.files import note_read, read_text
 from ..config.limits import MAX_GROUPS, MAX_TOKENS
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
-OPTIONAL = ("prefix_group", "request_id", "priority", "slo_class", "ttft_slo_ms", "tpot_slo_ms")
+OPTIONAL = ("prefix_group", "request_id", "priority", "slo_class", "ttft_slo_ms", "tpot_slo_ms", "tenant", "session",
+            "segments")
+_SEGMENT_ID = 1 << 62          # segment ids are opaque integers of either sign (negative: a request's answer)
 
 
 def _int(v, where, name, lo=1, hi=MAX_TOKENS):
@@ -55,12 +60,39 @@ def _row(rec: dict, where: str):
     g = -1 if g in (None, "") else _int(g, where, "prefix_group", lo=0, hi=MAX_GROUPS)
     return (t, _int(rec["prompt_tokens"], where, "prompt_tokens"),
             _int(rec["output_tokens"], where, "output_tokens"), g, str(rec.get("request_id") or ""), None,
-            _service(rec, where))
+            _attrs(rec, where))
+
+
+def _attrs(rec: dict, where: str):
+    """The Request attributes the optional columns set, or None when there are none."""
+    out = dict(zip(("priority", "slo_class", "ttft_slo_ms", "tpot_slo_ms"), _service(rec, where) or ()))
+    tenant = rec.get("tenant")
+    if tenant not in (None, ""):
+        out["tenant"] = str(tenant)
+    session = rec.get("session")
+    if session not in (None, ""):
+        out["session"] = _int(session, where, "session", lo=0, hi=_SEGMENT_ID)
+    segs = rec.get("segments")
+    if segs not in (None, ""):
+        out["segments"] = _segments(segs, int(float(rec["prompt_tokens"])), where)
+    return out or None
+
+
+def _segments(segs, prompt: int, where: str) -> tuple:
+    """A prompt's content as ((id, tokens), ...): requests share KV as far as their lists agree."""
+    ok = isinstance(segs, list) and segs and all(
+        isinstance(s, list) and len(s) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in s)
+        and abs(s[0]) < _SEGMENT_ID and 1 <= s[1] <= MAX_TOKENS for s in segs)
+    if not ok:
+        raise ConfigError(f"{where}.segments", segs, "a list of [id, tokens] pairs of integers (tokens >= 1)")
+    if sum(n for _, n in segs) != prompt:
+        raise ConfigError(f"{where}.segments", segs, f"segments whose tokens add up to prompt_tokens ({prompt})")
+    return tuple((int(i), int(n)) for i, n in segs)
 
 
 def _service(rec: dict, where: str):
     """(priority, slo_class, ttft_slo_ms, tpot_slo_ms) from the optional columns, or None."""
-    vals = [rec.get(k) for k in OPTIONAL[2:]]
+    vals = [rec.get(k) for k in OPTIONAL[2:6]]
     if all(v in (None, "") for v in vals):
         return None
     prio, cls, ttft, tpot = vals
@@ -109,6 +141,7 @@ def read_trace(path: Path, shown: str) -> list:
     if not path.is_file():
         raise ConfigError(shown, str(path), "an existing trace file")
     st = path.stat()
+    note_read(path)
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _PARSED:
         rows = _parse_trace(path, shown)
