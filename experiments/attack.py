@@ -578,6 +578,8 @@ BASES = {      # a working invocation of each subcommand; {o} = output path
     ("schema",): lambda d: ["schema", "--markdown"],
     ("report",): lambda d: ["report", str(_run_dir(d))],
     ("plot",): lambda d: ["plot", str(_run_dir(d)), "--out", str(d / "o")],
+    ("baseline",): lambda d: ["baseline", QUICK, "--seeds", "2", "--out", str(d / "o.json")] + N30,
+    ("compare",): lambda d: ["compare", str(_run_dir(d)), str(_run_dir(d)), "--tolerance", "0.05"],
     ("trace", "generate"): lambda d: ["trace", "generate", QUICK, "--out", str(d / "o.jsonl")] + N30,
     ("plan",): lambda d: ["plan", QUICK, "--gpus", "2", "--space", str(SCN / "spaces" / "small.yaml"), "--no-band",
                           "--out", str(d / "o")] + SLO + N30,

@@ -257,13 +257,13 @@ def _run_calls(fn, calls, jobs, backend, address):
 
 def _object_store(name: str):
     """``put(bytes) -> reference`` into the running engine's own store, once per distinct file.
-    Nothing is pushed to every worker: a worker whose temporary folder already holds the file
-    (an earlier point, sweep or capacity round on that machine) never asks for it, one that lacks
-    it pulls it from the cluster (Dask: from the worker the scatter placed it on; Ray: through
-    its object manager)."""
+    Dask: the scatter is broadcast, so every worker holds the bytes before a point starts and a
+    point never waits on another worker (a worker-side Future of a scattered key was seen to wait
+    forever on a loaded machine: the task blocked in ``Future.result()`` with its data on the
+    other worker).  Ray: a worker that lacks the object pulls it through its object manager."""
     if name == "dask":
         from distributed import get_client
         client = get_client()
-        return lambda blob: client.scatter(blob)
+        return lambda blob: client.scatter(blob, broadcast=True)
     import ray
     return ray.put

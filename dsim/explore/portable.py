@@ -113,6 +113,9 @@ def ship(call: tuple) -> tuple:
     return (pack(source, overrides), [], *rest)
 
 
+FETCH_TIMEOUT_S = 120.0
+
+
 class Shared:
     """A file's bytes held in a cluster engine's object store: what a shared point carries instead
     of the bytes.  Dask: ``ref`` is the driver's Future of the scatter (it keeps the data in the
@@ -134,10 +137,17 @@ class Shared:
             return ray.get(self.ref)
         from distributed import Future, get_worker, worker_client
         data = get_worker().data
-        if self.key in data:                          # the scatter placed it on this worker
+        if self.key in data:                          # the broadcast scatter placed it on every worker
             return data[self.key]
-        with worker_client() as client:               # pull it from the worker holding it
-            return Future(self.key, client).result()
+        # a worker that joined after the scatter: pull it, but never wait forever on the cluster
+        with worker_client() as client:
+            try:
+                return Future(self.key, client).result(timeout=FETCH_TIMEOUT_S)
+            except TimeoutError:
+                from ..config.errors import ConfigError
+                raise ConfigError("--backend dask", self.key, f"the cluster to deliver a scenario file within "
+                                  f"{FETCH_TIMEOUT_S:g} s (this worker joined after the sweep started?)",
+                                  show_value=False) from None
 
 
 def share(calls: list, engine: str, put) -> list:
