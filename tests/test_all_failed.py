@@ -61,3 +61,12 @@ def test_plan_with_one_candidate_that_fits_is_an_answer(tmp_path, capsys):
     code = main(["plan", QUICK, "--gpus", "2", "--space", space, "--slo", "ttft_p99_ms=5000", "--screen-check", "0",
                  "--no-band", "--set", "workload.rate=2", "--out", str(tmp_path / "p"), *BIG])
     assert code == 0, capsys.readouterr().err
+
+
+def test_pd_plan_whose_budget_admits_no_candidate_exits_1(tmp_path, capsys):
+    """One GPU cannot hold a prefill and a decode replica: the plan has no candidate at all (it
+    used to exit 0, as if 'none fits the budget' were an answer)."""
+    space = str(ROOT / "scenarios" / "spaces" / "pd_small.yaml")
+    assert main(["plan", QUICK, "--gpus", "1", "--space", space, "--slo", "ttft_p99_ms=500", "--quiet",
+                 "--set", "workload.num_requests=20", "--out", str(tmp_path / "p")]) == 1
+    assert "no candidate fits the budget" in capsys.readouterr().err

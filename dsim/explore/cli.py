@@ -154,8 +154,13 @@ def _all_failed(cmd: str, what: str, n: int, bad: int, rows) -> int:
 def _plan_failed(res: dict) -> int:
     """``dsim plan``'s exit code: 1 when no candidate was judged -- each either could not be built (the model
     does not fit, the engine refuses the combination: pruned as unfit) or its simulation failed -- or when
-    every simulated one failed; else 0 (a plan in which nothing meets the SLOs is an answer)."""
+    every simulated one failed, or when the budget admits no candidate at all; else 0 (a plan in which
+    nothing meets the SLOs is an answer)."""
     rows = res["rows"]
+    if not rows:                                          # the GPU or dollar budget admits no deployment
+        print("dsim plan: no candidate fits the budget (--gpus / --budget-usd-per-hour): nothing to judge",
+              file=sys.stderr)
+        return 1
     sims = [c for c in rows if "pass" in c]               # a simulation that failed has its error in "error"
     failed = [{"error": c["reason"]} if c.get("_unfit") else c for c in rows if c.get("_unfit") or c.get("error")]
     judged = [c for c in rows if (c["screen"] == "pruned" and not c.get("_unfit")) or ("pass" in c and
