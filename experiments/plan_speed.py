@@ -35,7 +35,8 @@ SLOS = ["ttft_p99_ms=500", "tpot_p99_ms=50"]
 
 def time_screen(gpus: int, repeat: int) -> dict:
     from dsim.explore.capacity import parse_slos
-    from dsim.explore.plan_pd import load_pd_space, screen_space
+    from dsim.explore.pd_space import load_pd_space
+    from dsim.explore.plan_pd import screen_space
     sp = load_pd_space(str(SPACE))
     walls, cands = [], []
     for _ in range(repeat):

@@ -10,7 +10,8 @@ import yaml
 import dsim
 from dsim.config.scenario import load_scenario
 from dsim.explore.plan import _workload_stats
-from dsim.explore.plan_pd import base_cluster, cluster_override, load_pd_space, plan_pd
+from dsim.explore.pd_space import base_cluster, cluster_override, load_pd_space
+from dsim.explore.plan_pd import plan_pd
 from dsim.explore.screen_pd import decode_fixed_point, prefill_capacity
 
 ROOT = Path(__file__).resolve().parents[1]

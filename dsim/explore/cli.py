@@ -231,7 +231,7 @@ def add_plan_parser(sub) -> None:
 def run_plan(args) -> int:
     from ..config.limits import MAX_GPUS, MAX_TOP
     from .plan import plan, plan_line
-    from .plan_pd import is_pd_space
+    from .pd_space import is_pd_space
     _check_flags(args, gpus=(1, MAX_GPUS), top=(1, MAX_TOP), rounds=(1, MAX_TOP), seeds=(1, 100),
                  screen_check=(0, MAX_TOP))
     from ..log import quiet

@@ -18,6 +18,7 @@ from ..config.scenario import load_scenario
 from ..latency.base import LatencyContext
 from ..latency.registry import build_latency
 from .deploy import gpus_per_replica
+from .pd_space import ROLES, _replica_counts, cluster_override
 from .plan import _step
 
 
@@ -154,7 +155,6 @@ def screen_grid(src, sp, bc: dict, user: list, w: dict, slos: dict, gpus, usd, d
     """Every candidate of the P/D space ``sp`` within the budgets, screened: one row per (prefill family,
     decode family, prefill replicas, decode replicas), in the space's order, with the overrides that make
     its scenario (``_ov``).  Families whose scenario is invalid are pruned with the error (``_unfit``)."""
-    from .plan_pd import ROLES, _replica_counts, cluster_override
     uncached: dict = {}
     info = {r: [_role_info(src, bc, user, w, r, f, device_name, uncached) for f in sp.role_families(r)]
             for r in ROLES}
@@ -200,7 +200,6 @@ def _role_info(src, bc, user, w, role: str, fam: dict, device_name: str, uncache
     family its capacity, for a decode family a memoised fixed point per decode replica count.  Loaded as
     a scenario whose two pools both take this family's values (a pool depends on its own role's values
     only), so a family's error is its own; ``uncached``: prefix-cache hits per (caching on, block size)."""
-    from .plan_pd import ROLES, cluster_override
     mirror = {}
     for r in ROLES:
         mirror.update({k.replace(role, r, 1): v for k, v in fam.items()})
