@@ -618,3 +618,51 @@ def test_a_drafter_is_refused_on_a_pool_of_another_tokenizer_family():
     scn = dsim.load_scenario(_two_pools({"model": "meta-llama/Llama-3.1-70B-Instruct",
                                          "engine": {"tensor_parallel_size": 4}}))     # same family: fine
     assert [p.model.vocab_size for p in scn.fleet.pools] == [128256, 128256]
+
+
+def _hybrid_decisions(dwell: float) -> dict:
+    """Each conversation's (time, mode) decisions under an RTT that flips 15 <-> 150 ms every 0.5 s."""
+    import dsim
+    from dsim.specdec import modes
+    sched = [[0.5 * i, 150 if i % 2 else 15] for i in range(1, 80)]
+    scn = {"name": "h", "seed": 3, "model": "meta-llama/Llama-3.1-8B", "hardware": "A100-80GB",
+           "workload": {"type": "poisson", "rate": 4, "num_requests": 40, "prompt_tokens": 200, "output_tokens": 200},
+           "speculation": {"mode": "hybrid", "gamma": {"policy": "static", "k": 4},
+                           "mode_switch": {"policy": "rtt_load", "max_rtt_ms": 60, "min_fused_dwell_s": dwell},
+                           "drafts": [{"name": "l", "profile": "laptop-rtx4060", "count": 8, "rtt_ms": 15,
+                                       "bw_mbps": 100, "rtt_schedule": sched}]}}
+    real, by = modes.DraftingModes._mode, {}
+
+    def spy(self, st, tel, pmode, tgt):
+        m = real(self, st, tel, pmode, tgt)
+        by.setdefault(id(st), []).append((self.env.now, m))
+        return m
+    modes.DraftingModes._mode = spy
+    try:
+        dsim.run(scn)
+    finally:
+        modes.DraftingModes._mode = real
+    return by
+
+
+def _inside_a_dwell_not_fused(by: dict, dwell: float) -> int:
+    """Decisions that are not fused although a fused one of the same conversation started a dwell
+    less than ``dwell`` seconds before (the rule, written independently of the runtime)."""
+    from dsim.specdec.gamma import FUSED
+    bad = 0
+    for decisions in by.values():
+        until = -1.0
+        for t, m in decisions:
+            if t < until:
+                bad += m != FUSED
+            elif m == FUSED:
+                until = t + dwell
+    return bad
+
+
+def test_fused_hysteresis_keeps_a_conversation_fused_for_the_dwell():
+    """speculation.mode_switch.min_fused_dwell_s (seed 002's fused hysteresis): under an RTT that
+    flips every 0.5 s, no conversation goes back to distributed drafting within 0.6 s of turning
+    fused; without the dwell it does, hundreds of times."""
+    assert _inside_a_dwell_not_fused(_hybrid_decisions(0.0), 0.6) > 100
+    assert _inside_a_dwell_not_fused(_hybrid_decisions(0.6), 0.6) == 0

@@ -16,11 +16,18 @@ BACKENDS = ("joblib", "dask", "ray")
 
 @contextlib.contextmanager
 def backend_context(backend: str, jobs: int, address: str | None):
-    """Yield the joblib backend name to use inside; set up and tear down the engine around it."""
+    """Yield (the joblib backend name to use inside, its keyword arguments, ``put(bytes) -> reference``
+    into the engine's own store or None); set up and tear down the engine around it.
+
+    ``put`` is called once per distinct file a run's points read.  Dask: the tasks and the scatter go
+    through this run's own client, not distributed's default client, which may be another or a
+    closed one (a CI run hung on a point waiting for a file that had gone elsewhere); the scatter is
+    broadcast, so every worker holds the bytes before a point starts.  Ray: ``ray.put``; a worker
+    that lacks the object pulls it through its object manager."""
     if backend == "joblib":
         if address:
             raise ConfigError("--address", address, "only with --backend dask or ray", show_value=False)
-        yield "loky"
+        yield "loky", {}, None
         return
     if backend == "dask":
         try:
@@ -44,7 +51,7 @@ def backend_context(backend: str, jobs: int, address: str | None):
                                    dashboard_address=None, silence_logs=third_party_level())
             client = Client(cluster)
         try:
-            yield "dask"
+            yield "dask", {"client": client}, (lambda blob: client.scatter(blob, broadcast=True))
         finally:
             client.close()
             if cluster is not None:
@@ -66,7 +73,7 @@ def backend_context(backend: str, jobs: int, address: str | None):
             started = True
         register_ray()
         try:
-            yield "ray"
+            yield "ray", {}, ray.put
         finally:
             if started:
                 ray.shutdown()
@@ -233,7 +240,7 @@ def _run_calls(fn, calls, jobs, backend, address):
         return
     import joblib
     from joblib import Parallel, delayed
-    with backend_context(backend, jobs, address) as name:
+    with backend_context(backend, jobs, address) as (name, kwargs, put):
         if name == "loky":
             par = Parallel(n_jobs=jobs, return_as="generator", backend="loky")
             yield from par(delayed(fn)(*args) for args in calls)
@@ -242,7 +249,7 @@ def _run_calls(fn, calls, jobs, backend, address):
         # would open in its own working directory (dsim.explore.portable)
         from .portable import share, ship
         if fn_ships(fn):           # each file's bytes go to the cluster once, the points carry references
-            calls = share([ship(c) for c in calls], name, _object_store(name))
+            calls = share([ship(c) for c in calls], name, put)
         # Dask's and Ray's joblib backends return whole batches: submit in chunks so finished
         # points reach the caller (and a sweep's store) while the rest still run.  The backend is
         # joblib's thread-wide default only around each chunk, never across a yield: a caller that
@@ -250,20 +257,6 @@ def _run_calls(fn, calls, jobs, backend, address):
         # of the process (calibrate's loky pool found a closed Dask client there)
         chunk = 4 * jobs
         for i in range(0, len(calls), chunk):
-            with joblib.parallel_backend(name):
+            with joblib.parallel_backend(name, **kwargs):
                 out = Parallel(n_jobs=-1)(delayed(fn)(*args) for args in calls[i:i + chunk])
             yield from out
-
-
-def _object_store(name: str):
-    """``put(bytes) -> reference`` into the running engine's own store, once per distinct file.
-    Dask: the scatter is broadcast, so every worker holds the bytes before a point starts and a
-    point never waits on another worker (a worker-side Future of a scattered key was seen to wait
-    forever on a loaded machine: the task blocked in ``Future.result()`` with its data on the
-    other worker).  Ray: a worker that lacks the object pulls it through its object manager."""
-    if name == "dask":
-        from distributed import get_client
-        client = get_client()
-        return lambda blob: client.scatter(blob, broadcast=True)
-    import ray
-    return ray.put

@@ -113,7 +113,7 @@ def ship(call: tuple) -> tuple:
     return (pack(source, overrides), [], *rest)
 
 
-FETCH_TIMEOUT_S = 120.0
+FETCH_TIMEOUT_S = 60.0
 
 
 class Shared:

@@ -31,6 +31,12 @@ class DraftingModes:
         else:
             mode = DISTRIBUTED if (dev_ok and tel.rtt_ms <= cfg.switch["max_rtt_ms"]
                                    and tel.verify_queue <= cfg.switch["max_verify_queue"]) else FUSED
+        dwell = cfg.switch.get("min_fused_dwell_s", 0.0)
+        if dwell:                        # fused hysteresis (seed 002): once the switch says fused, the
+            if now < st.fused_until:     # conversation stays fused for the dwell, however the RTT jitters
+                mode = FUSED
+            elif mode == FUSED:
+                st.fused_until = now + dwell
         if mode == FUSED and dev_ok and not self._warm(tgt):
             # the target's drafter is cold: start loading it (pre-warm) and keep drafting on the
             # device until it is in memory, instead of stalling the round on the load

@@ -18,7 +18,7 @@ class SpecState:
     __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
-                 "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline")
+                 "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline", "fused_until")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -43,6 +43,7 @@ class SpecState:
         self.first_at_server = None      # the first token's server time (token times are shifted to the device)
         self.drafter = -1                # index in the portfolio (dsim.specdec.portfolio), -1 = none
         self.escalations = 0
+        self.fused_until = -1.0          # hybrid mode's fused hysteresis: fused rounds until then
         self.draft_model = None          # this round's fused drafter when not the replica's own
         self.deadline = 0.0              # when this round's verification is due (verify_order: edf)
 

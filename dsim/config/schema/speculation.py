@@ -142,6 +142,9 @@ class ModeSwitch(Section):
     """Largest device RTT for distributed drafting, ms (rtt_load)."""
     max_verify_queue: Int(0) = 64
     """Longest verify queue for distributed drafting, requests (rtt_load)."""
+    min_fused_dwell_s: Float(0) = 0.0
+    """Fused hysteresis: once a conversation's round is switched to fused, its rounds stay fused for
+    this many seconds, so a jittery RTT does not flip it back and forth (0: no dwell)."""
 
 
 class PartialVerification(Section):
