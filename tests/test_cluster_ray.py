@@ -21,7 +21,10 @@ import dsim
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "scenarios" / "trace_jsonl.yaml"        # workload.path: a relative path to a JSONL trace
-DSIM = [sys.executable, "-c", "import sys; from dsim.cli import main; sys.exit(main())"]
+# `-c` puts the working directory first on sys.path, and the CLI runs from the checkout (relative
+# paths as the README writes them): drop it, so an installed dsim is not shadowed by the source tree
+DSIM = [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p != '']; "
+        "from dsim.cli import main; sys.exit(main())"]
 
 
 def _free_port() -> int:
@@ -34,7 +37,7 @@ def _env(**auth) -> dict:
     """This process's environment without any Ray token setting, plus ``auth``; HOME elsewhere so a
     ~/.ray/auth_token of the machine's user plays no part."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    return {**env, "PYTHONPATH": str(ROOT), **auth}
+    return {**env, "PYTHONPATH": str(Path(dsim.__file__).resolve().parents[1]), **auth}   # the dsim under test
 
 
 @pytest.fixture(scope="module")
