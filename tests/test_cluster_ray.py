@@ -79,18 +79,32 @@ def ray_head():
         shutil.rmtree(base, ignore_errors=True)
 
 
+REL = "scenarios/trace_jsonl.yaml"                       # the driver names the scenario as the README does
+
+
+def _driver_folder(tmp_path) -> Path:
+    """A user's folder with the scenario and its trace at the README's relative paths.  Not the
+    checkout itself: Ray puts the driver's working directory on its workers' sys.path, and a
+    checkout there would shadow an installed dsim (CI's installed-wheel step) with the source tree."""
+    drv = tmp_path / "drv"
+    (drv / "scenarios" / "data").mkdir(parents=True)
+    shutil.copy(TRACE, drv / REL)
+    shutil.copy(TRACE.parent / "data" / "sample_trace.jsonl", drv / "scenarios" / "data" / "sample_trace.jsonl")
+    return drv
+
+
 def _sweep(address, out, env, *extra):
-    rel = os.path.relpath(TRACE, ROOT)                    # the driver names the scenario as the README does
-    return subprocess.run([*DSIM, "sweep", rel, "--grid", "engine.max_num_seqs=8,32", "--set",
+    drv = _driver_folder(Path(str(out) + "-driver"))
+    return subprocess.run([*DSIM, "sweep", REL, "--grid", "engine.max_num_seqs=8,32", "--set",
                            "workload.num_requests=40", "--backend", "ray", "--address", address, "--jobs", "2",
                            "--out", str(out), "--quiet", *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+                          cwd=drv, env=env, capture_output=True, text=True, timeout=180)
 
 
 def test_sweep_on_a_ray_cluster_in_another_folder_equals_joblib(tmp_path, ray_head, monkeypatch):
     address, token, base = ray_head
-    monkeypatch.chdir(ROOT)
-    local = dsim.sweep(os.path.relpath(TRACE, ROOT), ["engine.max_num_seqs=8,32"],
+    monkeypatch.chdir(_driver_folder(tmp_path))
+    local = dsim.sweep(REL, ["engine.max_num_seqs=8,32"],
                        overrides=["workload.num_requests=40"], out=tmp_path / "local")
     assert [r["status"] for r in local] == ["ok", "ok"]
     done = _sweep(address, tmp_path / "remote", _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
