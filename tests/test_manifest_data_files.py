@@ -37,7 +37,10 @@ def test_lut_hash_follows_content_and_runs_stay_identical(tmp_path):
     assert entry["sha256"] == hashlib.sha256(lut.read_bytes()).hexdigest() and entry["bytes"] == lut.stat().st_size
     # one latency value changed, same length: the hash (and only the hash) says so
     text = lut.read_text()
-    lut.write_text(text.replace("8.195019", "8.195018", 1))
+    header, row = text.splitlines()[:2]
+    value = row.split(",")[header.split(",").index("latency_ms")]          # the first row's latency
+    changed = value[:-1] + ("1" if value[-1] != "1" else "2")              # same length, one digit off
+    lut.write_text(text.replace(value, changed, 1))
     dsim.run(_lut_scenario(lut), tmp_path / "c")
     c = _files(tmp_path / "c")[str(lut.resolve())]
     assert c["bytes"] == entry["bytes"] and c["sha256"] != entry["sha256"]
