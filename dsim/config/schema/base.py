@@ -216,28 +216,30 @@ def _bool(v):
 Bool = checked(bool, _bool, {"type": "boolean"})
 
 
-def _str(v):
+def check_str(v):
     if not isinstance(v, str):
         raise ConfigError("", v, "a string")
     return v
 
 
-Str = checked(str, _str, {"type": "string"})
+Str = checked(str, check_str, {"type": "string"})
+
+
+def one_of(*options: str):
+    """The check of a ``Choice``: one string of ``options`` (the message lists them)."""
+    def check(v):
+        if not isinstance(v, str):
+            raise ConfigError("", v, "a string")
+        if v not in options:
+            raise ConfigError("", v, "one of " + ", ".join(options))
+        return v
+    return check
 
 
 def Choice(*options: str):
     """One string of a fixed set (the message lists them)."""
     opts = tuple(options)
-
-    def make():
-        def check(v):
-            if not isinstance(v, str):
-                raise ConfigError("", v, "a string")
-            if v not in opts:
-                raise ConfigError("", v, "one of " + ", ".join(opts))
-            return v
-        return checked(str, check, {"type": "string", "enum": list(opts)})
-    return _memo(("choice",) + opts, make)
+    return _memo(("choice",) + opts, lambda: checked(str, one_of(*opts), {"type": "string", "enum": list(opts)}))
 
 
 def _any(v):

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Union
 from pydantic import BaseModel, BeforeValidator, Discriminator, Tag
 
 from ..errors import ConfigError
-from .base import Str, checked
+from .base import check_str, checked
 
 # tags of the two alternatives: never a YAML key, so parse() does not mistake them for the user's path
 _NAME, _MAPPING = "<name>", "<mapping>"
@@ -29,6 +29,6 @@ def NameOr(section: type, expected: str, names: str):
         if isinstance(v, (str, dict, section)):
             return v
         raise ConfigError("", v, expected)
-    name = checked(str, Str.__metadata__[0].check, {"type": "string", "description": names})
+    name = checked(str, check_str, {"type": "string", "description": names})
     union = Union[Annotated[name, Tag(_NAME)], Annotated[section, Tag(_MAPPING)]]
     return Annotated[union, Discriminator(pick), BeforeValidator(check)]

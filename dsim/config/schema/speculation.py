@@ -16,7 +16,7 @@ from pydantic import (BaseModel, BeforeValidator, Discriminator, Tag,
 
 from ..errors import ConfigError
 from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
-from .base import Bool, Choice, Float, Int, Raw, Section, Str, checked
+from .base import Bool, Choice, Float, Int, Raw, Section, Str, checked, one_of
 from .speculation_gamma import GammaField, K, StaticGamma
 
 MODES = ("off", "fused", "distributed", "hybrid")
@@ -45,7 +45,7 @@ def _tag_of(members: dict, v) -> str | None:
     return next((t for t, m in members.items() if isinstance(m, type) and isinstance(v, m)), None)
 
 
-_MODE_CHECK = Choice(*MODES).__metadata__[0].check
+_MODE_CHECK = one_of(*MODES)
 
 
 def _mode(v):
