@@ -50,3 +50,50 @@ def test_one_value_repeated_fills_one_bucket(monkeypatch):
 
 def test_no_values_counts_zero():
     assert weighted_stats_chunked(lambda: iter(()), PCTS) == {"count": 0}
+
+
+def _numpy_cases():
+    """Arrays numpy's quantile code treats differently: one value, ties, even and odd lengths,
+    negatives, a wide range, integers, and NaN."""
+    rng = np.random.default_rng(7)
+    yield np.array([3.5])
+    yield np.array([2.0, 1.0])
+    yield rng.integers(0, 4, 101).astype(float)
+    yield np.round(rng.random(1000) * 100, 1)
+    yield rng.lognormal(0, 3, 777) - rng.lognormal(0, 3, 777)
+    yield rng.integers(-50, 50, 64)
+    yield np.array([1.0, np.nan, 3.0])
+    for n in rng.integers(1, 5000, 40):
+        yield rng.lognormal(-3, 2, n)
+
+
+def test_percentiles_and_median_are_numpys_bit_for_bit():
+    qs = [0, 0.1, 1, 25, 50, 90, 95, 99, 99.9, 100, 33.333333]
+    for a in _numpy_cases():
+        assert exact.percentiles(a, qs).tobytes() == np.percentile(a, qs).tobytes()
+        assert float(exact.percentiles(a, 99)) == float(np.percentile(a, 99)) or np.isnan(a).any()
+        m = exact.median(a)
+        assert (np.isnan(m) and np.isnan(np.median(a))) or m == float(np.median(a))
+        u = exact.sorted_unique(a)
+        assert u.dtype == np.unique(a).dtype and np.array_equal(u, np.unique(a), equal_nan=True)
+    with pytest.raises(ValueError):
+        exact.percentiles([], [50])
+    with pytest.raises(ValueError):
+        exact.percentiles([1.0], [101])
+
+
+def test_a_short_run_does_not_load_numpy_ma(tmp_path):
+    """np.percentile / np.median / np.unique import numpy.ma on first use (about 20 ms of a short
+    run's start-up); the run path uses dsim.metrics.exact's equivalents instead."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy\n"
+            "if 'numpy.ma' in sys.modules: print('numpy-itself'); raise SystemExit\n"
+            "import dsim, dsim.shipped\n"
+            f"dsim.run(dsim.shipped.resolve('quickstart'), {str(tmp_path / 'out')!r}, plots=False,\n"
+            "         overrides=['workload.num_requests=60'])\n"
+            "print('numpy.ma' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    if out.strip() == "numpy-itself":
+        pytest.skip("this numpy imports numpy.ma on import")
+    assert out.strip() == "False"

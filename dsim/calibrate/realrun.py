@@ -28,6 +28,7 @@ from ..config.files import read_yaml
 from ..config.errors import ConfigError
 from ..config.files import check_expansion, parse_json, read_text
 from ..config.limits import MAX_TOKENS
+from ..metrics.exact import percentiles
 from .benchjson import bench_requests
 
 QUANTS = ("mean", "p50", "p90", "p95", "p99")
@@ -103,7 +104,7 @@ def quantiles(values) -> dict:
     if a.size == 0:
         return {"count": 0}
     out = {"count": int(a.size), "mean": float(a.mean())}
-    for q, v in zip(QUANTS[1:], np.percentile(a, [50, 90, 95, 99])):
+    for q, v in zip(QUANTS[1:], percentiles(a, [50, 90, 95, 99])):
         out[q] = float(v)
     return out
 

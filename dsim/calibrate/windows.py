@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..metrics.exact import sorted_unique
+
 
 @dataclass
 class Windows:
@@ -53,7 +55,7 @@ def decode_windows(first_s, last_s, prompt, output, cached=None) -> Windows:
     n = np.asarray(output, float)
     c = np.zeros_like(p) if cached is None else np.asarray(cached, float)
     has = (n >= 2) & (l > f)
-    edges = np.unique(np.concatenate([f[has], l[has]]))
+    edges = sorted_unique(np.concatenate([f[has], l[has]]))
     fw, lw, pw, nw = f[has], l[has], p[has], n[has]
     slope = (nw - 1) / (lw - fw)                  # context growth, tokens per second
     count = _integral(edges, fw, lw, np.ones_like(fw), np.zeros_like(fw))

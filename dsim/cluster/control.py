@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.errors import ConfigError
+from ..metrics.exact import percentiles
 from ..metrics.measures import ledger_latencies
 from ..core.invariant import check
 
@@ -129,8 +130,8 @@ class Window:
             "rejected": f.n_rejected - self.n_rej,
             "in_flight": f.arrived - f.n_completed - f.n_rejected,
             "throughput_rps": n_new / dt,
-            "ttft_p50_ms": float(np.percentile(ttft, 50)) if len(ttft) else None,
-            "ttft_p95_ms": float(np.percentile(ttft, 95)) if len(ttft) else None,
+            "ttft_p50_ms": float(percentiles(ttft, 50)) if len(ttft) else None,
+            "ttft_p95_ms": float(percentiles(ttft, 95)) if len(ttft) else None,
             "tpot_mean_ms": float(np.mean(tpot)) if len(tpot) else None,
             "pools": pools,
         }

@@ -27,6 +27,7 @@ from ..config.errors import ConfigError
 from .backends import run_calls
 from .evaluate import resolve, summary_row
 from ..metrics.measures import GROWTH_LIMIT, decode_wait_trend, delay_trend, ledger_latencies
+from ..metrics.exact import percentiles
 from ..metrics.band import get_path, own_latency_pools, validated_models
 from .points import as_overrides
 from ..metrics.writers import output_folder
@@ -69,7 +70,7 @@ def _stat(values, stat: str):
     if stat == "mean":
         return float(np.mean(values))
     q = 50.0 if stat == "median" else float(stat[1:])
-    return float(np.percentile(values, q))
+    return float(percentiles(values, q))
 
 
 def probe(source, overrides, slos: dict, warmup: float, min_goodput: float | None, early_stop: bool = False) -> dict:

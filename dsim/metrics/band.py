@@ -38,9 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..latency.credibility import BAND_COLUMNS
+from .exact import median
 
 LEVEL = 0.8
 MIN_STAGES = 9          # 2 / (1 - LEVEL) - 1: the fewest errors with both conformal ranks
@@ -156,8 +155,8 @@ def _ratio_band(errors, widen: float, method: str = "robust") -> tuple | None:
     if n < 3:                                            # no spread to estimate: as far as the worst error
         m = max(abs(v) for v in x)
         return _widened(math.expm1(-m), math.expm1(m), widen)
-    centre = float(np.median(x))
-    scale = max(MAD_TO_SIGMA * float(np.median([abs(v - centre) for v in x])), MIN_SCALE)
+    centre = median(x)
+    scale = max(MAD_TO_SIGMA * median([abs(v - centre) for v in x]), MIN_SCALE)
     half = t_quantile(1 - (1 - LEVEL) / 2, n - 1) * scale * math.sqrt(1 + 1 / n)
     return _widened(math.expm1(centre - half), math.expm1(centre + half), widen)
 

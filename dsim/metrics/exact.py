@@ -8,6 +8,8 @@ stable sort piece by piece (``weighted_stats_chunked``).  Small inputs take the 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 PCTS = (50, 90, 95, 99)      # the percentiles every latency section reports
@@ -19,6 +21,59 @@ SAMPLE = 1 << 16             # values sampled to place the bucket bounds
 def pkey(p) -> str:
     """'p99', 'p99.9': the percentile's name as vLLM's benchmark writes it."""
     return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
+
+
+def sorted_unique(values) -> np.ndarray:
+    """``np.unique(values)`` of a plain array: its sorted distinct values.  Why not numpy's: its
+    first call imports ``numpy.ma`` (about 20 ms of a short run's start-up) to ask whether the
+    array is masked, which a plain array never is."""
+    a = np.sort(np.asarray(values), axis=None)
+    if a.size < 2:
+        return a
+    keep = np.empty(a.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
+def median(values) -> float:
+    """``np.median(values)`` as a float, the same bits (the middle value, or the mean of the two
+    middle ones), without the ``numpy.ma`` import its NaN check costs on first use."""
+    a = np.sort(np.asarray(values, dtype=float), axis=None)
+    n = a.size
+    if n == 0 or np.isnan(a[-1]):
+        return math.nan
+    return float(a[n // 2]) if n % 2 else float((a[n // 2 - 1] + a[n // 2]) / 2)
+
+
+def percentiles(values, pcts) -> np.ndarray:
+    """``np.percentile(values, pcts)`` (its default 'linear' method), the same bits for every input.
+
+    Why not numpy's own: since numpy 2.x its quantile code calls ``np.unique``, whose first call
+    imports ``numpy.ma``, about 20 ms of a short run's start-up.  The arithmetic below is numpy's
+    step for step: virtual index ``(n - 1) * q``, the two neighbours, and numpy's two-sided lerp
+    (from below when the fraction is under 0.5, from above otherwise); any NaN gives NaN.
+    """
+    a = np.sort(np.asarray(values, dtype=float), axis=None)
+    n = a.size
+    if n == 0:
+        raise ValueError("percentiles of an empty array")
+    q = np.true_divide(np.asarray(pcts, dtype=float), 100)
+    if np.any(q < 0) or np.any(q > 1) or np.any(np.isnan(q)):
+        raise ValueError("percentiles must be in the range [0, 100]")
+    virtual = (n - 1) * np.atleast_1d(q)
+    lo_i = np.floor(virtual).astype(np.intp)
+    hi_i = lo_i + 1
+    top = virtual >= n - 1
+    lo_i[top] = hi_i[top] = -1
+    gamma = virtual - lo_i
+    lo, hi = a[lo_i], a[hi_i]
+    diff = hi - lo
+    out = lo + diff * gamma
+    np.subtract(hi, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    if np.isnan(a[-1]):
+        out[...] = np.nan
+    return out.reshape(q.shape)[()] if q.ndim == 0 else out
 
 
 class _Reader:
@@ -173,7 +228,7 @@ def _sorted_runs(source, n: int, scale: float, spill) -> list:
     stride = max(1, n // SAMPLE)
     sample = np.sort(np.concatenate([v[::stride] for v, _ in kept()]))
     nb = -(-n // (MEM_ITEMS // 2))
-    bounds = np.unique(sample[(np.arange(1, nb) * sample.size) // nb])
+    bounds = sorted_unique(sample[(np.arange(1, nb) * sample.size) // nb])
     del sample
     buckets = [[] for _ in range(bounds.size + 1)]
     for v, w in kept():

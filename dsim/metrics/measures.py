@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact import PCTS, pairwise_sum, pkey as _pkey
+from .exact import PCTS, pairwise_sum, percentiles, pkey as _pkey
 
 
 def stats(values, pcts=PCTS) -> dict:
@@ -15,7 +15,7 @@ def stats(values, pcts=PCTS) -> dict:
     if a.size == 0:
         return {"count": 0}
     out = {"count": int(a.size), "mean": float(a.mean()), "std": float(a.std()), "min": float(a.min())}
-    for p, v in zip(pcts, np.percentile(a, pcts)):
+    for p, v in zip(pcts, percentiles(a, pcts)):
         out[_pkey(p)] = float(v)
     out["max"] = float(a.max())
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..serving.steplog import minmax_decimate
+from .exact import percentiles
 
 
 def _plt():
@@ -56,7 +57,7 @@ def latency_cdfs(lat: dict, path, title: str = "", slos: dict | None = None) -> 
         if v.size:
             ax.plot(v, np.arange(1, v.size + 1) / v.size, lw=1.2)
             for q, mk in ((50, "o"), (99, "s")):
-                x = float(np.percentile(v, q))
+                x = float(percentiles(v, q))
                 ax.plot([x], [q / 100], mk, ms=5, color="k")
                 ax.annotate(f"p{q} {x:.4g}", (x, q / 100), textcoords="offset points",
                             xytext=(-6, -12) if q == 99 else (6, 2), ha="right" if q == 99 else "left", fontsize=7)

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from ..core.request import PENDING
+from .exact import sorted_unique
 
 
 def header(scn) -> dict:
@@ -59,7 +60,7 @@ def peaks(led) -> dict:
     run_at, run_dv = [], []                                       # whole buckets: cumulative deltas
     _spread(first, last, n - 1, nb, tok_at, tok_v, run_at, run_dv)
     keys = np.concatenate(conc_at + tok_at + run_at)
-    keys = np.unique(np.clip(np.concatenate([keys, keys + 1]), 0, nb))
+    keys = sorted_unique(np.clip(np.concatenate([keys, keys + 1]), 0, nb))
     def dense(parts_at, parts_v):
         out = np.zeros(keys.size)
         if parts_at:
@@ -178,7 +179,7 @@ def _exact_peaks(times) -> dict:
         conc_at += [np.floor([a - t0]), np.minimum(np.floor([comp - t0]) + 1, nb)]
         conc_dv += [np.ones(1), -np.ones(1)]
     _, counts = np.unique(np.concatenate(tok_at), return_counts=True)
-    keys = np.unique(np.concatenate(conc_at))
+    keys = sorted_unique(np.concatenate(conc_at))
     conc = np.zeros(keys.size)
     np.add.at(conc, np.searchsorted(keys, np.concatenate(conc_at)), np.concatenate(conc_dv))
     live = keys < nb

@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 
+from ..metrics.exact import percentiles
+
 W = 400          # width of a panel: two panels fit a row of the page
 H = 230
 
@@ -94,7 +96,7 @@ def quantile_rows(samples, metric: str, label: str, n: int = 1000) -> list[dict]
     if v.size == 0:
         return []
     qs = np.linspace(0, 100, min(n, max(2, v.size)) + 1)
-    xs = np.percentile(v, qs)
+    xs = percentiles(v, qs)
     return [{"metric": metric, "series": label, "ms": float(f"{x:.5g}"), "percentile": round(float(q), 3)}
             for x, q in zip(xs, qs)]
 
