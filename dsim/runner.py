@@ -178,13 +178,15 @@ class Session:
             self.spec = SpecRuntime(sim, self.fleet, self.network, scn.spec, self.reqs, scn.horizon_s,
                                     scn.slo_tpot_ms, scn.slo_tvt_ms)
         _check_kv_fits(self.workload, self.fleet)
-        self.controllers = build_controllers(scn.fleet.controllers, self.fleet) + list(controllers)
+        self._cut = False                  # a planner's forecast child stops the real arrivals
+        self.controllers = build_controllers(scn.fleet.controllers, self.fleet, self) + list(controllers)
         self.fleet.extra_actors += len(self.controllers) + (len(self.spec.devices) if self.spec is not None else 0)
         if self.network is not None:
             self.fleet.extra_actors += 1 + len(self.network.outages)
         self.action_log: list = []
         for c in self.controllers:
-            sim.process(run_controller(self.fleet, c, self.action_log))
+            own = getattr(c, "run", None)      # a process of its own (the planner), else the observe/act loop
+            sim.process(own(self.action_log) if callable(own) else run_controller(self.fleet, c, self.action_log))
         self.progress = _Progress(len(self.reqs), progress)
         first = next(iter(self.fleet.pools.values()))
         self.desc = dict(workload=wdesc, latency=first.latency_desc, kv_blocks=first.kv_blocks)
@@ -244,12 +246,23 @@ class Session:
                     yield self._slot
                 self.in_flight += 1
                 self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            if self._cut:
+                return
             r.arrival = env.now            # the clock's sum may differ from t by 1 ulp
             fleet.arrive(r)
             self._cursor = i + 1
             if prog.enabled and not i % 256:
                 prog.tick(fleet.n_completed)
         fleet.arrivals_done = True
+
+    @property
+    def sent(self) -> int:
+        """Requests the arrival process has sent so far (the workload's first ``sent``)."""
+        return self._cursor
+
+    def cut_arrivals(self) -> None:
+        """Send no more of the workload (a forecast replays its own arrivals instead)."""
+        self._cut = True
 
     def advance(self, until: float) -> None:
         self.sim.run(until=until)
@@ -423,6 +436,9 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
     """Summarise a finished session into a Result (and write the report when out_dir is set)."""
     scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet
     summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
+    for c in ses.controllers:
+        if callable(getattr(c, "report", None)):
+            summary["planner"] = c.report(reqs)
     lat_warn = sorted({p.latency_desc["warning"] for p in fleet.pools.values()
                        if isinstance(p.latency_desc, dict) and p.latency_desc.get("warning")})
     speculating = ses.spec is not None and ses.spec.cfg.mode != "off"

@@ -19,7 +19,8 @@ SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yam
            "edge_draft_batching.yaml": ["workload.num_requests=150"], "tree_drafts.yaml": ["workload.num_requests=120"],
            "pd_speculation.yaml": ["workload.num_requests=150"],
            "draft_sweep_single_target.yaml": ["workload.num_requests=100"],
-           "draft_sweep_multicluster.yaml": ["workload.num_requests=150"]}
+           "draft_sweep_multicluster.yaml": ["workload.num_requests=150"],
+           "online_planner.yaml": ["cluster.controllers[0].cadence_s=30"]}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)

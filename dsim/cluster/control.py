@@ -189,11 +189,16 @@ class ReactiveAutoscaler(Controller):
         return []
 
 
-def build_controllers(specs, fleet, path: str = "cluster.controllers") -> list:
+def build_controllers(specs, fleet, session=None, path: str = "cluster.controllers") -> list:
     """The controllers of typed ``schema.cluster.ControllerField`` specs (``controllers: [{type:
-    autoscaler, pool: h100, interval_s: 5, ...}]``; their pools were checked with the section)."""
+    autoscaler, pool: h100, interval_s: 5, ...}]``; their pools were checked with the section).  A
+    planner (dsim.cluster.planner) also needs the run's ``session``: it forks it."""
     out = []
-    for s in specs:
+    for i, s in enumerate(specs):
+        if s.type == "planner":
+            from .planner import SimulationPlanner
+            out.append(SimulationPlanner(s, fleet, session, f"{path}[{i}]"))
+            continue
         check(s.type == "autoscaler" and s.pool in fleet.pools, f"{path}: a controller of an unknown kind or pool")
         out.append(ReactiveAutoscaler(s.pool, s.interval_s, s.scale_out_waiting, s.scale_out_kv, s.scale_in_kv,
                                       s.scale_in_busy, s.cooldown_s))

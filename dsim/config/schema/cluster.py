@@ -20,6 +20,7 @@ from .engine import EngineField
 from .hardware import HardwareField
 from .latency import LatencyField
 from .model import ModelField
+from .planner import PlannerConfig
 
 SECTION = "cluster"
 ROLES = ("mixed", "prefill", "decode")
@@ -195,7 +196,7 @@ class AutoscalerConfig(Section):
     """Seconds without another action after each action."""
 
 
-ControllerField = Tagged("type", {"autoscaler": AutoscalerConfig})
+ControllerField = Tagged("type", {"autoscaler": AutoscalerConfig, "planner": PlannerConfig})
 """A controller, chosen by ``type``."""
 
 
@@ -334,8 +335,10 @@ class ClusterConfig(_ClusterBody):
                 seen[name] = where
         names = [p.name for _, p in self.pool_list()]
         for i, c in enumerate(self.controllers):
-            if c.pool not in names:
-                raise ConfigError(f"controllers[{i}].pool", c.pool, "one of " + ", ".join(names))
+            for where, pool in ([("pool", c.pool)] if c.type == "autoscaler" else
+                                [(f"pools.{k}", k) for k in c.pools]):
+                if pool not in names:
+                    raise ConfigError(f"controllers[{i}].{where}", pool, "one of " + ", ".join(names))
         return self
 
     def cluster_list(self) -> list:

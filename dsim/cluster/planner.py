@@ -1,0 +1,339 @@
+"""The online planner: forecast candidate configurations by simulation inside the run (seed 002,
+"Planner Tick Behavior"; issue 41).
+
+On a cadence, or early when a trigger fires, the planner forks the running simulation once per
+candidate (``os.fork``: the child is the exact state of the run, queues, running requests, KV,
+prefix caches and random streams, at no copying cost), applies the candidate's actions in the
+child, simulates ``horizon_s`` and reports how the requests in flight and the ones arriving did.
+The parent applies the cheapest candidate that meets the objective.  A fork is the snapshot: it
+cannot drift from the run it was taken of, which a rebuilt state could.
+
+What a child sees of the future is ``forecast``: ``recent`` replays the last ``horizon_s`` of
+arrivals shifted forward (the planner knows nothing of what comes), ``oracle`` the run's true next
+arrivals (an upper bound on any forecaster).  The objective (``choose``): candidates whose share
+of judged requests meeting their SLO is at least ``min_attainment`` (and whose p99 TTFT is within
+``max_ttft_p99_ms``) are feasible; the feasible one with the fewest GPUs wins, then the higher
+attainment, then the nearer to the current configuration; with none feasible, the highest
+attainment wins.  Applied plans change new work only: scaling out pays the pool's cold start
+(weights load plus ``cold_start_s``), scaling in drains, engine knobs apply from the next step.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+from ..config.errors import ConfigError
+from ..core.request import REJECTED, Request
+from ..core.simulation import arrival_timeout
+from ..metrics.exact import percentiles
+from .control import ScaleIn, ScaleOut, SetEngine, Window, apply_action
+
+KNOBS = ("max_num_seqs", "max_num_batched_tokens")
+TREND_BOUNDS = (0.25, 4.0)       # a trend forecast scales the recent rate by at most this much
+
+
+def judge(arrival, first, last, done, n_out, rejected, ttft_slo, tpot_slo, t_end: float) -> dict:
+    """SLO outcome of requests as of ``t_end`` (arrays; times NaN when not reached, SLOs NaN when
+    unbounded).  Judged: rejected, finished, or past its TTFT bound (a first token, or none yet
+    and already late); a request still running within its bounds is not judged yet."""
+    with np.errstate(invalid="ignore"):
+        seen = first <= t_end
+        fin = done <= t_end
+        ttft = np.where(seen, (first - arrival) * 1e3, (t_end - arrival) * 1e3)
+        has_ttft = ~np.isnan(ttft_slo)
+        ttft_ok = ~(ttft > ttft_slo)
+        multi = fin & (n_out > 1)
+        tpot = np.where(multi, (last - first) * 1e3 / np.maximum(n_out - 1, 1), np.nan)
+        tpot_ok = ~(tpot > tpot_slo)
+        judged = rejected | fin | (has_ttft & (seen | ~ttft_ok))
+        met = judged & ~rejected & seen & ttft_ok & (tpot_ok | ~fin)
+    n = int(judged.sum())
+    ttfts = ttft[judged & seen & ~rejected]
+    return {"judged": n, "met": int(met.sum()), "attainment": float(met.sum()) / n if n else 1.0,
+            "ttft_p99_ms": float(percentiles(ttfts, 99)) if ttfts.size else None}
+
+
+def _request_arrays(reqs) -> tuple:
+    def col(get):
+        return np.array([math.nan if v is None else v for v in map(get, reqs)], dtype=float)
+    return (col(lambda r: r.arrival), col(lambda r: r.t_first_token), col(lambda r: r.t_last_token),
+            col(lambda r: r.t_completion), np.array([r.n_out for r in reqs], dtype=float),
+            np.array([r.state == REJECTED for r in reqs], dtype=bool).reshape(-1),
+            col(lambda r: r.ttft_slo_ms), col(lambda r: r.tpot_slo_ms))
+
+
+def choose(forecasts: list, min_attainment: float, max_p99: float | None) -> int:
+    """Index of the winning forecast (see the module docstring); ties go to the lower index."""
+    def feasible(f):
+        p99 = f["ttft_p99_ms"]
+        return f["attainment"] >= min_attainment and (max_p99 is None or p99 is None or p99 <= max_p99)
+    keys = [(0, f["gpus"], -f["attainment"], i) if feasible(f) else (1, -f["attainment"], f["gpus"], i)
+            for i, f in enumerate(forecasts)]
+    return min(keys)[-1]
+
+
+class SimulationPlanner:
+    """The ``type: planner`` controller: a SimPy process of its own (``run``), not a Window-driven
+    ``Controller``, because its ticks fork the simulation."""
+
+    def __init__(self, cfg, fleet, session, path: str):
+        if not hasattr(os, "fork"):
+            raise ConfigError(f"{path}.type", "planner", "a platform with os.fork (Linux or macOS): the "
+                              "planner forecasts by forking the running simulation", show_value=True)
+        if cfg.forecast != "oracle" and session.spec is not None:
+            raise ConfigError(f"{path}.forecast", cfg.forecast, "oracle with speculation (a speculative workload's "
+                              "conversations are bound up front and cannot be replayed)")
+        if session.scn.slo_ttft_ms is None and session.scn.slo_tpot_ms is None and not session.scn.slo_classes:
+            raise ConfigError(f"{path}", None, "an SLO to plan for: slo.ttft_ms, slo.tpot_ms or slo.classes",
+                              show_value=False)
+        self.cfg, self.fleet, self.session, self.path = cfg, fleet, session, path
+        self.interval_s = cfg.interval_s
+        # by default a forecast looks past the slowest cold start, or a scale-out could never pay
+        self.horizon = cfg.horizon_s or cfg.cadence_s + max(p.cold_start_s() for p in fleet.pools.values())
+        self.dwell = cfg.cadence_s if cfg.min_dwell_s is None else cfg.min_dwell_s
+        self.ticks: list = []
+        self.last_change = -math.inf
+        self.forked = False
+        self._arrivals = None
+
+    # ---- the process -------------------------------------------------------------------------
+    def run(self, log: list):
+        env = self.fleet.sim.env
+        cfg = self.cfg
+        win = Window(self.fleet)
+        next_tick = cfg.cadence_s
+        last_busy: dict = {}
+        while True:
+            yield env.timeout(self.interval_s)
+            if self.forked or self.fleet.done:
+                return
+            now = env.now
+            obs = win.observe()
+            busy = {k: p["busy_fraction"] for k, p in obs["pools"].items()}
+            trigger = "cadence" if now >= next_tick - 1e-9 else self._trigger(obs, busy, last_busy)
+            if trigger is None or now - self.last_change < self.dwell - 1e-9:
+                continue
+            next_tick = now + cfg.cadence_s
+            last_busy = busy
+            self._tick(now, trigger, log)
+
+    def _trigger(self, obs: dict, busy: dict, last_busy: dict) -> str | None:
+        cfg = self.cfg
+        for name, p in obs["pools"].items():
+            if cfg.trigger_waiting is not None and p["waiting"] / max(1, p["ready"]) > cfg.trigger_waiting:
+                return f"waiting:{name}"
+            if (cfg.trigger_busy_swing is not None and name in last_busy
+                    and abs(busy[name] - last_busy[name]) > cfg.trigger_busy_swing):
+                return f"busy_swing:{name}"
+        return None
+
+    # ---- one tick ----------------------------------------------------------------------------
+    def _tick(self, now: float, trigger: str, log: list) -> None:
+        current = self._current()
+        cands = self.candidates(current)
+        forecasts = self._forecast_all(cands)
+        for c, f in zip(cands, forecasts):
+            f["gpus"] = self._gpus(c)
+        best = choose(forecasts, self.cfg.min_attainment, self.cfg.max_ttft_p99_ms)
+        actions = self.actions(current, cands[best])
+        for a in actions:
+            rec = apply_action(self.fleet, a)
+            rec["time_s"] = now
+            rec["by"] = "planner"
+            log.append(rec)
+        if actions:
+            self.last_change = now
+        self.ticks.append({"time_s": now, "trigger": trigger, "horizon_s": self.horizon, "chosen": best,
+                           "changed": bool(actions),
+                           "candidates": [{"config": c, **f} for c, f in zip(cands, forecasts)]})
+
+    def _current(self) -> dict:
+        out = {}
+        for name, p in self.fleet.pools.items():
+            out[name] = {"replicas": len(p.ready) + len(p.starting),
+                         **{k: getattr(p.engine, k) for k in KNOBS}}
+        return out
+
+    def candidates(self, current: dict) -> list:
+        """The current configuration first, then the space's others nearest first (fewest changed
+        replicas, then fewest changed knobs), at most ``max_candidates``."""
+        cfg = self.cfg
+        axes = []
+        for name, p in self.fleet.pools.items():
+            cur = current[name]
+            space = cfg.pools.get(name)
+            lo, top = p.spec.min_replicas, p.spec.max_replicas
+            hi = top if top is not None else cur["replicas"] + cfg.step
+            if space is not None and space.replicas is not None:
+                reps = [n for n in space.replicas if lo <= n <= hi] or [cur["replicas"]]
+            elif top is not None:                 # a bounded pool: every count it may have
+                reps = list(range(lo, top + 1))
+            else:
+                reps = sorted({n for n in (cur["replicas"] - cfg.step, cur["replicas"], cur["replicas"] + cfg.step)
+                               if lo <= n <= hi} | {cur["replicas"]})
+            knob_vals = [getattr(space, k, None) or [cur[k]] if space is not None else [cur[k]] for k in KNOBS]
+            axes.append([(name, r, *kv) for r in reps for kv in itertools.product(*knob_vals)])
+
+        def distance(combo):
+            return (sum(abs(r - current[n]["replicas"]) for n, r, *_ in combo),
+                    sum(v != current[n][k] for n, _r, *kv in combo for k, v in zip(KNOBS, kv)))
+        combos = sorted(itertools.product(*axes), key=distance)[:cfg.max_candidates]
+        return [{n: {"replicas": r, **dict(zip(KNOBS, kv))} for n, r, *kv in combo} for combo in combos]
+
+    def actions(self, current: dict, target: dict) -> list:
+        out = []
+        for name, want in target.items():
+            have = current[name]
+            if want["replicas"] > have["replicas"]:
+                out.append(ScaleOut(name, want["replicas"] - have["replicas"]))
+            elif want["replicas"] < have["replicas"]:
+                out.append(ScaleIn(name, have["replicas"] - want["replicas"]))
+            knobs = {k: want[k] for k in KNOBS if want[k] != have[k]}
+            if knobs:
+                out.append(SetEngine(name, **knobs))
+        return out
+
+    def _gpus(self, cand: dict) -> int:
+        return sum(c["replicas"] * self.fleet.pools[n].spec.gpus_per_replica for n, c in cand.items())
+
+    # ---- forecasts: one forked child per candidate --------------------------------------------
+    def _forecast_all(self, cands: list) -> list:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out: list = [None] * len(cands)
+        running: list = []                   # (index, pid, read end), oldest first
+        for i, cand in enumerate(cands):
+            if len(running) >= self.cfg.jobs:
+                self._collect(running.pop(0), out)
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:                     # the child: never returns
+                os.close(r)
+                self._child(cand, w)
+            os.close(w)
+            running.append((i, pid, r))
+        while running:
+            self._collect(running.pop(0), out)
+        return out
+
+    def _collect(self, job: tuple, out: list) -> None:
+        i, pid, r = job
+        with os.fdopen(r, "rb") as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        msg = json.loads(data.decode()) if data else {"error": f"exit status {status}"}
+        if "error" in msg:
+            raise RuntimeError(f"{self.path}: the forecast of candidate {i} failed: {msg['error']}")
+        out[i] = msg
+
+    def _child(self, cand: dict, w: int) -> None:
+        code = 0
+        try:
+            msg = self._simulate(cand)
+        except BaseException as e:             # anything, reported to the parent: the child must exit
+            msg, code = {"error": f"{type(e).__name__}: {e}"}, 1
+        try:
+            data = json.dumps(msg).encode()
+            while data:
+                data = data[os.write(w, data):]
+        finally:
+            os._exit(code)
+
+    def _simulate(self, cand: dict) -> dict:
+        """In the child: apply ``cand``, run ``horizon`` simulated seconds, judge the requests that
+        were in flight or arrived meanwhile."""
+        self.forked = True
+        ses, fleet = self.session, self.fleet
+        ses.progress.enabled = False
+        now = fleet.sim.now
+        t_end = now + self.horizon
+        judged = list(fleet.live.values())
+        for a in self.actions(self._current(), cand):
+            apply_action(fleet, a)
+        if self.cfg.forecast != "oracle":
+            ses.cut_arrivals()
+            clones = self._recent(now)
+            judged += clones
+            fleet.sim.process(_replay(fleet, clones))
+        else:
+            arrive = fleet.arrive
+
+            def seen(r, arrive=arrive):
+                judged.append(r)
+                arrive(r)
+            fleet.arrive = seen
+        ses.advance(t_end)
+        return judge(*_request_arrays(judged), t_end)
+
+    def _recent(self, now: float) -> list:
+        """Fresh copies of the requests that arrived in the last horizon, replayed over the next
+        one: as they came (``recent``), or with their rate extrapolated linearly from the horizon
+        before (``trend``: the window is time-compressed, or stretched, by the rate ratio and
+        repeated to fill the horizon)."""
+        ses, h = self.session, self.horizon
+        if self._arrivals is None:
+            self._arrivals = np.asarray(ses.workload.arrival_times(), dtype=float)
+        arr = self._arrivals
+        j0 = int(np.searchsorted(arr, now - h, "left"))
+        j1 = ses.sent
+        span = min(h, now)                   # the history there is (less than a horizon early on)
+        factor = 1.0
+        prev_span = min(h, now - h)
+        if self.cfg.forecast == "trend" and j1 > j0 and prev_span >= h / 4:
+            rate = (j1 - j0) / span
+            prev = (j0 - int(np.searchsorted(arr, now - h - prev_span, "left"))) / prev_span
+            factor = min(max((2 * rate - prev) / rate, TREND_BOUNDS[0]), TREND_BOUNDS[1])
+        window = [(float(arr[j0 + k]), r) for k, r in zip(range(j1 - j0), ses.workload.tail(j0))]
+        period = span / factor               # how long one replay of the window takes
+        out, base = [], len(ses.workload)
+        for rep in range(math.ceil(h / period) if window and period > 0 else 0):
+            for a, r in window:
+                t = now + (a - (now - span)) / factor + rep * period
+                if t >= now + h:
+                    break
+                c = Request(base + len(out), t, r.prompt_len, r.max_tokens, r.segments, r.prefix_group, r.label)
+                c.session, c.tenant, c.priority, c.slo_class = r.session, r.tenant, r.priority, r.slo_class
+                c.ttft_slo_ms, c.tpot_slo_ms = r.ttft_slo_ms, r.tpot_slo_ms
+                out.append(c)
+        return [c for c in out if c.arrival >= now]
+
+    # ---- the report --------------------------------------------------------------------------
+    def report(self, led) -> dict:
+        """Every tick, with what then happened to the same kind of request set (in flight at the
+        tick or arriving within its horizon, judged at its end) and the forecast's error."""
+        arr, first, last, done = (led.col(k) for k in ("arrival", "t_first_token", "t_last_token", "t_completion"))
+        n_out = led.col("n_out").astype(float)
+        rejected = led.col("state") == REJECTED
+        ttft_slo, tpot_slo = led.col("ttft_slo_ms"), led.col("tpot_slo_ms")
+        errs = []
+        for t in self.ticks:
+            t0, t_end = t["time_s"], t["time_s"] + t["horizon_s"]
+            with np.errstate(invalid="ignore"):
+                in_flight = (arr < t0) & ~rejected & ~(done <= t0)
+            sel = (in_flight | ((arr >= t0) & (arr < t_end))) & (arr < t_end)
+            actual = judge(arr[sel], first[sel], last[sel], done[sel], n_out[sel], rejected[sel], ttft_slo[sel],
+                           tpot_slo[sel], t_end)
+            fc = t["candidates"][t["chosen"]]
+            t["actual"] = actual
+            t["attainment_error"] = fc["attainment"] - actual["attainment"]
+            errs.append(abs(t["attainment_error"]))
+        return {"kind": "simulate", "forecast": self.cfg.forecast, "ticks": len(self.ticks),
+                "changes": sum(t["changed"] for t in self.ticks),
+                "mean_abs_attainment_error": float(np.mean(errs)) if errs else None,
+                "tick_log": self.ticks}
+
+
+def _replay(fleet, clones):
+    """The arrival process of a forecast's replayed requests."""
+    env = fleet.sim.env
+    for r in clones:
+        dt = r.arrival - env.now
+        if dt > 0:
+            yield arrival_timeout(env, dt)
+        r.arrival = env.now
+        fleet.arrive(r)
