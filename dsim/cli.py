@@ -188,7 +188,8 @@ def _fit_parser(sub) -> None:
                     help="gradient-boosted trees or a random forest (default gbdt)")
     at.add_argument("--max-depth", type=int, default=3, help="tree depth (default 3)")
     at.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="metadata kept in the bundle")
-    ae = asub.add_parser("evaluate", help="accuracy, Brier, ECE and accepted-count MAE on held-out logs")
+    ae = asub.add_parser("evaluate", help="accuracy, precision, recall, F1 (positive class = accepted, threshold "
+                         "0.5), Brier, ECE and accepted-count MAE on held-out logs")
     ae.add_argument("bundle", help="bundle written by dsim acceptance train")
     ae.add_argument("logs", nargs="+", help="held-out profiling logs (JSONL)")
     ae.add_argument("--json", default=None, help="also write the metrics to this JSON file")

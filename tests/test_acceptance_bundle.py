@@ -52,7 +52,12 @@ def test_evaluate_reports_calibrated_metrics(bundle_path, capsys):
     assert m["ece"] < 0.03 and m["brier"] < 0.22
     assert m["tokens_per_step_predicted"] == pytest.approx(m["tokens_per_step_actual"], rel=0.03)
     assert abs(m["accepted_count_bias"]) < 0.1
-    capsys.readouterr()
+    # the classifier's precision / recall / F1 (positive = accepted, threshold 0.5) agree with its confusion counts
+    c = m["confusion"]
+    assert m["precision"] == pytest.approx(c["tp"] / (c["tp"] + c["fp"]))
+    assert m["recall"] == pytest.approx(c["tp"] / (c["tp"] + c["fn"]))
+    assert sum(c.values()) == m["positions"] and m["classifier_threshold"] == 0.5
+    assert '"f1"' in capsys.readouterr().out
 
 
 def test_bundle_drives_a_simulation(bundle_path):
@@ -81,3 +86,45 @@ def test_accept_flags_form(tmp_path):
     p = tmp_path / "f.jsonl"
     p.write_text(json.dumps({"context_len": 10, "k": 4, "accept_flags": [1, 1, 0, 1]}) + "\n")
     assert read_logs(p)[0]["accepted"] == 2
+
+
+class _ByPosition:
+    """A stand-in model: P(accept) depends on the position only (feature 1)."""
+
+    P = {0: 0.9, 1: 0.6, 2: 0.4, 3: 0.2}
+
+    def predict_proba(self, X):
+        p = np.asarray([self.P[int(pos)] for pos in np.asarray(X)[:, 1]])
+        return np.column_stack([1 - p, p])
+
+
+def test_evaluate_precision_recall_f1_by_hand():
+    from dsim.specdec.bundle import Bundle, evaluate
+    b = Bundle({"model": _ByPosition(), "drafters": [""], "verifiers": [""], "version": "1.0", "meta": {}})
+    # verified positions (position: label) -> predicted accepted when p >= 0.5, i.e. positions 0 and 1
+    iters = [{"context_len": 100.0, "k": 4, "accepted": 4, "temperature": 0.0, "drafter": "", "verifier": ""},
+             # 0:1 1:1 2:1 3:1 -> TP TP FN FN
+             {"context_len": 100.0, "k": 4, "accepted": 1, "temperature": 0.0, "drafter": "", "verifier": ""},
+             # 0:1 1:0 -> TP FP
+             {"context_len": 100.0, "k": 3, "accepted": 0, "temperature": 0.0, "drafter": "", "verifier": ""},
+             # 0:0 -> FP
+             {"context_len": 100.0, "k": 4, "accepted": 2, "temperature": 0.0, "drafter": "", "verifier": ""}]
+             # 0:1 1:1 2:0 -> TP TP TN
+    m = evaluate(b, iters)
+    assert m["positions"] == 10 and m["classifier_threshold"] == 0.5
+    assert m["confusion"] == {"tp": 5, "fp": 2, "fn": 2, "tn": 1}
+    assert m["precision"] == pytest.approx(5 / 7)                # TP / (TP + FP)
+    assert m["recall"] == pytest.approx(5 / 7)                   # TP / (TP + FN)
+    assert m["f1"] == pytest.approx(5 / 7)                       # 2PR / (P + R), P = R
+    assert m["accuracy"] == pytest.approx(6 / 10)
+
+
+def test_precision_recall_f1_edge_cases():
+    from dsim.specdec.bundle import classification
+    m = classification([0.9, 0.8, 0.1], [1, 0, 0])
+    assert (m["precision"], m["recall"], m["f1"]) == (0.5, 1.0, pytest.approx(2 / 3))
+    none_predicted = classification([0.1, 0.2], [1, 0])        # nothing predicted accepted: precision undefined
+    assert none_predicted["precision"] is None and none_predicted["recall"] == 0.0 and none_predicted["f1"] is None
+    wrong = classification([0.9, 0.1], [0, 1])                  # precision = recall = 0: F1 = 0
+    assert (wrong["precision"], wrong["recall"], wrong["f1"]) == (0.0, 0.0, 0.0)
+    assert classification([0.5], [1])["confusion"]["tp"] == 1  # the threshold is inclusive

@@ -49,6 +49,7 @@ CASES = {
     "staged_shared_prefix": ("staged_shared_prefix.yaml", _num(150)),
     "closed_loop": ("closed_loop.yaml", _num(120)),              # max_concurrency stays in the workload
     "speculation": ("trained_gamma_head.yaml", _num(50)),
+    "burst_factor": ("burst_factor.yaml", _num(150)),           # simultaneous arrivals survive the trip
 }
 
 
@@ -75,7 +76,9 @@ def test_exported_trace_replays_to_identical_requests(case, tmp_path):
     recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
     if case.startswith("mix"):
         assert len({r["tenant"] for r in recs}) >= 2          # the tenant column carries the mix
-    if case not in ("poisson", "closed_loop", "speculation"):
+    if case == "burst_factor":
+        assert len({r["arrival_s"] for r in recs}) < len(recs) / 2
+    if case not in ("poisson", "closed_loop", "speculation", "burst_factor"):
         assert any("segments" in r or "priority" in r for r in recs)
 
 

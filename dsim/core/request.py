@@ -22,7 +22,7 @@ class Request:
         "preempt_times", "cached_tokens", "num_computed", "n_out",
         "d0", "c0", "hashes", "plain_blocks", "block_hashes", "prefilling", "itl_gap",
         "session", "tenant", "replica", "prefill_replica", "kv_ready", "reject_reason", "t_handoff", "t_kv_ready",
-        "spec", "priority", "sched_key", "slo_class", "ttft_slo_ms", "tpot_slo_ms",
+        "spec", "priority", "sched_key", "slo_class", "ttft_slo_ms", "tpot_slo_ms", "draft_id",
     )
 
     def __init__(self, rid: int, arrival: float, prompt_len: int, max_tokens: int,
@@ -50,6 +50,7 @@ class Request:
         self.itl_gap = False         # next emitted token's ITL is not the step duration
         self.session = -1            # conversation id (affinity); -1 = none
         self.tenant = ""             # request class for fairness reports (workload type: mix)
+        self.draft_id = ""           # speculation: the draft device that opens it (trace column); "" = bound by cohort
         self.replica = None          # replica that finished (or holds) the request
         self.prefill_replica = None  # P/D: the replica that ran the prefill
         self.kv_ready = 0            # P/D: prompt tokens whose KV arrived from a prefill replica

@@ -177,11 +177,35 @@ def load_bundle(path, where: str = "bundle") -> Bundle:
     return Bundle(data, str(path))
 
 
+THRESHOLD = 0.5   # a position is predicted accepted when its probability is >= this
+
+
+def _ratio(num: int, den: int):
+    return num / den if den else None
+
+
+def classification(p, y, threshold: float = THRESHOLD) -> dict:
+    """Precision, recall and F1 of the per-position accept/reject classifier: the positive class is
+    *accepted*, a position is predicted accepted when its probability is >= ``threshold``.  A ratio
+    with an empty denominator (no predicted or no true acceptances) is None (JSON null); F1 is 0
+    when precision and recall are both 0."""
+    pred = np.asarray(p) >= threshold
+    y = np.asarray(y).astype(bool)
+    tp, fp = int((pred & y).sum()), int((pred & ~y).sum())
+    fn, tn = int((~pred & y).sum()), int((~pred & ~y).sum())
+    prec, rec = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+    f1 = None if prec is None or rec is None else (2 * prec * rec / (prec + rec) if prec + rec else 0.0)
+    return {"threshold": threshold, "precision": prec, "recall": rec, "f1": f1,
+            "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": tn}}
+
+
 def evaluate(bundle: Bundle, iters, bins: int = 10) -> dict:
-    """Per-position accuracy, Brier score, expected calibration error, and the MAE / bias of the
-    accepted count per iteration (predicted as the expected run length sum_i prod_{j<=i} a_j)."""
+    """Per-position accuracy, precision, recall and F1 (positive class = accepted, threshold 0.5),
+    Brier score, expected calibration error, and the MAE / bias of the accepted count per iteration
+    (predicted as the expected run length sum_i prod_{j<=i} a_j)."""
     X, y = position_rows(iters, bundle.d["drafters"], bundle.d["verifiers"])
     p = bundle.predict_positions(X)
+    cls = classification(p, y)
     ece = 0.0
     edges = np.linspace(0, 1, bins + 1)
     for lo, hi in zip(edges[:-1], edges[1:]):
@@ -207,7 +231,10 @@ def evaluate(bundle: Bundle, iters, bins: int = 10) -> dict:
     actual = np.asarray([it["accepted"] for it in iters], float)
     pred = np.asarray(pred)
     return {"iterations": len(iters), "positions": int(len(y)),
-            "accuracy": float(((p >= 0.5) == y).mean()), "brier": float(((p - y) ** 2).mean()),
+            "accuracy": float(((p >= THRESHOLD) == y).mean()),
+            "precision": cls["precision"], "recall": cls["recall"], "f1": cls["f1"],
+            "classifier_threshold": THRESHOLD, "confusion": cls["confusion"],
+            "brier": float(((p - y) ** 2).mean()),
             "ece": float(ece), "true_acceptance_rate": float(y.mean()), "predicted_acceptance_rate": float(p.mean()),
             "accepted_count_mae": float(np.abs(pred - actual).mean()),
             "accepted_count_bias": float((pred - actual).mean()),

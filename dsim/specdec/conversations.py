@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ..config.errors import ConfigError
 from ..core.request import COMPLETED
 from .config import PER_TARGET
 from .state import SpecState
@@ -15,10 +16,12 @@ from .state import SpecState
 
 class Conversations:
     def _bind(self, reqs) -> None:
-        """Canonical trace mapping: a request whose tenant names a group's cohort goes to that group,
-        others to every device in turn; a session stays on the device that opened it."""
-        if not self.devices:
+        """Canonical trace mapping (seed 002): a request whose trace row names a device (draft_id)
+        goes to it; one whose tenant names a group's cohort goes to that group, others to every
+        device in turn; a session stays on the device that opened it (a row's draft_id wins)."""
+        if not self.devices:          # fused or plain: a canonical trace's draft ids name nothing here
             return
+        by_name = {d.name: d for d in self.devices}
         by_cohort: dict = {}
         for d in self.devices:
             if d.group.cohort is not None:
@@ -27,6 +30,14 @@ class Conversations:
         sessions: dict = {}
         for r in reqs:
             dev = sessions.get(r.session) if r.session >= 0 else None
+            if r.draft_id:
+                dev = by_name.get(r.draft_id)
+                if dev is None:
+                    names = sorted({f"{d.group.name}-0..{d.group.count - 1}" for d in self.devices})
+                    raise ConfigError(f"workload (request {r.label or r.rid}).draft_id", r.draft_id,
+                                      f"a draft device ({', '.join(names)})")
+                if r.session >= 0:
+                    sessions.setdefault(r.session, dev)
             if dev is None:
                 pool = by_cohort.get(r.tenant, self.devices)
                 key = r.tenant if r.tenant in by_cohort else None

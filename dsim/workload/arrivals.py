@@ -41,6 +41,32 @@ def _renewal(gap_sampler, rate: float, n, duration, chunk_hint: int) -> np.ndarr
     return _cap(np.concatenate(out), n, duration)
 
 
+def burst_sizes(rng: np.random.Generator, factor: float, k: int) -> np.ndarray:
+    """``k`` burst sizes for a burst factor: geometric on 1, 2, ... with mean m = (factor + 1) / 2,
+    whose E[N^2] / E[N] = 2m - 1 = factor (the variance / mean of a compound Poisson count)."""
+    return rng.geometric(2.0 / (factor + 1.0), k)
+
+
+def _compound_poisson(rate: float, factor: float, n, duration, rng: np.random.Generator) -> np.ndarray:
+    """Poisson arrivals with a burst factor: bursts at rate / m (Poisson), each a geometric number of
+    simultaneous requests with mean m = (factor + 1) / 2.  The mean rate is ``rate`` and the number of
+    arrivals in any window has variance ``factor`` times its mean."""
+    m = (factor + 1.0) / 2.0
+    out = []
+    t0, total = 0.0, 0
+    while True:
+        k = max(16, int(((n - total) if n is not None else rate * (duration - t0)) / m * 1.1) + 16)
+        k = min(k, 5_000_000)
+        starts = t0 + np.cumsum(rng.exponential(m / rate, k))
+        sizes = burst_sizes(rng, factor, k)
+        out.append(np.repeat(starts, sizes))
+        total += int(sizes.sum())
+        t0 = float(starts[-1])
+        if (n is not None and total >= n) or (duration is not None and t0 >= duration):
+            break
+    return _cap(np.concatenate(out), n, duration)
+
+
 def generate_arrivals(wl, rng: np.random.Generator, path: str = "workload") -> np.ndarray:
     """Arrival times of a generated workload (a typed section of dsim.config.schema.workload)."""
     if wl.type == "staged":
@@ -51,6 +77,8 @@ def generate_arrivals(wl, rng: np.random.Generator, path: str = "workload") -> n
         return np.zeros(n)
     hint = int(min(max(1024, rate * (dur or 0) * 1.2 + 16), 5_000_000)) if dur else 1024
     if wl.type == "poisson":
+        if wl.burst_factor != 1:
+            return _compound_poisson(rate, wl.burst_factor, n, dur, rng)
         return _renewal(lambda k: rng.exponential(1.0 / rate, k), rate, n, dur, hint)
     if wl.type == "constant":
         if n is not None and dur is None:

@@ -6,7 +6,7 @@ runs exactly the requests the original drew (the round trip, tested per request 
 
 One line per request, in arrival (request id) order, with only the columns that carry something:
 arrival_s (exact: JSON keeps a float's shortest repr), prompt_tokens, output_tokens, and when set
-request_id (the label), prefix_group, tenant, session, priority, slo_class, the request's own
+request_id (the label), prefix_group, tenant, session, draft_id, priority, slo_class, the request's own
 ttft_slo_ms / tpot_slo_ms, and segments, the prompt's content identity ([[id, tokens], ...]:
 shared system prompts, pooled questions and multi-turn history; an id -(i + 1) is request i's
 answer).  The scenario's SLO targets, classes and ``max_concurrency`` are not per request: the
@@ -33,6 +33,8 @@ def trace_record(r) -> dict:
         rec["tenant"] = r.tenant
     if r.session >= 0:
         rec["session"] = int(r.session)
+    if r.draft_id:
+        rec["draft_id"] = r.draft_id
     if r.priority or r.slo_class or r.ttft_slo_ms is not None or r.tpot_slo_ms is not None:
         rec["priority"] = int(r.priority)
         if r.slo_class:

@@ -21,7 +21,7 @@ import numpy as np
 from ..config.errors import ConfigError
 from ..config.schema.workload import parse_workload
 from ..core.request import Request
-from .arrivals import generate_arrivals
+from .arrivals import burst_sizes, generate_arrivals
 from .lengths import sample_lengths
 from .traces import read_trace
 
@@ -119,7 +119,7 @@ def build_workload(wl, rng, base_dir: Path | None, path: str = "workload") -> tu
     if wl.type == "mix":
         return Workload(_mix(wl, rng, base_dir, desc, path)), desc
     if wl.type == "trace":
-        return Workload(_from_trace(wl, base_dir, desc, path)), desc
+        return Workload(_from_trace(wl, rng, base_dir, desc, path)), desc
     arrivals = generate_arrivals(wl, rng.stream("workload.arrivals"), path)
     n = len(arrivals)
     if wl.shared_prefix is not None:
@@ -134,7 +134,7 @@ def build_workload(wl, rng, base_dir: Path | None, path: str = "workload") -> tu
     return w, desc
 
 
-def _from_trace(wl, base_dir, desc, path: str) -> list:
+def _from_trace(wl, rng, base_dir, desc, path: str) -> list:
     p = Path(wl.path)
     if base_dir is not None and not p.is_absolute():
         p = base_dir / p
@@ -155,11 +155,15 @@ def _from_trace(wl, base_dir, desc, path: str) -> list:
         scale = rate * span / (len(rows) - 1)
         t0 = rows[0][0]
     scale = scale or 1.0
+    rows = _override_lengths(wl, rows, rng, base_dir, path)
+    times = [(t - t0) / scale for t, *_ in rows]
+    if wl.burst_factor != 1:
+        times = _bursts(times, wl.burst_factor, rng.stream("workload.bursts"))
     block = wl.hash_block_tokens
     out = []
     own = set()                     # requests whose content a segments column gave
     for i, (t, pr, o, g, rid, ids, attrs) in enumerate(rows):
-        r = Request(i, (t - t0) / scale, pr, o, None, g, rid)
+        r = Request(i, times[i], pr, o, None, g, rid)
         if ids:
             r.segments = _hash_segments(ids, pr, block, i)
         if attrs is not None:
@@ -184,7 +188,44 @@ def _from_trace(wl, base_dir, desc, path: str) -> list:
     desc.update(path=str(p), time_scale=scale, num_requests=len(out))
     if rate is not None:
         desc["rate"] = rate
+    if wl.burst_factor != 1:
+        desc["burst_factor"] = wl.burst_factor
     return out
+
+
+def _bursts(times: list, factor: float, rng) -> list:
+    """A trace's arrival times with bursts: consecutive requests grouped into bursts of geometric
+    size (mean (factor + 1) / 2), each request arriving at its burst's first time.  Requests keep
+    their order; no request arrives later than recorded."""
+    sizes = burst_sizes(rng, factor, len(times))      # at most one burst per request
+    out = []
+    for size in sizes.tolist():
+        if len(out) >= len(times):
+            break
+        first = times[len(out)]
+        out += [first] * min(size, len(times) - len(out))
+    return out
+
+
+def _override_lengths(wl, rows: list, rng, base_dir, path: str) -> list:
+    """The trace's rows with prompt and/or output lengths redrawn from the override distributions
+    (seed 002's ``prompt_length_override`` / ``output_length_override``); arrivals are kept."""
+    pro, outo = wl.prompt_length_override, wl.output_length_override
+    if pro is None and outo is None:
+        return rows
+    n = len(rows)
+    if pro is not None:
+        for i, row in enumerate(rows):
+            if row[6] is not None and "segments" in row[6]:
+                raise ConfigError(f"{path}.prompt_length_override", "set", "null for a trace whose rows give their "
+                                  f"own segments (request {i} of {wl.path}: its segments add up to its recorded prompt)",
+                                  show_value=False)
+    prompts = (sample_lengths(pro, f"{path}.prompt_length_override", n,
+                              rng.stream("workload.prompt_length_override"), base_dir) if pro is not None else None)
+    outputs = (sample_lengths(outo, f"{path}.output_length_override", n,
+                              rng.stream("workload.output_length_override"), base_dir) if outo is not None else None)
+    return [(t, pr if prompts is None else int(prompts[i]), o if outputs is None else int(outputs[i]), *rest)
+            for i, (t, pr, o, *rest) in enumerate(rows)]
 
 
 def _hash_segments(ids, prompt_len: int, block: int, rid: int) -> tuple:

@@ -1,10 +1,11 @@
 """Trace readers, told apart by their columns:
 
 - dsim JSONL/CSV: arrival_s, prompt_tokens, output_tokens[, prefix_group, request_id, priority,
-  slo_class, ttft_slo_ms, tpot_slo_ms, tenant, session, segments] (priority .. tpot_slo_ms:
+  slo_class, ttft_slo_ms, tpot_slo_ms, tenant, session, segments, draft_id] (priority .. tpot_slo_ms:
   scheduling priority, a class of ``slo.classes``, and this request's own SLO targets; tenant and
-  session: the fairness report's tenant and the conversation id; segments (JSONL only): the
-  prompt's content as [[id, tokens], ...], what ``dsim trace generate`` writes; empty = none);
+  session: the fairness report's tenant (a draft group's cohort) and the conversation id; segments
+  (JSONL only): the prompt's content as [[id, tokens], ...], what ``dsim trace generate`` writes;
+  draft_id: the draft device (``<group name>-<i>``) that opens the request; empty = none);
 - Azure LLM inference trace 2023 CSV: TIMESTAMP, ContextTokens, GeneratedTokens;
 - BurstGPT CSV: Timestamp (s), Model, Request tokens, Response tokens, ... (rows with 0 response
   tokens are failed requests in that trace and are dropped);
@@ -13,7 +14,7 @@
 
 Every reader returns rows (arrival_s, prompt, output, prefix_group or -1, request_id, hash_ids or
 None, attrs or None) sorted by arrival, attrs being the Request attributes the optional columns
-set (priority, slo_class, ttft_slo_ms, tpot_slo_ms, tenant, session, segments), the first arrival
+set (priority, slo_class, ttft_slo_ms, tpot_slo_ms, tenant, session, segments, draft_id), the first arrival
 at its own time (Azure: shifted to 0).
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..config.limits import MAX_GROUPS, MAX_TOKENS
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("prefix_group", "request_id", "priority", "slo_class", "ttft_slo_ms", "tpot_slo_ms", "tenant", "session",
-            "segments")
+            "segments", "draft_id")
 _SEGMENT_ID = 1 << 62          # segment ids are opaque integers of either sign (negative: a request's answer)
 
 
@@ -72,6 +73,9 @@ def _attrs(rec: dict, where: str):
     session = rec.get("session")
     if session not in (None, ""):
         out["session"] = _int(session, where, "session", lo=0, hi=_SEGMENT_ID)
+    draft = rec.get("draft_id")
+    if draft not in (None, ""):
+        out["draft_id"] = str(draft)
     segs = rec.get("segments")
     if segs not in (None, ""):
         out["segments"] = _segments(segs, int(float(rec["prompt_tokens"])), where)

@@ -223,12 +223,27 @@ class _Timed(_Lengths, _RateStop):
         return self
 
 
+MAX_BURST_FACTOR = 1e4
+BurstFactor = Float(1, MAX_BURST_FACTOR)
+
+
 class PoissonWorkload(_Timed):
     """Poisson arrivals: exponential gaps at a mean rate."""
     type: Literal["poisson"]
     """The arrival process."""
     rate: RateOrInf
     """Mean arrival rate, requests/s (inf: every request at t=0, paced by max_concurrency)."""
+    burst_factor: BurstFactor = 1.0
+    """Variance / mean of the number of arrivals in any window (1: Poisson, the default).  Above 1,
+    requests arrive in bursts of simultaneous requests, a geometric number with mean
+    (burst_factor + 1) / 2, the bursts themselves Poisson at rate / that mean: the same mean rate,
+    burst_factor times the count variance (seed 002 Appendix A item 4; docs/traces.md)."""
+
+    @model_validator(mode="after")
+    def _burst_needs_a_rate(self):
+        if self.burst_factor != 1 and math.isinf(self.rate):
+            raise ConfigError("burst_factor", self.burst_factor, "1 with rate: inf (every request is at t=0)")
+        return self
 
 
 class GammaWorkload(_Timed):
@@ -349,6 +364,18 @@ class TraceWorkload(Section):
     """Mooncake traces: tokens per hash_ids block."""
     prefix_tokens: Int(1) | None = None
     """Tokens that requests of one prefix_group share (None: the group's shortest prompt)."""
+    burst_factor: BurstFactor = 1.0
+    """Bursts from the trace (1: replay as recorded, the default).  Above 1, consecutive requests
+    are grouped into bursts of a geometric size with mean (burst_factor + 1) / 2, and a burst arrives
+    at its first request's (scaled) time: counts in windows shorter than a burst's span get
+    burst_factor times a Poisson trace's variance, while the trace's own timing is kept above that
+    (seed 002 Appendix A item 4; docs/traces.md)."""
+    prompt_length_override: Lengths | None = None
+    """Replace every request's prompt length by a draw from this (an integer or a {dist: ...}
+    mapping; seed 002's ``prompt_length_override``); the trace keeps the arrivals (None: the trace's
+    lengths).  Not with rows that give their own ``segments``."""
+    output_length_override: Lengths | None = None
+    """Replace every request's output length (max_tokens) by a draw from this (None: the trace's)."""
 
     @model_validator(mode="after")
     def _one_time_rule(self):
