@@ -62,10 +62,13 @@ def test_choose_by_hand():
          {"attainment": 0.99, "gpus": 2, "ttft_p99_ms": 300}]
     assert pl.choose(f, 0.95, None) == 3                  # fewest GPUs among the feasible, then attainment
     assert pl.choose(f, 0.95, 350) == 3
-    assert pl.choose(f, 0.95, 250) == 3                   # none feasible: the highest attainment
+    assert pl.choose(f, 0.95, 250) == 1                   # none feasible: the most GPUs
     assert pl.choose(f[:3], 0.95, 800) == 1               # 2 breaks the p99 bound
     tie = [{"attainment": 1.0, "gpus": 2, "ttft_p99_ms": 1}, {"attainment": 1.0, "gpus": 2, "ttft_p99_ms": 1}]
     assert pl.choose(tie, 0.95, None) == 0                # a tie keeps the current configuration
+    early = [{"attainment": 0.99, "gpus": 1, "ttft_p99_ms": 1, "stopped_early": True},   # partial: infeasible
+             {"attainment": 0.5, "gpus": 2, "ttft_p99_ms": 1}, {"skipped": True, "gpus": 3}]
+    assert pl.choose(early, 0.95, None) == 1
 
 
 def test_a_forked_forecast_is_the_runs_own_continuation(monkeypatch):
@@ -81,6 +84,7 @@ def test_a_forked_forecast_is_the_runs_own_continuation(monkeypatch):
         out["finished"] = seen.get("rows", [])
         return out
     monkeypatch.setattr(pl.SimulationPlanner, "_simulate", hook)
+    monkeypatch.setattr(pl.SimulationPlanner, "prune", False)      # every forecast runs its whole horizon
     s = _run(_scn(pools={"a100": {"replicas": [1]}}))
     led_rows = {}
     ticks = s["planner"]["tick_log"]
@@ -101,6 +105,21 @@ def test_a_forked_forecast_is_the_runs_own_continuation(monkeypatch):
         assert {k: fc[k] for k in ("judged", "met", "attainment", "ttft_p99_ms")} == t["actual"]
         assert t["attainment_error"] == 0.0
     assert checked > 200
+
+
+def test_pruning_changes_no_decision(monkeypatch):
+    """Skipping candidates that cannot win and stopping doomed forecasts early give the decisions a
+    full forecast of every candidate gives, tick by tick (and so the same run)."""
+    scn = _scn(forecast="trend", cadence_s=5)
+    scn["cluster"]["pools"][0]["max_replicas"] = 4
+    fast = _run(scn)["planner"]["tick_log"]
+    monkeypatch.setattr(pl.SimulationPlanner, "prune", False)
+    full = _run(scn)["planner"]["tick_log"]
+    assert [(t["time_s"], t["candidates"][t["chosen"]]["config"]) for t in fast] == \
+        [(t["time_s"], t["candidates"][t["chosen"]]["config"]) for t in full]
+    assert not any(c.get("skipped") or c.get("stopped_early") for t in full for c in t["candidates"])
+    cut = sum(1 for t in fast for c in t["candidates"] if c.get("skipped") or c.get("stopped_early"))
+    assert cut > 0
 
 
 def test_the_planner_scales_out_under_a_burst_and_pays_the_cold_start(tmp_path):

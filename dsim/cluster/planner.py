@@ -13,8 +13,9 @@ arrivals shifted forward (the planner knows nothing of what comes), ``oracle`` t
 arrivals (an upper bound on any forecaster).  The objective (``choose``): candidates whose share
 of judged requests meeting their SLO is at least ``min_attainment`` (and whose p99 TTFT is within
 ``max_ttft_p99_ms``) are feasible; the feasible one with the fewest GPUs wins, then the higher
-attainment, then the nearer to the current configuration; with none feasible, the highest
-attainment wins.  Applied plans change new work only: scaling out pays the pool's cold start
+attainment, then the nearer to the current configuration; with none feasible, the most GPUs win.
+Candidates that cannot win are not forecast, and a forecast stops once its candidate cannot be
+feasible (``prune``; the choice is the one full forecasts give).  Applied plans change new work only: scaling out pays the pool's cold start
 (weights load plus ``cold_start_s``), scaling in drains, engine knobs apply from the next step.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .control import ScaleIn, ScaleOut, SetEngine, Window, apply_action
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens")
 TREND_BOUNDS = (0.25, 4.0)       # a trend forecast scales the recent rate by at most this much
+WATCH_CHECKS = 16                # a forecast counts late first tokens this often per horizon
 
 
 def judge(arrival, first, last, done, n_out, rejected, ttft_slo, tpot_slo, t_end: float) -> dict:
@@ -67,19 +69,35 @@ def _request_arrays(reqs) -> tuple:
             col(lambda r: r.ttft_slo_ms), col(lambda r: r.tpot_slo_ms))
 
 
+def feasible(f: dict, min_attainment: float, max_p99: float | None) -> bool:
+    """Does a forecast meet the objective's constraints (one stopped early never does)?"""
+    if f.get("skipped") or f.get("stopped_early"):
+        return False
+    p99 = f["ttft_p99_ms"]
+    return f["attainment"] >= min_attainment and (max_p99 is None or p99 is None or p99 <= max_p99)
+
+
 def choose(forecasts: list, min_attainment: float, max_p99: float | None) -> int:
-    """Index of the winning forecast (see the module docstring); ties go to the lower index."""
-    def feasible(f):
-        p99 = f["ttft_p99_ms"]
-        return f["attainment"] >= min_attainment and (max_p99 is None or p99 is None or p99 <= max_p99)
-    keys = [(0, f["gpus"], -f["attainment"], i) if feasible(f) else (1, -f["attainment"], f["gpus"], i)
-            for i, f in enumerate(forecasts)]
+    """Index of the winning forecast (see the module docstring): the feasible one with the fewest
+    GPUs, then the higher attainment; with none feasible, the one with the most GPUs (the SLO is out
+    of reach: provide what capacity there is), then the higher attainment; ties go to the lower
+    index (the nearer candidate).  Skipped candidates (they could not win) are never chosen."""
+    keys = []
+    for i, f in enumerate(forecasts):
+        if f.get("skipped"):
+            continue
+        if feasible(f, min_attainment, max_p99):
+            keys.append((0, f["gpus"], -f["attainment"], i))
+        else:
+            keys.append((1, -f["gpus"], -f["attainment"], i))
     return min(keys)[-1]
 
 
 class SimulationPlanner:
     """The ``type: planner`` controller: a SimPy process of its own (``run``), not a Window-driven
     ``Controller``, because its ticks fork the simulation."""
+
+    prune = True        # skip candidates that cannot win and stop doomed forecasts (False: forecast all, in full)
 
     def __init__(self, cfg, fleet, session, path: str):
         if not hasattr(os, "fork"):
@@ -136,9 +154,7 @@ class SimulationPlanner:
     def _tick(self, now: float, trigger: str, log: list) -> None:
         current = self._current()
         cands = self.candidates(current)
-        forecasts = self._forecast_all(cands)
-        for c, f in zip(cands, forecasts):
-            f["gpus"] = self._gpus(c)
+        forecasts = self._forecast_all(cands, [self._gpus(c) for c in cands])
         best = choose(forecasts, self.cfg.min_attainment, self.cfg.max_ttft_p99_ms)
         actions = self.actions(current, cands[best])
         for a in actions:
@@ -202,23 +218,40 @@ class SimulationPlanner:
         return sum(c["replicas"] * self.fleet.pools[n].spec.gpus_per_replica for n, c in cand.items())
 
     # ---- forecasts: one forked child per candidate --------------------------------------------
-    def _forecast_all(self, cands: list) -> list:
+    def _forecast_all(self, cands: list, gpus: list) -> list:
+        """Forecast in order of GPUs (fewest first), ``jobs`` at a time.  Once a wave has found a
+        feasible candidate, those needing more GPUs cannot win and are skipped (branch and bound:
+        the choice is the one a forecast of every candidate would give)."""
         sys.stdout.flush()
         sys.stderr.flush()
+        cfg = self.cfg
         out: list = [None] * len(cands)
-        running: list = []                   # (index, pid, read end), oldest first
-        for i, cand in enumerate(cands):
-            if len(running) >= self.cfg.jobs:
-                self._collect(running.pop(0), out)
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:                     # the child: never returns
-                os.close(r)
-                self._child(cand, w)
-            os.close(w)
-            running.append((i, pid, r))
-        while running:
-            self._collect(running.pop(0), out)
+        order = sorted(range(len(cands)), key=lambda i: (gpus[i], i))
+        bound = math.inf                     # GPUs of the cheapest feasible candidate found so far
+        k = 0
+        while k < len(order):
+            wave = [i for i in order[k:k + cfg.jobs] if gpus[i] <= bound]
+            if not wave:
+                break
+            k += cfg.jobs
+            jobs = []
+            for i in wave:
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:                 # the child: never returns
+                    os.close(r)
+                    self._child(cands[i], w)
+                os.close(w)
+                jobs.append((i, pid, r))
+            for job in jobs:
+                self._collect(job, out)
+            for i in wave:
+                out[i]["gpus"] = gpus[i]
+                if self.prune and feasible(out[i], cfg.min_attainment, cfg.max_ttft_p99_ms):
+                    bound = min(bound, gpus[i])
+        for i, f in enumerate(out):
+            if f is None:
+                out[i] = {"skipped": True, "gpus": gpus[i]}
         return out
 
     def _collect(self, job: tuple, out: list) -> None:
@@ -246,7 +279,8 @@ class SimulationPlanner:
 
     def _simulate(self, cand: dict) -> dict:
         """In the child: apply ``cand``, run ``horizon`` simulated seconds, judge the requests that
-        were in flight or arrived meanwhile."""
+        were in flight or arrived meanwhile.  Stops early once so many have missed their SLO that
+        the candidate cannot be feasible whatever the others do (its attainment is then partial)."""
         self.forked = True
         ses, fleet = self.session, self.fleet
         ses.progress.enabled = False
@@ -259,16 +293,30 @@ class SimulationPlanner:
             ses.cut_arrivals()
             clones = self._recent(now)
             judged += clones
+            n_total = len(judged)
             fleet.sim.process(_replay(fleet, clones))
         else:
+            n_total = len(judged) + max(0, int(np.searchsorted(self._arrival_times(), t_end, "left")) - ses.sent)
             arrive = fleet.arrive
 
             def seen(r, arrive=arrive):
                 judged.append(r)
                 arrive(r)
             fleet.arrive = seen
-        ses.advance(t_end)
+        allow = (1 - self.cfg.min_attainment) * n_total
+        if self.prune and allow < n_total:
+            _watch_misses(fleet, allow, self.horizon / WATCH_CHECKS)
+        try:
+            ses.advance(t_end)
+        except _Decided:
+            out = judge(*_request_arrays(judged), fleet.sim.now)
+            return {**out, "stopped_early": True, "stopped_at_s": fleet.sim.now}
         return judge(*_request_arrays(judged), t_end)
+
+    def _arrival_times(self) -> np.ndarray:
+        if self._arrivals is None:
+            self._arrivals = np.asarray(self.session.workload.arrival_times(), dtype=float)
+        return self._arrivals
 
     def _recent(self, now: float) -> list:
         """Fresh copies of the requests that arrived in the last horizon, replayed over the next
@@ -276,9 +324,7 @@ class SimulationPlanner:
         before (``trend``: the window is time-compressed, or stretched, by the rate ratio and
         repeated to fill the horizon)."""
         ses, h = self.session, self.horizon
-        if self._arrivals is None:
-            self._arrivals = np.asarray(ses.workload.arrival_times(), dtype=float)
-        arr = self._arrivals
+        arr = self._arrival_times()
         j0 = int(np.searchsorted(arr, now - h, "left"))
         j1 = ses.sent
         span = min(h, now)                   # the history there is (less than a horizon early on)
@@ -326,6 +372,45 @@ class SimulationPlanner:
                 "changes": sum(t["changed"] for t in self.ticks),
                 "mean_abs_attainment_error": float(np.mean(errs)) if errs else None,
                 "tick_log": self.ticks}
+
+
+class _Decided(Exception):
+    """Raised inside a forecast's simulation once its candidate is certainly infeasible."""
+
+
+def _missed(r) -> bool:
+    """A finished (or rejected) request missed its SLO (the rule of ``judge``)."""
+    if r.state == REJECTED or r.t_first_token is None:
+        return True
+    if r.ttft_slo_ms is not None and (r.t_first_token - r.arrival) * 1e3 > r.ttft_slo_ms:
+        return True
+    return (r.tpot_slo_ms is not None and r.n_out > 1
+            and (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) > r.tpot_slo_ms)
+
+
+def _watch_misses(fleet, allow: float, every: float) -> None:
+    """In a forecast: count the requests that finished missing their SLO and, every ``every``
+    seconds, those still waiting for a first token past their TTFT bound; more than ``allow``
+    stops the forecast (``_Decided``)."""
+    done = [0]
+
+    def on_done(r):
+        if _missed(r):
+            done[0] += 1
+            if done[0] > allow:
+                raise _Decided
+
+    def late():
+        env = fleet.sim.env
+        while True:
+            yield env.timeout(every)
+            now = env.now
+            n = sum(1 for r in fleet.live.values() if r.t_first_token is None and r.ttft_slo_ms is not None
+                    and (now - r.arrival) * 1e3 > r.ttft_slo_ms)
+            if done[0] + n > allow:
+                raise _Decided
+    fleet.done_hooks.append(on_done)
+    fleet.sim.process(late())
 
 
 def _replay(fleet, clones):
