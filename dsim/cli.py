@@ -120,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _trace_parser(sub) -> None:
+    pf = sub.add_parser("profile", help="measure each pool's TTFT by input length and ITL by concurrency and context "
+                        "on one replica (the tables of the interpolating planner, docs/planner.md)")
+    pf.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name")
+    pf.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a scenario key first (repeatable)")
+    pf.add_argument("--out", default=None, help="write the tables to this JSON file (default: print them)")
     t = sub.add_parser("trace", help="workload traces: export a scenario's generated workload as a JSONL trace")
     ts = t.add_subparsers(dest="trace_cmd", required=True)
     g = ts.add_parser("generate", help="write every request of the scenario's workload (drawn with its seed) as "
@@ -138,6 +144,29 @@ def _trace(args) -> int:
     scn = load_scenario(resolve(args.scenario), args.overrides, args.seed)
     n = generate_trace(scn, args.out)
     print(f"wrote {n} requests to {args.out}; replay: workload: {{type: trace, path: {args.out}}}")
+    return 0
+
+
+def _profile(args) -> int:
+    from .cluster.interpolate import profile_scenario
+    from .config.scenario import load_scenario
+    from .shipped import resolve
+    tables = profile_scenario(load_scenario(resolve(args.scenario), args.overrides))
+    text = json.dumps(tables, indent=1, sort_keys=True) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        from pathlib import Path
+        from .config.errors import ConfigError
+        from .metrics.writers import write_atomic
+        out = Path(args.out)
+        if out.is_dir():
+            raise ConfigError("--out", str(out), "a file path (this is a folder)")
+        try:
+            write_atomic(out, text)
+        except OSError as e:
+            raise ConfigError("--out", str(out), f"a file that can be written ({e.strerror})") from None
+        print(f"wrote the profiles of {len(tables)} pool(s) to {out}")
     return 0
 
 
@@ -485,6 +514,8 @@ def _main(argv=None) -> int:
             return 0
         if args.cmd == "trace":
             return _trace(args)
+        if args.cmd == "profile":
+            return _profile(args)
         if args.cmd == "lut":
             return _lut(args)
         if args.cmd == "cosim":

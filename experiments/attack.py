@@ -581,6 +581,7 @@ BASES = {      # a working invocation of each subcommand; {o} = output path
     ("baseline",): lambda d: ["baseline", QUICK, "--seeds", "2", "--out", str(d / "o.json")] + N30,
     ("compare",): lambda d: ["compare", str(_run_dir(d)), str(_run_dir(d)), "--tolerance", "0.05"],
     ("trace", "generate"): lambda d: ["trace", "generate", QUICK, "--out", str(d / "o.jsonl")] + N30,
+    ("profile",): lambda d: ["profile", QUICK, "--out", str(d / "o.json")],
     ("plan",): lambda d: ["plan", QUICK, "--gpus", "2", "--space", str(SCN / "spaces" / "small.yaml"), "--no-band",
                           "--out", str(d / "o")] + SLO + N30,
 }

@@ -1,6 +1,6 @@
 """The comparison table of docs/planner.md: one day of load (scenarios/online_planner.yaml, or the
-same with --set overrides), served by fixed pool sizes, the reactive autoscaler and the simulation
-planner with each forecast.  Prints a Markdown table; deterministic (every run is seeded).
+same with --set overrides), served by fixed pool sizes, the reactive autoscaler, the Dynamo-style
+interpolating planner with each load predictor and the simulation planner with each forecast.  Prints a Markdown table; deterministic (every run is seeded).
 
     python experiments/online_planner_compare.py
     python experiments/online_planner_compare.py --scenario scenarios/online_planner.yaml --sizes 1 2 3 4 5
@@ -46,6 +46,9 @@ def main() -> None:
         rows.append(row(f"fixed {n} replicas", a.scenario, a.set + ["cluster.controllers=[]",
                                                                      f"cluster.pools[0].replicas={n}"]))
     rows.append(row("reactive autoscaler", a.scenario, a.set + [f"cluster.controllers=[{_flow(AUTOSCALER)}]"]))
+    for pred in ("constant", "arima"):
+        rows.append(row(f"interpolating planner ({pred})", a.scenario,
+                        a.set + ["cluster.controllers[0].kind=interpolate", f"cluster.controllers[0].predictor={pred}"]))
     for fc in ("recent", "trend", "oracle"):
         rows.append(row(f"simulation planner ({fc})", a.scenario,
                         a.set + [f"cluster.controllers[0].forecast={fc}"]))

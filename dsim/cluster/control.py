@@ -196,8 +196,11 @@ def build_controllers(specs, fleet, session=None, path: str = "cluster.controlle
     out = []
     for i, s in enumerate(specs):
         if s.type == "planner":
-            from .planner import SimulationPlanner
-            out.append(SimulationPlanner(s, fleet, session, f"{path}[{i}]"))
+            if s.kind == "interpolate":
+                from .interpolate import InterpolatingPlanner as Planner
+            else:
+                from .planner import SimulationPlanner as Planner
+            out.append(Planner(s, fleet, session, f"{path}[{i}]"))
             continue
         check(s.type == "autoscaler" and s.pool in fleet.pools, f"{path}: a controller of an unknown kind or pool")
         out.append(ReactiveAutoscaler(s.pool, s.interval_s, s.scale_out_waiting, s.scale_out_kv, s.scale_in_kv,

@@ -11,7 +11,7 @@ from pydantic import field_validator, model_validator
 
 from ..errors import ConfigError
 from ..limits import MAX_REPLICAS, MIN_TIMER_S
-from .base import Choice, Float, Int, Section
+from .base import Bool, Choice, Float, Int, Section
 
 
 class PlannerPoolSpace(Section):
@@ -33,11 +33,19 @@ class PlannerPoolSpace(Section):
 
 
 class PlannerConfig(Section):
-    """Plan by simulation inside the run: on a cadence (or a trigger) fork the running simulation
-    once per candidate configuration, simulate each for ``horizon_s``, apply the cheapest candidate
-    that meets the objective (docs/planner.md)."""
+    """Plan inside the run: on a cadence (or a trigger) fork the running simulation once per
+    candidate configuration, simulate each for ``horizon_s``, apply the cheapest candidate that
+    meets the objective; or (kind: interpolate) scale as Dynamo's planner does (docs/planner.md)."""
     type: Literal["planner"]
     """The controller."""
+    kind: Choice("simulate", "interpolate") = "simulate"
+    """simulate: forecast each candidate by forking the run; interpolate: the Dynamo-style baseline
+    (predicted load over capacities read off profiled tables, with correction factors)."""
+    predictor: Choice("constant", "arima") = "constant"
+    """interpolate: the load predictor of the next interval's request count and lengths (arima
+    needs statsmodels)."""
+    correction: Bool = True
+    """interpolate: scale the profiled capacities by observed / expected TTFT and ITL."""
     cadence_s: Float(MIN_TIMER_S) = 30.0
     """Seconds between planning ticks."""
     horizon_s: Float(MIN_TIMER_S) | None = None

@@ -1,0 +1,274 @@
+"""A Dynamo-style planner, the baseline the simulation planner is compared with (issue 41 item 2).
+
+NVIDIA Dynamo's throughput-based planner does not simulate: every adjustment interval it predicts
+the next interval's request count and mean input/output lengths (a constant or ARIMA predictor),
+reads the capacity of one engine off tables profiled before deployment (prefill: TTFT against the
+input length, one request at a time; decode: inter-token latency against concurrency and context),
+scales those by correction factors (observed / expected TTFT and ITL), and sets the replica counts
+the predicted token rates need.  This module does the same inside dsim, with tables that
+``profile_pool`` builds by running dsim itself on one replica of the pool (``dsim profile`` prints
+them).  A mixed pool time-shares prefill and decode, so it gets the sum of the two fractional
+needs; a prefill or decode pool of a P/D cluster gets its own one.  docs/planner.md.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+
+from ..config.errors import ConfigError
+from .control import ScaleIn, ScaleOut, Window, apply_action
+
+ISL_GRID = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+CTX_GRID = (256, 1024, 4096, 8192)
+CONC_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DECODE_OUT = 24            # tokens each profiled decoder generates (the middle steps are measured)
+ARIMA_MIN_POINTS = 6       # intervals of history before ARIMA replaces the constant predictor
+_CACHE: dict = {}
+
+
+class Profile:
+    """One replica's measured tables, and the interpolations Dynamo's planner reads off them."""
+
+    def __init__(self, isl, ttft_s, ctx, conc, itl_s, gpus: int):
+        self.isl, self.ttft_s = np.asarray(isl, float), np.asarray(ttft_s, float)
+        self.ctx, self.conc, self.itl_s = np.asarray(ctx, float), np.asarray(conc, float), np.asarray(itl_s, float)
+        self.gpus = gpus
+
+    def ttft(self, isl: float) -> float:
+        """Seconds to the first token of one request of ``isl`` tokens, alone on the replica."""
+        return float(np.interp(isl, self.isl, self.ttft_s))
+
+    def prefill_tps(self, isl: float) -> float:
+        """Prompt tokens per second one replica prefills at this input length (single-batched)."""
+        return isl / self.ttft(isl)
+
+    def itl(self, conc: float, ctx: float) -> float:
+        """Seconds per decode step with ``conc`` decoders at context ``ctx`` (bilinear over the
+        measured points; inf past the most decoders the KV cache held at a context)."""
+        by_ctx = []
+        for row in self.itl_s:
+            ok = ~np.isnan(row)
+            by_ctx.append(math.inf if not ok.any() or conc > self.conc[ok][-1]
+                          else float(np.interp(conc, self.conc[ok], row[ok])))
+        by_ctx = np.array(by_ctx)
+        if np.isinf(by_ctx).any():           # np.interp does not take inf: the nearest contexts
+            lo = int(np.clip(np.searchsorted(self.ctx, ctx, "right") - 1, 0, len(self.ctx) - 1))
+            hi = min(lo + 1, len(self.ctx) - 1)
+            if ctx <= self.ctx[0] or ctx >= self.ctx[-1] or lo == hi:
+                return float(by_ctx[0] if ctx <= self.ctx[0] else by_ctx[-1] if ctx >= self.ctx[-1] else by_ctx[lo])
+            w = (ctx - self.ctx[lo]) / (self.ctx[hi] - self.ctx[lo])
+            return float(by_ctx[lo] * (1 - w) + by_ctx[hi] * w) if w > 0 else float(by_ctx[lo])
+        return float(np.interp(ctx, self.ctx, by_ctx))
+
+    def decode_tps(self, ctx: float, itl_target: float) -> float:
+        """Output tokens per second one replica decodes at the largest profiled concurrency whose
+        ITL stays within ``itl_target`` (at least one decoder)."""
+        best = 1.0 / self.itl(1, ctx)
+        for n in self.conc:
+            itl = self.itl(n, ctx)
+            if itl <= itl_target:                # inf (not measurable) never is
+                best = max(best, n / itl)
+        return best
+
+    def to_dict(self) -> dict:
+        return {"gpus_per_replica": self.gpus, "prefill": {"isl": self.isl.tolist(), "ttft_s": self.ttft_s.tolist()},
+                "decode": {"context": self.ctx.tolist(), "concurrency": self.conc.tolist(),
+                           "itl_s": [[None if math.isnan(v) else v for v in row] for row in self.itl_s.tolist()]}}
+
+
+def _pool_scenario(raw: dict, index: int, workload: dict) -> dict:
+    """The scenario of one replica of pool ``index`` serving ``workload`` (no controllers)."""
+    s = copy.deepcopy(raw)
+    pools = (s.get("cluster") or {}).get("pools") or [{"name": "default"}]
+    pool = dict(pools[index])
+    for k in ("min_replicas", "max_replicas", "router_weight", "role"):
+        pool.pop(k, None)
+    pool["replicas"] = 1
+    s["cluster"] = {"pools": [pool]}
+    for k in ("network", "speculation", "horizon_s"):
+        s.pop(k, None)
+    s["workload"] = workload
+    s["drain"] = True
+    s["output"] = {"plots": False}
+    return s
+
+
+def profile_pool(raw: dict, index: int, base_dir=None) -> Profile:
+    """Measure pool ``index`` of the resolved scenario ``raw`` on one replica: the TTFT of one
+    request per input length, and the median duration of decode-only steps with n decoders per
+    context length.  Deterministic (seeded runs); cached per pool configuration in the process."""
+    from ..config.scenario import load_scenario
+    from ..runner import simulate
+    key = repr((raw.get("model"), raw.get("hardware"), raw.get("engine"), raw.get("latency"),
+                ((raw.get("cluster") or {}).get("pools") or [None])[index], raw.get("seed")))
+    if key in _CACHE:
+        return _CACHE[key]
+
+    def run(wl: dict):
+        scn = load_scenario(_pool_scenario(raw, index, wl), base_dir=base_dir)
+        return scn, simulate(scn, keep_steps=True)
+    scn, _ = run({"type": "constant", "rate": "inf", "num_requests": 1,
+                  "prompt_tokens": {"dist": "constant", "value": 16}, "output_tokens": {"dist": "constant", "value": 1}})
+    limit = scn.engine.max_model_len
+    isl = [n for n in ISL_GRID if n + 2 <= limit]
+    ttft = []
+    for n in isl:
+        _, ses = run({"type": "constant", "rate": "inf", "num_requests": 1,
+                      "prompt_tokens": {"dist": "constant", "value": n}, "output_tokens": {"dist": "constant", "value": 2}})
+        r = ses.reqs[0]
+        ttft.append(r.t_first_token - r.arrival)
+    ctx = [c for c in CTX_GRID if c + DECODE_OUT <= limit]
+    conc = [n for n in CONC_GRID if n <= scn.engine.max_num_seqs]
+    itl = []
+    for c in ctx:
+        row = []
+        for n in conc:
+            _, ses = run({"type": "constant", "rate": "inf", "num_requests": n,
+                          "prompt_tokens": {"dist": "constant", "value": c},
+                          "output_tokens": {"dist": "constant", "value": DECODE_OUT}})
+            log = ses.fleet.pools[scn.fleet.pools[0].name].replicas[0].inst.log
+            dur, pre, dec = (np.asarray(a) for a in (log.dur, log.prefill_tokens, log.decode_tokens))
+            full = dur[(pre == 0) & (dec == n)]
+            row.append(float(np.median(full)) if full.size else math.nan)     # the KV cache never held n
+        itl.append(row)
+    prof = Profile(isl, ttft, ctx, conc, itl, scn.fleet.pools[0].gpus_per_replica)
+    _CACHE[key] = prof
+    return prof
+
+
+def profile_scenario(scn) -> dict:
+    """``dsim profile``: every pool's tables, by pool name (a scenario of clusters is refused)."""
+    if (scn.raw.get("cluster") or {}).get("clusters") is not None:
+        raise ConfigError("cluster.clusters", None, "a single cluster's pools (dsim profile measures cluster.pools)",
+                          show_value=False)
+    return {p.name: profile_pool(scn.raw, i, scn.base_dir).to_dict() for i, p in enumerate(scn.fleet.pools)}
+
+
+def predict(history: list, kind: str) -> float:
+    """The next value of a per-interval series: the last one (``constant``), or a one-step ARIMA(1,1,1)
+    forecast (statsmodels) once there are ``ARIMA_MIN_POINTS`` intervals, never below 0."""
+    if not history:
+        return 0.0
+    if kind == "constant" or len(history) < ARIMA_MIN_POINTS or len(set(history)) == 1:
+        return float(history[-1])
+    import warnings
+    from statsmodels.tsa.arima.model import ARIMA
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = ARIMA(np.asarray(history, dtype=float), order=(1, 1, 1)).fit()
+    value = float(fit.forecast(1)[0])
+    return max(0.0, value) if math.isfinite(value) else float(history[-1])
+
+
+def replicas_needed(prof: Profile, role: str, num_req: float, isl: float, osl: float, interval: float,
+                    itl_target: float, p_corr: float, d_corr: float) -> tuple:
+    """(prefill need, decode need, replicas) for a pool, Dynamo's way: predicted prompt tokens/s
+    (scaled by min(1, prefill correction)) over one replica's prefill rate at that length; predicted
+    output tokens/s over one replica's decode rate at the ITL target divided by the decode correction."""
+    p_need = num_req * isl / interval * min(1.0, p_corr) / prof.prefill_tps(max(isl, 1.0))
+    d_cap = prof.decode_tps(isl + osl / 2, itl_target / d_corr if d_corr > 0 else itl_target)
+    d_need = num_req * osl / interval / d_cap
+    need = {"prefill": p_need, "decode": d_need}.get(role, p_need + d_need)
+    return p_need, d_need, max(1, math.ceil(need - 1e-9))
+
+
+class InterpolatingPlanner:
+    """``type: planner, kind: interpolate``: the Dynamo-style baseline (see the module docstring)."""
+
+    def __init__(self, cfg, fleet, session, path: str):
+        if cfg.predictor == "arima":
+            import importlib.util
+            if importlib.util.find_spec("statsmodels") is None:
+                raise ConfigError(f"{path}.predictor", "arima", "statsmodels installed (pip install statsmodels, or "
+                                  "dsim's planner extra), or predictor: constant") from None
+        scn = session.scn
+        if "pools" not in (scn.raw.get("cluster") or {}):
+            raise ConfigError(f"{path}.kind", "interpolate", "a cluster of pools (cluster.pools), not clusters")
+        self.cfg, self.fleet, self.path = cfg, fleet, path
+        self.interval_s = cfg.cadence_s
+        self.dwell = cfg.cadence_s if cfg.min_dwell_s is None else cfg.min_dwell_s
+        tpot = scn.slo_tpot_ms
+        self.itl_target = math.inf if tpot is None else tpot / 1e3
+        self.profiles = {p.name: profile_pool(scn.raw, i, scn.base_dir)
+                         for i, p in enumerate(scn.fleet.pools)}
+        self.history: dict = {name: {"num_req": [], "isl": [], "osl": []} for name in fleet.pools}
+        self.ticks: list = []
+        self.last_change = -math.inf
+
+    def run(self, log: list):
+        env = self.fleet.sim.env
+        win = Window(self.fleet)
+        while True:
+            yield env.timeout(self.cfg.cadence_s)
+            if self.fleet.done:
+                return
+            self._tick(env.now, win.observe(), self.fleet.ledger.n, log)
+
+    def _observed(self, start: int) -> dict:
+        """Per pool, over the requests that finished since the last tick: count, mean prompt and
+        output length, mean TTFT (s) and mean ITL (s)."""
+        led = self.fleet.ledger
+        rows = led.since(start)
+        done = rows.present("t_completion")
+        rep = rows.col("replica")
+        out = {}
+        arr, first, last = rows.col("arrival"), rows.col("t_first_token"), rows.col("t_last_token")
+        n_out, prompt = rows.col("n_out").astype(float), rows.col("prompt_len").astype(float)
+        for name, pool in self.fleet.pools.items():
+            codes = [c for c in (led.code_of(r.name) for r in pool.replicas) if c is not None]
+            mine = done & np.isin(rep, codes) if len(self.fleet.pools) > 1 else done
+            multi = mine & (n_out > 1)
+            out[name] = {"num_req": int(mine.sum()),
+                         "isl": float(prompt[mine].mean()) if mine.any() else 0.0,
+                         "osl": float(n_out[mine].mean()) if mine.any() else 0.0,
+                         "ttft_s": float((first[mine] - arr[mine]).mean()) if mine.any() else None,
+                         "itl_s": float(((last[multi] - first[multi]) / (n_out[multi] - 1)).mean())
+                         if multi.any() else None}
+        return out
+
+    def _tick(self, now: float, obs: dict, n_rows: int, log: list) -> None:
+        seen = getattr(self, "_rows", 0)
+        measured = self._observed(seen)
+        self._rows = n_rows
+        cfg = self.cfg
+        entry = {"time_s": now, "pools": {}}
+        actions = []
+        for name, m in measured.items():
+            prof, pool, h = self.profiles[name], self.fleet.pools[name], self.history[name]
+            for k in ("num_req", "isl", "osl"):
+                h[k].append(m[k] if k == "num_req" or m["num_req"] else (h[k][-1] if h[k] else 0.0))
+            num_req, isl, osl = (predict(h[k], cfg.predictor) for k in ("num_req", "isl", "osl"))
+            p_corr = d_corr = 1.0
+            if cfg.correction and m["ttft_s"] is not None and m["isl"] > 0:
+                p_corr = m["ttft_s"] / prof.ttft(m["isl"])
+            ready = obs["pools"][name]["ready"]
+            if cfg.correction and m["itl_s"] is not None and ready:
+                conc = max(1.0, obs["pools"][name]["running"] / ready)
+                expected = prof.itl(conc, m["isl"] + m["osl"] / 2)
+                if math.isfinite(expected):      # past the profiled concurrency: no correction
+                    d_corr = m["itl_s"] / expected
+            p_need, d_need, want = replicas_needed(prof, pool.role, num_req, isl, osl, cfg.cadence_s,
+                                                   self.itl_target, p_corr, d_corr)
+            lo, hi = pool.spec.min_replicas, pool.spec.max_replicas or 10 ** 9
+            want = min(max(want, lo), hi)
+            have = len(pool.ready) + len(pool.starting)
+            entry["pools"][name] = {"observed": m, "predicted": {"num_req": num_req, "isl": isl, "osl": osl},
+                                    "prefill_correction": p_corr, "decode_correction": d_corr,
+                                    "prefill_need": p_need, "decode_need": d_need, "replicas": want}
+            if want != have and now - self.last_change >= self.dwell - 1e-9:
+                actions.append(ScaleOut(name, want - have) if want > have else ScaleIn(name, have - want))
+        for a in actions:
+            rec = apply_action(self.fleet, a)
+            rec.update(time_s=now, by="planner")
+            log.append(rec)
+        if actions:
+            self.last_change = now
+        entry["changed"] = bool(actions)
+        self.ticks.append(entry)
+
+    def report(self, _led) -> dict:
+        return {"kind": "interpolate", "predictor": self.cfg.predictor, "ticks": len(self.ticks),
+                "changes": sum(t["changed"] for t in self.ticks),
+                "profiles": {k: p.to_dict() for k, p in self.profiles.items()}, "tick_log": self.ticks}
