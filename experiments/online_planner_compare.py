@@ -18,8 +18,7 @@ import time
 
 import dsim
 
-AUTOSCALER = {"type": "autoscaler", "pool": "h100", "interval_s": 5, "scale_out_waiting": 4,
-              "scale_in_kv": 0.15, "cooldown_s": 15}
+AUTOSCALER = {"type": "autoscaler", "interval_s": 5, "scale_out_waiting": 4, "scale_in_kv": 0.15, "cooldown_s": 15}
 
 
 def row(name: str, scenario: str, overrides: list) -> dict:
@@ -45,7 +44,9 @@ def main() -> None:
     for n in a.sizes:
         rows.append(row(f"fixed {n} replicas", a.scenario, a.set + ["cluster.controllers=[]",
                                                                      f"cluster.pools[0].replicas={n}"]))
-    rows.append(row("reactive autoscaler", a.scenario, a.set + [f"cluster.controllers=[{_flow(AUTOSCALER)}]"]))
+    pool = dsim.load_scenario(a.scenario).fleet.pools[0].name
+    auto = {**AUTOSCALER, "pool": pool}
+    rows.append(row("reactive autoscaler", a.scenario, a.set + [f"cluster.controllers=[{_flow(auto)}]"]))
     for pred in ("constant", "arima"):
         rows.append(row(f"interpolating planner ({pred})", a.scenario,
                         a.set + ["cluster.controllers[0].kind=interpolate", f"cluster.controllers[0].predictor={pred}"]))

@@ -6,8 +6,8 @@ reads the capacity of one engine off tables profiled before deployment (prefill:
 input length, one request at a time; decode: inter-token latency against concurrency and context),
 scales those by correction factors (observed / expected TTFT and ITL), and sets the replica counts
 the predicted token rates need.  This module does the same inside dsim, with tables that
-``profile_pool`` builds by running dsim itself on one replica of the pool (``dsim profile`` prints
-them).  A mixed pool time-shares prefill and decode, so it gets the sum of the two fractional
+``profile_pool`` builds from one replica of the pool: TTFT by running dsim on one request, ITL
+from the replica's own step model (``dsim profile`` prints them).  A mixed pool time-shares prefill and decode, so it gets the sum of the two fractional
 needs; a prefill or decode pool of a P/D cluster gets its own one.  docs/planner.md.
 """
 from __future__ import annotations
@@ -18,23 +18,36 @@ import math
 import numpy as np
 
 from ..config.errors import ConfigError
+from ..latency.base import decode_curve
 from .control import ScaleIn, ScaleOut, Window, apply_action
 
 ISL_GRID = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 CTX_GRID = (256, 1024, 4096, 8192)
-CONC_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-DECODE_OUT = 24            # tokens each profiled decoder generates (the middle steps are measured)
+FILLS = (0.0, 0.125, 0.25, 0.5, 0.75, 1.0)       # decoders profiled per context, as shares of the most that fit
+FILL_STEPS = 64
+DECODE_OUT = 24            # output tokens a decoder's KV room is counted with (n_max)
 ARIMA_MIN_POINTS = 6       # intervals of history before ARIMA replaces the constant predictor
 _CACHE: dict = {}
 
 
 class Profile:
-    """One replica's measured tables, and the interpolations Dynamo's planner reads off them."""
+    """One replica's measured tables, and the interpolations Dynamo's planner reads off them.
 
-    def __init__(self, isl, ttft_s, ctx, conc, itl_s, gpus: int):
+    Decode is tabulated, as Dynamo's decode profile is, by how full the KV cache is: row i holds
+    the ITL of ``conc[i][k]`` decoders at context ``ctx[i]``, for concurrencies spread up to the
+    most that fit (``n_max``); between contexts the tables are compared at the same KV fill, so a
+    long context's smaller ceiling does not cap a short one's."""
+
+    def __init__(self, isl, ttft_s, ctx, conc, itl_s, gpus: int, kv_tokens: float, max_seqs: int):
         self.isl, self.ttft_s = np.asarray(isl, float), np.asarray(ttft_s, float)
-        self.ctx, self.conc, self.itl_s = np.asarray(ctx, float), np.asarray(conc, float), np.asarray(itl_s, float)
-        self.gpus = gpus
+        self.ctx = np.asarray(ctx, float)
+        self.conc = [np.asarray(r, float) for r in conc]
+        self.itl_s = [np.asarray(r, float) for r in itl_s]
+        self.gpus, self.kv_tokens, self.max_seqs = gpus, float(kv_tokens), int(max_seqs)
+
+    def n_max(self, ctx: float) -> float:
+        """Most decoders of this context the replica holds (KV cache, then max_num_seqs)."""
+        return min(float(self.max_seqs), self.kv_tokens / (ctx + DECODE_OUT))
 
     def ttft(self, isl: float) -> float:
         """Seconds to the first token of one request of ``isl`` tokens, alone on the replica."""
@@ -45,37 +58,31 @@ class Profile:
         return isl / self.ttft(isl)
 
     def itl(self, conc: float, ctx: float) -> float:
-        """Seconds per decode step with ``conc`` decoders at context ``ctx`` (bilinear over the
-        measured points; inf past the most decoders the KV cache held at a context)."""
-        by_ctx = []
-        for row in self.itl_s:
-            ok = ~np.isnan(row)
-            by_ctx.append(math.inf if not ok.any() or conc > self.conc[ok][-1]
-                          else float(np.interp(conc, self.conc[ok], row[ok])))
-        by_ctx = np.array(by_ctx)
-        if np.isinf(by_ctx).any():           # np.interp does not take inf: the nearest contexts
-            lo = int(np.clip(np.searchsorted(self.ctx, ctx, "right") - 1, 0, len(self.ctx) - 1))
-            hi = min(lo + 1, len(self.ctx) - 1)
-            if ctx <= self.ctx[0] or ctx >= self.ctx[-1] or lo == hi:
-                return float(by_ctx[0] if ctx <= self.ctx[0] else by_ctx[-1] if ctx >= self.ctx[-1] else by_ctx[lo])
-            w = (ctx - self.ctx[lo]) / (self.ctx[hi] - self.ctx[lo])
-            return float(by_ctx[lo] * (1 - w) + by_ctx[hi] * w) if w > 0 else float(by_ctx[lo])
+        """Seconds per decode step with ``conc`` decoders at context ``ctx``: each row read at the
+        same KV fill (conc / n_max(ctx)), then linear in the context; inf past a full cache."""
+        fill = conc / self.n_max(ctx)
+        if fill > 1 + 1e-9:
+            return math.inf
+        by_ctx = [float(np.interp(fill * self.n_max(c), n, t)) for c, n, t in zip(self.ctx, self.conc, self.itl_s)]
         return float(np.interp(ctx, self.ctx, by_ctx))
 
     def decode_tps(self, ctx: float, itl_target: float) -> float:
-        """Output tokens per second one replica decodes at the largest profiled concurrency whose
+        """Output tokens per second one replica decodes at the fullest KV fill (of 64 steps) whose
         ITL stays within ``itl_target`` (at least one decoder)."""
         best = 1.0 / self.itl(1, ctx)
-        for n in self.conc:
+        top = self.n_max(ctx)
+        for k in range(1, FILL_STEPS + 1):
+            n = max(1.0, top * k / FILL_STEPS)
             itl = self.itl(n, ctx)
-            if itl <= itl_target:                # inf (not measurable) never is
+            if itl <= itl_target:
                 best = max(best, n / itl)
         return best
 
     def to_dict(self) -> dict:
-        return {"gpus_per_replica": self.gpus, "prefill": {"isl": self.isl.tolist(), "ttft_s": self.ttft_s.tolist()},
-                "decode": {"context": self.ctx.tolist(), "concurrency": self.conc.tolist(),
-                           "itl_s": [[None if math.isnan(v) else v for v in row] for row in self.itl_s.tolist()]}}
+        return {"gpus_per_replica": self.gpus, "kv_tokens": self.kv_tokens, "max_num_seqs": self.max_seqs,
+                "prefill": {"isl": self.isl.tolist(), "ttft_s": self.ttft_s.tolist()},
+                "decode": {"context": self.ctx.tolist(), "concurrency": [r.tolist() for r in self.conc],
+                           "itl_s": [r.tolist() for r in self.itl_s]}}
 
 
 def _pool_scenario(raw: dict, index: int, workload: dict) -> dict:
@@ -97,8 +104,8 @@ def _pool_scenario(raw: dict, index: int, workload: dict) -> dict:
 
 def profile_pool(raw: dict, index: int, base_dir=None) -> Profile:
     """Measure pool ``index`` of the resolved scenario ``raw`` on one replica: the TTFT of one
-    request per input length, and the median duration of decode-only steps with n decoders per
-    context length.  Deterministic (seeded runs); cached per pool configuration in the process."""
+    request per input length (a run each), and the duration of a decode-only step of n decoders per
+    context length.  Deterministic; cached per pool configuration in the process."""
     from ..config.scenario import load_scenario
     from ..runner import simulate
     key = repr((raw.get("model"), raw.get("hardware"), raw.get("engine"), raw.get("latency"),
@@ -109,7 +116,7 @@ def profile_pool(raw: dict, index: int, base_dir=None) -> Profile:
     def run(wl: dict):
         scn = load_scenario(_pool_scenario(raw, index, wl), base_dir=base_dir)
         return scn, simulate(scn, keep_steps=True)
-    scn, _ = run({"type": "constant", "rate": "inf", "num_requests": 1,
+    scn, ses = run({"type": "constant", "rate": "inf", "num_requests": 1,
                   "prompt_tokens": {"dist": "constant", "value": 16}, "output_tokens": {"dist": "constant", "value": 1}})
     limit = scn.engine.max_model_len
     isl = [n for n in ISL_GRID if n + 2 <= limit]
@@ -119,21 +126,19 @@ def profile_pool(raw: dict, index: int, base_dir=None) -> Profile:
                       "prompt_tokens": {"dist": "constant", "value": n}, "output_tokens": {"dist": "constant", "value": 2}})
         r = ses.reqs[0]
         ttft.append(r.t_first_token - r.arrival)
+    rep = ses.fleet.pools[scn.fleet.pools[0].name].replicas[0]
+    kv_tokens = scn.fleet.pools[0].engine.block_size * ses.fleet.pools[scn.fleet.pools[0].name].kv_blocks
     ctx = [c for c in CTX_GRID if c + DECODE_OUT <= limit]
-    conc = [n for n in CONC_GRID if n <= scn.engine.max_num_seqs]
-    itl = []
+    concs, itl = [], []
     for c in ctx:
-        row = []
-        for n in conc:
-            _, ses = run({"type": "constant", "rate": "inf", "num_requests": n,
-                          "prompt_tokens": {"dist": "constant", "value": c},
-                          "output_tokens": {"dist": "constant", "value": DECODE_OUT}})
-            log = ses.fleet.pools[scn.fleet.pools[0].name].replicas[0].inst.log
-            dur, pre, dec = (np.asarray(a) for a in (log.dur, log.prefill_tokens, log.decode_tokens))
-            full = dur[(pre == 0) & (dec == n)]
-            row.append(float(np.median(full)) if full.size else math.nan)     # the KV cache never held n
-        itl.append(row)
-    prof = Profile(isl, ttft, ctx, conc, itl, scn.fleet.pools[0].gpus_per_replica)
+        top = int(min(scn.engine.max_num_seqs, kv_tokens // (c + DECODE_OUT)))
+        ns = sorted({max(1, round(top * f)) for f in FILLS})
+        # a decode-only step of n decoders at context c, timed by the replica's own step model
+        # (GPU and host costs): what a profiler reads off a steady decode; a simulation of n
+        # requests would mix in the prefills that admit them
+        itl.append([decode_curve(rep.inst.step_model, n, n)(n * c) for n in ns])
+        concs.append(ns)
+    prof = Profile(isl, ttft, ctx, concs, itl, scn.fleet.pools[0].gpus_per_replica, kv_tokens, scn.engine.max_num_seqs)
     _CACHE[key] = prof
     return prof
 

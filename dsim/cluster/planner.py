@@ -4,7 +4,7 @@
 On a cadence, or early when a trigger fires, the planner forks the running simulation once per
 candidate (``os.fork``: the child is the exact state of the run, queues, running requests, KV,
 prefix caches and random streams, at no copying cost), applies the candidate's actions in the
-child, simulates ``horizon_s`` and reports how the requests in flight and the ones arriving did.
+child, simulates ``horizon_s`` and reports how the requests arriving meanwhile did.
 The parent applies the cheapest candidate that meets the objective.  A fork is the snapshot: it
 cannot drift from the run it was taken of, which a rebuilt state could.
 
@@ -279,33 +279,37 @@ class SimulationPlanner:
 
     def _simulate(self, cand: dict) -> dict:
         """In the child: apply ``cand``, run ``horizon`` simulated seconds, judge the requests that
-        were in flight or arrived meanwhile.  Stops early once so many have missed their SLO that
+        arrived meanwhile (the work a plan changes: those already in flight sit on the replicas
+        that took them, whatever the plan).  Stops early once so many have missed their SLO that
         the candidate cannot be feasible whatever the others do (its attainment is then partial)."""
         self.forked = True
         ses, fleet = self.session, self.fleet
         ses.progress.enabled = False
         now = fleet.sim.now
         t_end = now + self.horizon
-        judged = list(fleet.live.values())
+        judged: list = []                    # the new work the plan changes: arrivals within the horizon
         for a in self.actions(self._current(), cand):
             apply_action(fleet, a)
+        ids: set = set()                     # rids of the judged requests (the miss watch counts only these)
         if self.cfg.forecast != "oracle":
             ses.cut_arrivals()
             clones = self._recent(now)
             judged += clones
+            ids.update(c.rid for c in clones)
             n_total = len(judged)
             fleet.sim.process(_replay(fleet, clones))
         else:
-            n_total = len(judged) + max(0, int(np.searchsorted(self._arrival_times(), t_end, "left")) - ses.sent)
+            n_total = max(0, int(np.searchsorted(self._arrival_times(), t_end, "left")) - ses.sent)
             arrive = fleet.arrive
 
             def seen(r, arrive=arrive):
                 judged.append(r)
+                ids.add(r.rid)
                 arrive(r)
             fleet.arrive = seen
         allow = (1 - self.cfg.min_attainment) * n_total
         if self.prune and allow < n_total:
-            _watch_misses(fleet, allow, self.horizon / WATCH_CHECKS)
+            _watch_misses(fleet, ids, allow, self.horizon / WATCH_CHECKS)
         try:
             ses.advance(t_end)
         except _Decided:
@@ -350,8 +354,8 @@ class SimulationPlanner:
 
     # ---- the report --------------------------------------------------------------------------
     def report(self, led) -> dict:
-        """Every tick, with what then happened to the same kind of request set (in flight at the
-        tick or arriving within its horizon, judged at its end) and the forecast's error."""
+        """Every tick, with what then happened to the same kind of request set (those arriving
+        within its horizon, judged at its end) and the forecast's error."""
         arr, first, last, done = (led.col(k) for k in ("arrival", "t_first_token", "t_last_token", "t_completion"))
         n_out = led.col("n_out").astype(float)
         rejected = led.col("state") == REJECTED
@@ -359,9 +363,7 @@ class SimulationPlanner:
         errs = []
         for t in self.ticks:
             t0, t_end = t["time_s"], t["time_s"] + t["horizon_s"]
-            with np.errstate(invalid="ignore"):
-                in_flight = (arr < t0) & ~rejected & ~(done <= t0)
-            sel = (in_flight | ((arr >= t0) & (arr < t_end))) & (arr < t_end)
+            sel = (arr >= t0) & (arr < t_end)
             actual = judge(arr[sel], first[sel], last[sel], done[sel], n_out[sel], rejected[sel], ttft_slo[sel],
                            tpot_slo[sel], t_end)
             fc = t["candidates"][t["chosen"]]
@@ -388,14 +390,14 @@ def _missed(r) -> bool:
             and (r.t_last_token - r.t_first_token) * 1e3 / (r.n_out - 1) > r.tpot_slo_ms)
 
 
-def _watch_misses(fleet, allow: float, every: float) -> None:
-    """In a forecast: count the requests that finished missing their SLO and, every ``every``
-    seconds, those still waiting for a first token past their TTFT bound; more than ``allow``
-    stops the forecast (``_Decided``)."""
+def _watch_misses(fleet, ids: set, allow: float, every: float) -> None:
+    """In a forecast: count the judged requests (rids in ``ids``) that finished missing their SLO
+    and, every ``every`` seconds, those still waiting for a first token past their TTFT bound;
+    more than ``allow`` stops the forecast (``_Decided``)."""
     done = [0]
 
     def on_done(r):
-        if _missed(r):
+        if r.rid in ids and _missed(r):
             done[0] += 1
             if done[0] > allow:
                 raise _Decided
@@ -405,8 +407,8 @@ def _watch_misses(fleet, allow: float, every: float) -> None:
         while True:
             yield env.timeout(every)
             now = env.now
-            n = sum(1 for r in fleet.live.values() if r.t_first_token is None and r.ttft_slo_ms is not None
-                    and (now - r.arrival) * 1e3 > r.ttft_slo_ms)
+            n = sum(1 for r in fleet.live.values() if r.rid in ids and r.t_first_token is None
+                    and r.ttft_slo_ms is not None and (now - r.arrival) * 1e3 > r.ttft_slo_ms)
             if done[0] + n > allow:
                 raise _Decided
     fleet.done_hooks.append(on_done)
