@@ -11,6 +11,7 @@ from ..latency.roofline import RooflineModel
 from ..serving.dataparallel import DPGroup, DPRankStep, DPRoofline
 from ..serving.instance import Instance
 from ..serving.offload import build_tier
+from ..serving.swap import build_swap
 from ..serving.pipeline import PipelineStep, build_pipeline
 from .views import LiveView
 
@@ -181,7 +182,8 @@ class Pool:
                         on_handoff=lambda r: f._on_handoff(holder[0], r),
                         cpu_tier=build_tier(sim.env, self.engine.kv_offload, self.spec.model, self.spec.device,
                                             self.engine),
-                        keep_steps=f.keep_steps)
+                        keep_steps=f.keep_steps,
+                        swap_space=build_swap(self.spec.model, self.spec.device, self.engine))
         if f.tracer_factory is not None:
             inst.tracer = f.tracer_factory(inst)
         if f.check:
