@@ -24,7 +24,7 @@ copied back and continues where it stopped (no prefill is recomputed).  What dsi
   false``);
 * a request's GPU blocks are freed as a recompute preemption frees them (full blocks stay cached
   for others with prefix caching); on the way back every block is copied into a new one;
-* a speculative decoder is preempted by recompute (its rounds restart from a prefill).
+* a speculative request is preempted by recompute (its rounds restart from a prefill).
 """
 from __future__ import annotations
 
