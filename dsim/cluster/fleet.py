@@ -399,9 +399,9 @@ class Fleet:
         for rep in self.replicas():
             i = rep.inst
             check(len(i.waiting) + i.in_alpha + len(i.running) + i.n_completed + i.n_rejected
-                  + len(i.transferring) + i.handed_off + i.moved_out + i.loading == i.submitted,
+                  + len(i.transferring) + i.handed_off + i.moved_out + i.loading + len(i.swapped) == i.submitted,
                   f"{rep.name}: conservation")
-            placed += len(i.waiting) + i.in_alpha + len(i.running) + i.loading
+            placed += len(i.waiting) + i.in_alpha + len(i.running) + i.loading + len(i.swapped)
         check(placed + self.in_transfer + self.n_completed + self.n_rejected == self.arrived,
               "fleet conservation: arrived != queued + running + in transfer + completed + rejected")
         for rep in self.replicas():

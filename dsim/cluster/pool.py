@@ -39,7 +39,7 @@ class Replica:
     # read-only load view ------------------------------------------------------------------
     @property
     def waiting(self) -> int:
-        return len(self.inst.waiting) + self.inst.in_alpha
+        return len(self.inst.waiting) + self.inst.in_alpha + len(self.inst.swapped)
 
     @property
     def running(self) -> int:
@@ -48,7 +48,7 @@ class Replica:
     @property
     def queue_depth(self) -> int:
         i = self.inst
-        return len(i.waiting) + i.in_alpha + len(i.running)
+        return len(i.waiting) + i.in_alpha + len(i.running) + len(i.swapped)
 
     @property
     def kv_usage(self) -> float:
@@ -70,6 +70,8 @@ class Replica:
         for q in self.inst.running.values():
             if q.prefilling:
                 ahead += q.num_tokens - q.num_computed
+        for q in self.inst.swapped:          # swapped out (engine.preemption_mode: swap): they go first
+            ahead += q.num_tokens - q.num_computed
         return ahead / self.pool.prefill_rate
 
     @property

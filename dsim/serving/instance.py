@@ -203,7 +203,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         if r is not None and self.cache_on and r.num_tokens > self.bs and may_be_cached(r):
             full = (r.num_tokens - 1) // self.bs
             hit = self.kv.num_cached_prefix(block_hashes(r, full, self.bs)) * self.bs
-        return LoadView(len(self.running), len(self.waiting), self.kv.total - self.kv.free_count,
+        return LoadView(len(self.running), len(self.waiting) + len(self.swapped), self.kv.total - self.kv.free_count,
                         self.kv.total, hit)
 
     @property
