@@ -321,7 +321,8 @@ def _final_invariants(fleet: Fleet, horizon, drain) -> None:
     if horizon is None or drain:
         for rep in fleet.replicas():
             inst = rep.inst
-            check(not inst.running and not inst.waiting and not inst.transferring, "work left after a drained run")
+            check(not inst.running and not inst.waiting and not inst.transferring and not inst.swapped,
+                  "work left after a drained run")
             check(inst.kv.free_count == inst.kv.total, "KV blocks leaked")
             inst.kv.check(inst.held_blocks())
     # (stopped at the horizon mid-iteration, blocks of the step in flight are already allocated:

@@ -399,9 +399,9 @@ class Fleet:
         for rep in self.replicas():
             i = rep.inst
             check(len(i.waiting) + i.in_alpha + len(i.running) + i.n_completed + i.n_rejected
-                  + len(i.transferring) + i.handed_off + i.moved_out + i.loading == i.submitted,
+                  + len(i.transferring) + i.handed_off + i.moved_out + i.loading + len(i.swapped) == i.submitted,
                   f"{rep.name}: conservation")
-            placed += len(i.waiting) + i.in_alpha + len(i.running) + i.loading
+            placed += len(i.waiting) + i.in_alpha + len(i.running) + i.loading + len(i.swapped)
         check(placed + self.in_transfer + self.n_completed + self.n_rejected == self.arrived,
               "fleet conservation: arrived != queued + running + in transfer + completed + rejected")
         for rep in self.replicas():
@@ -443,7 +443,7 @@ class Fleet:
 
 def _check_parallel_groups(spec, scn) -> None:
     """What PP virtual engines and DP ranks are not combined with yet (each needs a decision on how a
-    group of them takes part): P/D roles, speculation, the CPU tier, controllers that scale."""
+    group of them takes part): P/D roles, speculation, the CPU tier, swap preemption, controllers that scale."""
     for c in spec.clusters:
         for p in c.pools:
             pp = p.engine.pipeline_parallel_size * p.engine.data_parallel_size
@@ -453,6 +453,7 @@ def _check_parallel_groups(spec, scn) -> None:
             where = f"{p.path}.engine.{key}" if p.path else f"engine.{key}"
             why = ("a P/D role" if p.role != "mixed" else "speculation" if scn.spec is not None
                    else "engine.kv_offload" if p.engine.kv_offload is not None
+                   else "engine.preemption_mode: swap" if p.engine.preemption_mode == "swap"
                    else "cluster.controllers" if spec.controllers else None)
             if why is not None:
                 raise ConfigError(where, getattr(p.engine, key), f"1 with {why} (PP virtual engines and DP ranks are not combined "

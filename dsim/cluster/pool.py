@@ -11,6 +11,7 @@ from ..latency.roofline import RooflineModel
 from ..serving.dataparallel import DPGroup, DPRankStep, DPRoofline
 from ..serving.instance import Instance
 from ..serving.offload import build_tier
+from ..serving.swap import build_swap
 from ..serving.pipeline import PipelineStep, build_pipeline
 from .views import LiveView
 
@@ -38,7 +39,7 @@ class Replica:
     # read-only load view ------------------------------------------------------------------
     @property
     def waiting(self) -> int:
-        return len(self.inst.waiting) + self.inst.in_alpha
+        return len(self.inst.waiting) + self.inst.in_alpha + len(self.inst.swapped)
 
     @property
     def running(self) -> int:
@@ -47,7 +48,7 @@ class Replica:
     @property
     def queue_depth(self) -> int:
         i = self.inst
-        return len(i.waiting) + i.in_alpha + len(i.running)
+        return len(i.waiting) + i.in_alpha + len(i.running) + len(i.swapped)
 
     @property
     def kv_usage(self) -> float:
@@ -69,6 +70,8 @@ class Replica:
         for q in self.inst.running.values():
             if q.prefilling:
                 ahead += q.num_tokens - q.num_computed
+        for q in self.inst.swapped:          # swapped out (engine.preemption_mode: swap): they go first
+            ahead += q.num_tokens - q.num_computed
         return ahead / self.pool.prefill_rate
 
     @property
@@ -181,7 +184,8 @@ class Pool:
                         on_handoff=lambda r: f._on_handoff(holder[0], r),
                         cpu_tier=build_tier(sim.env, self.engine.kv_offload, self.spec.model, self.spec.device,
                                             self.engine),
-                        keep_steps=f.keep_steps)
+                        keep_steps=f.keep_steps,
+                        swap_space=build_swap(self.spec.model, self.spec.device, self.engine))
         if f.tracer_factory is not None:
             inst.tracer = f.tracer_factory(inst)
         if f.check:

@@ -57,6 +57,10 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"          # fcfs | priority (vLLM --scheduling-policy) | edf | age_weighted
     age_weight: float = 1.0                  # age_weighted: priority units gained per second waited
     kv_offload: OffloadConfig | None = None  # CPU tier of the prefix cache (dsim.serving.offload)
+    # what a preempted request loses: recompute (vLLM V1) | swap (vLLM V0 --preemption-mode swap: its
+    # KV goes to swap_space GiB of CPU memory per GPU and comes back; dsim.serving.swap)
+    preemption_mode: str = "recompute"
+    swap_space: float = 4.0
     # vLLM --kv-cache-dtype: auto (the model dtype) | bfloat16 | fp8 | fp8_e4m3 | fp8_e5m2; fp8 stores
     # 1 byte per KV element: half the KV memory per token (about twice the blocks) and KV traffic
     kv_cache_dtype: str = "auto"
@@ -167,6 +171,8 @@ def load_engine(cfg=None, path: str = "engine") -> EngineConfig:
         scheduling_policy=cfg.scheduling_policy,
         age_weight=cfg.age_weight,
         kv_offload=load_offload(cfg.kv_offload),
+        preemption_mode=cfg.preemption_mode,
+        swap_space=cfg.swap_space,
         kv_cache_dtype=cfg.kv_cache_dtype,
         executor=_given(cfg.executor, gen.executor if tp > 1 else "uniproc"),
         engine_use_ray=_given(cfg.engine_use_ray, bool(gen.engine_use_ray)),
@@ -182,6 +188,9 @@ def load_engine(cfg=None, path: str = "engine") -> EngineConfig:
     if e.kv_offload is not None and not e.enable_prefix_caching:
         raise ConfigError(f"{path}.kv_offload", "kv_offload", "enable_prefix_caching: true (the CPU tier holds "
                           "prefix-cache blocks)", show_value=False)
+    if e.preemption_mode == "swap" and e.kv_offload is not None:
+        raise ConfigError(f"{path}.preemption_mode", "swap", "recompute with kv_offload (swap preemption is vLLM "
+                          "V0's, the CPU tier V1's connector: no vLLM runs both over one PCIe link)")
     if not e.enable_chunked_prefill and e.max_num_batched_tokens < e.max_model_len:
         raise ConfigError(f"{path}.max_num_batched_tokens", e.max_num_batched_tokens,
                           f">= max_model_len ({e.max_model_len}) when enable_chunked_prefill is false "

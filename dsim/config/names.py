@@ -14,6 +14,7 @@ N_ALPHA, N_BETA = 11, 16
 
 # engine.kv_offload.policy: copy every new block to the CPU tier, or only blocks the GPU evicts
 OFFLOAD_POLICIES = ("write_through", "on_evict")
+PREEMPTION_MODES = ("recompute", "swap")
 # engine.scheduling_policy (dsim.serving.policies implements them)
 SCHEDULING_POLICIES = ("fcfs", "priority", "edf", "age_weighted")
 # vLLM's worker executors (--distributed-executor-backend; V0 before 0.5: --worker-use-ray):

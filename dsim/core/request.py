@@ -19,7 +19,7 @@ class Request:
     __slots__ = (
         "rid", "arrival", "prompt_len", "max_tokens", "segments", "prefix_group", "label",
         "state", "t_routed", "t_queued", "t_scheduled", "t_first_token", "t_completion", "t_last_token",
-        "preempt_times", "cached_tokens", "num_computed", "n_out",
+        "preempt_times", "resume_times", "cached_tokens", "num_computed", "n_out",
         "d0", "c0", "hashes", "plain_blocks", "block_hashes", "prefilling", "itl_gap",
         "session", "tenant", "replica", "prefill_replica", "kv_ready", "reject_reason", "t_handoff", "t_kv_ready",
         "spec", "priority", "sched_key", "slo_class", "ttft_slo_ms", "tpot_slo_ms", "draft_id",
@@ -38,6 +38,7 @@ class Request:
         self.t_routed = self.t_queued = self.t_scheduled = self.t_first_token = self.t_completion = None
         self.t_last_token = None
         self.preempt_times: tuple = ()    # immutable and shared while empty: no list per request
+        self.resume_times: tuple = ()     # (time, "PREFILL" | "DECODE") it was scheduled again after each
         self.cached_tokens = 0       # prefix-cache hit tokens at first scheduling
         self.num_computed = 0        # tokens whose KV is computed (explicit while prefilling)
         self.n_out = 0               # output tokens emitted

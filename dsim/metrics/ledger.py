@@ -53,6 +53,7 @@ class RequestLedger:
         self._strs: list = [None, ""]         # string table; codes are indices
         self._code = {None: 0, "": 1}
         self.preempt_times: dict = {}         # rid -> tuple, only for preempted requests
+        self.resume_times: dict = {}          # rid -> tuple, only for preempted requests scheduled again
         self.spec: dict = {}                  # rid -> speculative round state, only for speculative requests
         self._sealed = None                   # the Rows in rid order, after seal
         self._buf: list = []                  # rows (tuples of FIELDS) not yet in the columns
@@ -69,6 +70,8 @@ class RequestLedger:
         self._buf.append(_get_all(r))
         if r.preempt_times:
             self.preempt_times[r.rid] = r.preempt_times
+            if r.resume_times:
+                self.resume_times[r.rid] = r.resume_times
         if r.spec is not None:
             self.spec[r.rid] = r.spec
         self.n += 1
@@ -277,6 +280,7 @@ class RequestLedger:
                 v = strs[v]
             setattr(r, name, v)
         r.preempt_times = self.preempt_times.get(r.rid, ())
+        r.resume_times = self.resume_times.get(r.rid, ())
         r.spec = self.spec.get(r.rid)
         return r
 

@@ -138,6 +138,9 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
         "peak_running": max((i.log.peak_running() for i in insts), default=0),
         "peak_waiting": max((i.log.peak_waiting() for i in insts), default=0),
     }
+    swaps = [i.swap for i in insts if getattr(i, "swap", None) is not None]
+    if swaps:                        # engine.preemption_mode: swap (dsim.serving.swap)
+        summary["scheduler"].update({k: sum(w.summary()[k] for w in swaps) for k in swaps[0].summary()})
     if t_end is None or (scn.horizon_s is None or scn.drain):
         sent = arrival[state != PENDING]
         t_acct = max(last, float(sent.max()) if sent.size else 0.0)

@@ -8,7 +8,9 @@ hardware and TP it ran); its spans are grouped by instrumentation scope:
   * ``vllm.api``: one ``llm_request`` span per request, events ARRIVED, HANDOFF_TO_CORE,
     FIRST_RESPONSE, DEPARTED;
   * ``vllm.scheduler``: one ``llm_core`` span per request, events QUEUED, SCHEDULED, FIRST_TOKEN,
-    PREEMPTED, FINISHED, with phase / progress attributes;
+    PREEMPTED, FINISHED, with phase / progress attributes (SCHEDULED's ``schedule.kind`` is FIRST,
+    or RESUME when a preempted request is scheduled again: re-admitted after a recompute
+    preemption, phase PREFILL, or swapped back in, phase DECODE when it continues decoding);
   * ``vllm.scheduler.step``: one ``scheduler_step`` span per sampled step carrying a
     ``step.BATCH_SUMMARY`` event and, in rich mode, one ``step.REQUEST_SNAPSHOT`` per scheduled request;
   * ``vllm.kv_connector`` (replicas with ``engine.kv_offload``): one span per CPU-tier copy with
@@ -147,8 +149,12 @@ def _journey_spans(reqs, tok_over: float) -> tuple[list, list]:
                                                       "decode_max_tokens": r.max_tokens})]
         if r.t_scheduled is not None:
             c_ev.append(_event("journey.SCHEDULED", r.t_scheduled, {"phase": "PREFILL", "schedule.kind": "FIRST"}))
+        resumes = r.resume_times
         for i, t in enumerate(r.preempt_times):
             c_ev.append(_event("journey.PREEMPTED", t, {"num_preemptions": i + 1}))
+            if i < len(resumes):     # scheduled again: vLLM's SCHEDULED with schedule.kind RESUME
+                c_ev.append(_event("journey.SCHEDULED", resumes[i][0], {"phase": resumes[i][1],
+                                                                        "schedule.kind": "RESUME"}))
         end = r.t_queued
         if r.t_first_token is not None:
             c_ev.append(_event("journey.FIRST_TOKEN", r.t_first_token - tok_over, {"phase": "DECODE",

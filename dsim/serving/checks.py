@@ -35,6 +35,8 @@ class ReplicaChecks:
         self.kv.check(self.held_blocks())
         if self.tier is not None:
             self.tier.check()
+        if self.swap is not None:
+            self.check_swap()
         check(min(self.kv.cached.values(), default=0) >= 0)
         check(self.n_dec + self.n_prefilling + len(self.spec_dec) == len(self.running))
         check(self.n_dec >= 0 and self.n_prefilling >= 0 and self.n_gap >= 0)

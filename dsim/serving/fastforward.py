@@ -35,7 +35,8 @@ class FastForward:
         the last step started, or None when the first step is not quiet (the normal loop takes it).
         A stretch without a tail stopped before a step that needs blocks it cannot get."""
         if (self.waiting or self.n_prefilling or self.n_gap or self.stall_n or self.spec_dec or self._leaving
-                or self._load_wait or self._load_blocks or self.n_dec != len(self.running) or not self.n_dec):
+                or self._load_wait or self._load_blocks or self.n_dec != len(self.running) or not self.n_dec
+                or self.swapped or self._swap_wait):
             return None
         n_dec = self.n_dec
         if n_dec > self.engine.max_num_batched_tokens:

@@ -56,6 +56,7 @@ from .kvcache import KVCache
 from .lazy import LazyDecoders
 from .offload import TierAdmission
 from .scheduling import SchedulerIteration
+from .swap import SwapPreemption
 from .speculative import SpeculativeSteps
 from .fastforward import FastForward
 from .steplog import StepLog
@@ -70,13 +71,14 @@ def _noop(*_a) -> None:
     return None
 
 
-class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, SpeculativeSteps, Handoff, ReplicaChecks):
+class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, SwapPreemption, SpeculativeSteps, Handoff,
+               ReplicaChecks):
     """One replica.  ``on_done(r)`` is called when a request completes or is rejected here,
     ``on_handoff(r)`` when a prefill replica has produced a request's first token."""
 
     def __init__(self, sim, engine, step_model, queueing, num_blocks: int, name: str = "replica0",
                  check_invariants: bool = False, role: str = "mixed", on_done=None, on_handoff=None,
-                 cpu_tier=None, keep_steps: bool = False):
+                 cpu_tier=None, keep_steps: bool = False, swap_space=None):
         if role not in ROLES:
             raise ValueError(f"role {role!r} not in {ROLES}")
         self.sim = sim
@@ -100,6 +102,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         self._load_wait = 0.0            # kv_offload.overlap false: this step waits for its loads
         self._load_blocks = 0            # ... of these blocks (the physics model costs them itself)
         self._model_loads = bool(getattr(step_model, "charges_kv_loads", False))
+        self.swap = swap_space           # dsim.serving.swap.SwapSpace (preemption_mode: swap) or None
+        self._swap_wait = 0.0            # this step's swap copies, seconds (part of the step)
         self.cache_on = engine.enable_prefix_caching
         self.check = check_invariants
         self.policy = make_policy(engine, getattr(step_model, "unpipelined", step_model))  # None = FCFS
@@ -107,6 +111,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         self.verify_edf = False          # set by dsim.specdec: ready rounds by deadline (seed 002 6.2)
         self.mixed_drafts = False        # set by dsim.specdec: tree drafts or several drafters to cost
         self.waiting = PriorityWaiting() if self.by_priority else deque()
+        self.swapped = PriorityWaiting() if self.by_priority else deque()   # swapped out, oldest first
         self.running: dict = {}          # rid -> Request, in admission order
         self.n_prefilling = 0
         # lazy decode state
@@ -198,7 +203,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         if r is not None and self.cache_on and r.num_tokens > self.bs and may_be_cached(r):
             full = (r.num_tokens - 1) // self.bs
             hit = self.kv.num_cached_prefix(block_hashes(r, full, self.bs)) * self.bs
-        return LoadView(len(self.running), len(self.waiting), self.kv.total - self.kv.free_count,
+        return LoadView(len(self.running), len(self.waiting) + len(self.swapped), self.kv.total - self.kv.free_count,
                         self.kv.total, hit)
 
     @property
@@ -243,7 +248,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
         bs = self.bs
         ff = self._can_stretch()
         while True:
-            if not self.running and not self.waiting:
+            if not self.running and not self.waiting and not self.swapped:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -282,7 +287,9 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
                 if self.offload_held and not self.running:
                     self._drop_loaded()
                     continue
-                if self.running or self.waiting:
+                if self.swapped and not self.running and self.num_preemptions != n_pre0:
+                    continue                     # the last running request was swapped out: it comes back
+                if self.running or self.waiting or self.swapped:
                     raise RuntimeError(f"{self.name}: scheduler made no progress at t={now}")
                 continue
             # batch shape for the latency model
@@ -339,6 +346,10 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
                     dur += self._load_wait
                 self._load_wait = 0.0
                 self._load_blocks = 0
+            if self._swap_wait:                  # swap copies run before the forward pass (dsim.serving.swap)
+                dur += self._swap_wait
+                self.swap.copy_s += self._swap_wait
+                self._swap_wait = 0.0
             if self.tracer is not None:
                 snap = self.tracer.before(self, prefills, skipped, shape)
                 n_done0 = self.n_completed + self.handed_off + len(self.transferring)
@@ -461,4 +472,5 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Spe
     @property
     def idle(self) -> bool:
         """Nothing waiting, running, in the arrival delay or in KV transfer."""
-        return not (self.running or self.waiting or self.in_alpha or self.transferring or self.offload_held)
+        return not (self.running or self.waiting or self.in_alpha or self.transferring or self.offload_held
+                    or self.swapped)

@@ -134,14 +134,23 @@ class CpuTier:
                 "requests_loaded": self.loads, "load_s": self.load_s}
 
 
+def block_bytes_per_gpu(model, engine) -> float:
+    """One KV block's bytes on one GPU of the TP group (its KV-head shard)."""
+    return model.kv_bytes_per_token / engine.tensor_parallel_size * engine.block_size
+
+
+def pcie_block_s(model, device, engine) -> float:
+    """Host-link time of one KV block: every GPU of the TP group copies its shard in parallel at the
+    device's effective PCIe rate (the CPU tier's copies and swap preemption's, dsim.serving.swap)."""
+    return block_bytes_per_gpu(model, engine) / (device.pcie_bytes_s * device.pcie_efficiency)
+
+
 def build_tier(env, cfg: OffloadConfig | None, model, device, engine) -> CpuTier | None:
     """The replica's CPU tier: ``cpu_gb`` of host memory over the TP group's blocks (each GPU holds
     its KV-head shard of a block), copied at the device's effective PCIe rate per GPU."""
     if cfg is None:
         return None
-    per_gpu = model.kv_bytes_per_token / engine.tensor_parallel_size * engine.block_size
-    return CpuTier(env, cfg.capacity_blocks(model, engine), per_gpu / (device.pcie_bytes_s * device.pcie_efficiency),
-                   cfg)
+    return CpuTier(env, cfg.capacity_blocks(model, engine), pcie_block_s(model, device, engine), cfg)
 
 
 class TierAdmission:

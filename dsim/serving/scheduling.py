@@ -36,13 +36,15 @@ class SchedulerIteration:
                 self.n_gap -= 1
             else:
                 victim.t_last_token = now
+        victim.preempt_times += (now,)
+        self.num_preemptions += 1
+        if self.swap is not None and victim.spec is None and self._swap_out(victim, comp):
+            return                       # its KV went to CPU memory (dsim.serving.swap)
         self._release(victim, comp, self.cache_on)
         victim.num_computed = 0
         victim.kv_ready = 0              # recomputed here (vLLM does not re-fetch remote KV)
         victim.itl_gap = victim.n_out > 0
         victim.state = PREEMPTED
-        victim.preempt_times += (now,)
-        self.num_preemptions += 1
         self.waiting.appendleft(victim)
 
     # ---- admission of waiting requests ------------------------------------------------------
@@ -120,6 +122,8 @@ class SchedulerIteration:
             if r.t_scheduled is None:
                 r.t_scheduled = now
                 r.cached_tokens = hit
+            elif len(r.resume_times) < len(r.preempt_times):
+                r.resume_times += ((now, "PREFILL"),)     # back after a recompute preemption
             r.state = RUNNING
             r.prefilling = True
             self.n_prefilling += 1
@@ -139,8 +143,9 @@ class SchedulerIteration:
         gap_dec: list = []
         v0 = not e.enable_chunked_prefill
         self._spec_sched = spec = []
-        if v0 and self.waiting:
-            # V0 policy: a prefill-only step whenever waiting prompts can be admitted.
+        if v0 and self.waiting and not self.swapped:
+            # V0 policy: a prefill-only step whenever waiting prompts can be admitted (and none
+            # is swapped out: those come back first).
             self._admit(budget, prefills, now, True)
             if prefills:
                 return prefills, 0, skipped, gap_dec
@@ -151,6 +156,11 @@ class SchedulerIteration:
             if nb:
                 kv.allocate(nb)
             budget -= n_dec
+            if self.swapped:
+                budget, k = self._swap_in(budget, prefills, gap_dec, now, v0)
+                n_dec += k
+                if self.swapped:
+                    return prefills, n_dec, skipped, gap_dec
             if not v0 and self.waiting:
                 self._admit(budget, prefills, now, False)
             return prefills, n_dec, skipped, gap_dec
@@ -220,6 +230,9 @@ class SchedulerIteration:
         for r in order[i:]:
             if not r.prefilling and r.spec is None:
                 skipped.append(r)
-        if not preempted and not v0:
+        if not preempted and self.swapped:
+            budget, k = self._swap_in(budget, prefills, gap_dec, now, v0)
+            scheduled_dec += k
+        if not preempted and not v0 and not self.swapped:
             self._admit(budget, prefills, now, False)
         return prefills, scheduled_dec, skipped, gap_dec

@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..generations import generation_for
 from ..limits import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS
 from ..model import KV_CACHE_DTYPES
-from ..names import EXECUTORS, OFFLOAD_POLICIES, SCHEDULING_POLICIES
+from ..names import EXECUTORS, OFFLOAD_POLICIES, PREEMPTION_MODES, SCHEDULING_POLICIES
 from .base import Bool, Choice, Float, Int, Section, checked
 
 
@@ -81,6 +81,12 @@ class EngineSection(Section):
     """Waiting-queue order: fcfs, priority (vLLM's), edf (least slack first) or age_weighted."""
     age_weight: Float(0, 1e6) = 1.0
     """age_weighted only: priority units a request gains per second waited."""
+    preemption_mode: Choice(*PREEMPTION_MODES) = "recompute"
+    """What a request preempted for KV blocks loses: recompute (its KV is dropped and its prompt and
+    outputs are prefilled again, vLLM V1) or swap (vLLM V0's --preemption-mode swap: its KV goes to
+    CPU memory over PCIe and comes back before new requests are admitted; recompute if swap_space is full)."""
+    swap_space: Float(0, 1e6) = 4.0
+    """vLLM V0's --swap-space: CPU memory for swapped-out KV blocks, GiB per GPU (used with preemption_mode: swap)."""
     kv_offload: OffloadSection | None = None
     """CPU tier of the prefix cache (None: none); needs enable_prefix_caching."""
     kv_cache_dtype: Choice(*KV_CACHE_DTYPES) = "auto"
