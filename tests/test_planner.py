@@ -2,6 +2,7 @@
 objective and the judging rule by hand, hysteresis, cold starts, the trend forecast, bad input."""
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def test_a_forked_forecast_is_the_runs_own_continuation(monkeypatch):
             assert row == led_rows[row[0]]
             checked += 1
         # and the judged outcome is the one the report computes from the run afterwards
-        assert {k: fc[k] for k in ("judged", "met", "attainment", "ttft_p99_ms")} == t["actual"]
+        assert {k: fc[k] for k in ("judged", "met", "attainment", "ttft_p99_ms", "fairness_gap")} == t["actual"]
         assert t["attainment_error"] == 0.0
     assert checked > 200
 
@@ -200,3 +201,52 @@ def test_the_trend_forecast_extrapolates_the_rate_by_hand():
     same = p._recent(20.0)
     assert [c.arrival for c in same] == pytest.approx(list(arr[10:] + 10))
     assert [c.prompt_len for c in same] == [100] * 20
+
+
+def test_fairness_gap_by_hand():
+    n = 23
+    ones = np.ones(n)
+    # tenant a: 10 judged, all met; b: 10 judged, 5 met (TTFT 2 s > 1 s); c: 3 judged (too few to count)
+    first = np.array([0.5] * 10 + [0.5] * 5 + [2.0] * 5 + [0.5] * 3)
+    cols = [np.zeros(n), first, first + 1, first + 1, 11 * ones, np.zeros(n, bool), 1000 * ones, 1000 * ones]
+    tenant = ["a"] * 10 + ["b"] * 10 + ["c"] * 3
+    out = pl.judge(*cols, t_end=10.0, tenant=tenant)
+    assert out["judged"] == 23 and out["met"] == 18
+    assert out["fairness_gap"] == pytest.approx(0.5)
+    f = [{"attainment": 0.96, "gpus": 1, "ttft_p99_ms": 1, "fairness_gap": 0.5},
+         {"attainment": 0.96, "gpus": 2, "ttft_p99_ms": 1, "fairness_gap": 0.1}]
+    assert pl.choose(f, 0.95, None) == 0 and pl.choose(f, 0.95, None, max_gap=0.2) == 1
+
+
+def test_cost_usd_prices_each_pools_gpus():
+    """cost: usd ranks candidates by dollars per hour: replicas x GPUs x the device's price."""
+    scn = _scn(cost="usd", pools={"a100": {"replicas": [1, 2]}, "h100": {"replicas": [1, 2]}})
+    scn["cluster"]["pools"].append({"name": "h100", "hardware": "H100-SXM", "replicas": 1, "min_replicas": 1,
+                                    "max_replicas": 2, "cold_start_s": 4})
+    loaded = dsim.load_scenario(scn)
+    price = {p.name: p.device.usd_per_gpu_hour for p in loaded.fleet.pools}
+    assert price["a100"] != price["h100"]
+    s = _run(scn)
+    cands = [c for t in s["planner"]["tick_log"] for c in t["candidates"]]
+    assert len({tuple(c["config"][n]["replicas"] for n in price) for c in cands}) == 4
+    for c in cands:
+        assert c["gpus"] == pytest.approx(sum(c["config"][n]["replicas"] * price[n] for n in price))
+
+
+def test_speculation_candidates_switch_k_live():
+    """A planner with speculation_k candidates forecasts each k (oracle) and applies its choice
+    with SetSpeculation."""
+    root = Path(__file__).resolve().parents[1]
+    over = ["workload.num_requests=240", "workload.rate=20", "slo.tpot_ms=7",
+            "cluster.pools=[{name: h100, replicas: 1}]",
+            "cluster.controllers=[{type: planner, cadence_s: 4, forecast: oracle, "
+            "pools: {h100: {replicas: [1], speculation_k: [1, 6]}}}]"]
+    s = dsim.run(str(root / "scenarios" / "datacenter_fused.yaml"), overrides=over, plots=False).summary
+    ticks = s["planner"]["tick_log"]
+    ks = {c["config"]["h100"]["speculation_k"] for t in ticks for c in t["candidates"]}
+    assert ks == {None, 1, 6}
+    chosen = [t["candidates"][t["chosen"]]["config"]["h100"]["speculation_k"] for t in ticks if t["changed"]]
+    acts = [a for a in s["controller_actions"] if a["action"] == "set_speculation"]
+    assert chosen and len(acts) == len(chosen) and [a["changed"]["k"] for a in acts] == chosen
+    with pytest.raises(ConfigError, match="speculation section"):
+        dsim.run(_scn(pools={"a100": {"speculation_k": [2]}}), plots=False)

@@ -32,14 +32,16 @@ from ..config.errors import ConfigError
 from ..core.request import REJECTED, Request
 from ..core.simulation import arrival_timeout
 from ..metrics.exact import percentiles
-from .control import ScaleIn, ScaleOut, SetEngine, Window, apply_action
+from .control import ScaleIn, ScaleOut, SetEngine, SetSpeculation, Window, apply_action
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens")
+SPEC = ("speculation_mode", "speculation_k")     # None: the scenario's selector / gamma policy
+FAIR_MIN = 10                    # judged requests a tenant needs to count in the fairness gap
 TREND_BOUNDS = (0.25, 4.0)       # a trend forecast scales the recent rate by at most this much
 WATCH_CHECKS = 16                # a forecast counts late first tokens this often per horizon
 
 
-def judge(arrival, first, last, done, n_out, rejected, ttft_slo, tpot_slo, t_end: float) -> dict:
+def judge(arrival, first, last, done, n_out, rejected, ttft_slo, tpot_slo, t_end: float, tenant=None) -> dict:
     """SLO outcome of requests as of ``t_end`` (arrays; times NaN when not reached, SLOs NaN when
     unbounded).  Judged: rejected, finished, or past its TTFT bound (a first token, or none yet
     and already late); a request still running within its bounds is not judged yet."""
@@ -56,8 +58,17 @@ def judge(arrival, first, last, done, n_out, rejected, ttft_slo, tpot_slo, t_end
         met = judged & ~rejected & seen & ttft_ok & (tpot_ok | ~fin)
     n = int(judged.sum())
     ttfts = ttft[judged & seen & ~rejected]
-    return {"judged": n, "met": int(met.sum()), "attainment": float(met.sum()) / n if n else 1.0,
-            "ttft_p99_ms": float(percentiles(ttfts, 99)) if ttfts.size else None}
+    out = {"judged": n, "met": int(met.sum()), "attainment": float(met.sum()) / n if n else 1.0,
+           "ttft_p99_ms": float(percentiles(ttfts, 99)) if ttfts.size else None}
+    if tenant is not None:
+        tenant = np.asarray(tenant, dtype=object)
+        shares = []
+        for name in sorted(set(tenant[judged].tolist())):
+            mine = judged & (tenant == name)
+            if mine.sum() >= FAIR_MIN:
+                shares.append(float(met[mine].sum()) / int(mine.sum()))
+        out["fairness_gap"] = max(shares) - min(shares) if len(shares) > 1 else 0.0
+    return out
 
 
 def _request_arrays(reqs) -> tuple:
@@ -69,24 +80,30 @@ def _request_arrays(reqs) -> tuple:
             col(lambda r: r.ttft_slo_ms), col(lambda r: r.tpot_slo_ms))
 
 
-def feasible(f: dict, min_attainment: float, max_p99: float | None) -> bool:
+def _tenants(reqs) -> list:
+    return [r.tenant for r in reqs]
+
+
+def feasible(f: dict, min_attainment: float, max_p99: float | None, max_gap: float | None = None) -> bool:
     """Does a forecast meet the objective's constraints (one stopped early never does)?"""
     if f.get("skipped") or f.get("stopped_early"):
         return False
     p99 = f["ttft_p99_ms"]
-    return f["attainment"] >= min_attainment and (max_p99 is None or p99 is None or p99 <= max_p99)
+    return (f["attainment"] >= min_attainment and (max_p99 is None or p99 is None or p99 <= max_p99)
+            and (max_gap is None or f.get("fairness_gap", 0.0) <= max_gap))
 
 
-def choose(forecasts: list, min_attainment: float, max_p99: float | None) -> int:
+def choose(forecasts: list, min_attainment: float, max_p99: float | None, max_gap: float | None = None) -> int:
     """Index of the winning forecast (see the module docstring): the feasible one with the fewest
-    GPUs, then the higher attainment; with none feasible, the one with the most GPUs (the SLO is out
-    of reach: provide what capacity there is), then the higher attainment; ties go to the lower
-    index (the nearer candidate).  Skipped candidates (they could not win) are never chosen."""
+    GPUs (``gpus``: the cost the objective minimises, GPUs or dollars per hour), then the higher
+    attainment; with none feasible, the one with the most (the SLO is out of reach: provide what
+    capacity there is), then the higher attainment; ties go to the lower index (the nearer
+    candidate).  Skipped candidates (they could not win) are never chosen."""
     keys = []
     for i, f in enumerate(forecasts):
         if f.get("skipped"):
             continue
-        if feasible(f, min_attainment, max_p99):
+        if feasible(f, min_attainment, max_p99, max_gap):
             keys.append((0, f["gpus"], -f["attainment"], i))
         else:
             keys.append((1, -f["gpus"], -f["attainment"], i))
@@ -109,6 +126,15 @@ class SimulationPlanner:
         if session.scn.slo_ttft_ms is None and session.scn.slo_tpot_ms is None and not session.scn.slo_classes:
             raise ConfigError(f"{path}", None, "an SLO to plan for: slo.ttft_ms, slo.tpot_ms or slo.classes",
                               show_value=False)
+        if cfg.cost == "usd":
+            for p in fleet.pools.values():
+                if p.spec.device.usd_per_gpu_hour is None:
+                    raise ConfigError(f"{path}.cost", "usd", f"a price for every pool's GPU (pool {p.name}: "
+                                      f"{p.spec.device.name} has no usd_per_gpu_hour)")
+        spec_keys = any(sp.speculation_k is not None or sp.speculation_mode is not None for sp in cfg.pools.values())
+        if spec_keys and session.spec is None:
+            raise ConfigError(f"{path}.pools", None, "a speculation section for speculation_k / speculation_mode "
+                              "candidates", show_value=False)
         self.cfg, self.fleet, self.session, self.path = cfg, fleet, session, path
         self.interval_s = cfg.interval_s
         # by default a forecast looks past the slowest cold start, or a scale-out could never pay
@@ -155,7 +181,7 @@ class SimulationPlanner:
         current = self._current()
         cands = self.candidates(current)
         forecasts = self._forecast_all(cands, [self._gpus(c) for c in cands])
-        best = choose(forecasts, self.cfg.min_attainment, self.cfg.max_ttft_p99_ms)
+        best = choose(forecasts, self.cfg.min_attainment, self.cfg.max_ttft_p99_ms, self.cfg.max_fairness_gap)
         actions = self.actions(current, cands[best])
         for a in actions:
             rec = apply_action(self.fleet, a)
@@ -171,13 +197,15 @@ class SimulationPlanner:
     def _current(self) -> dict:
         out = {}
         for name, p in self.fleet.pools.items():
+            spec = (self.session.spec.overrides.get(name) if self.session.spec is not None else None) or (None, None)
             out[name] = {"replicas": len(p.ready) + len(p.starting),
-                         **{k: getattr(p.engine, k) for k in KNOBS}}
+                         **{k: getattr(p.engine, k) for k in KNOBS}, **dict(zip(SPEC, spec))}
         return out
 
     def candidates(self, current: dict) -> list:
-        """The current configuration first, then the space's others nearest first (fewest changed
-        replicas, then fewest changed knobs), at most ``max_candidates``."""
+        """The current configuration first (each axis holds the current value besides the listed
+        ones), then the others nearest first (fewest changed replicas, then fewest changed knobs),
+        at most ``max_candidates``."""
         cfg = self.cfg
         axes = []
         for name, p in self.fleet.pools.items():
@@ -186,20 +214,21 @@ class SimulationPlanner:
             lo, top = p.spec.min_replicas, p.spec.max_replicas
             hi = top if top is not None else cur["replicas"] + cfg.step
             if space is not None and space.replicas is not None:
-                reps = [n for n in space.replicas if lo <= n <= hi] or [cur["replicas"]]
+                reps = sorted({n for n in space.replicas if lo <= n <= hi} | {cur["replicas"]})
             elif top is not None:                 # a bounded pool: every count it may have
                 reps = list(range(lo, top + 1))
             else:
                 reps = sorted({n for n in (cur["replicas"] - cfg.step, cur["replicas"], cur["replicas"] + cfg.step)
                                if lo <= n <= hi} | {cur["replicas"]})
-            knob_vals = [getattr(space, k, None) or [cur[k]] if space is not None else [cur[k]] for k in KNOBS]
+            knob_vals = [[cur[k]] + [v for v in (getattr(space, k, None) or []) if v != cur[k]]
+                         if space is not None else [cur[k]] for k in KNOBS + SPEC]
             axes.append([(name, r, *kv) for r in reps for kv in itertools.product(*knob_vals)])
 
         def distance(combo):
             return (sum(abs(r - current[n]["replicas"]) for n, r, *_ in combo),
-                    sum(v != current[n][k] for n, _r, *kv in combo for k, v in zip(KNOBS, kv)))
+                    sum(v != current[n][k] for n, _r, *kv in combo for k, v in zip(KNOBS + SPEC, kv)))
         combos = sorted(itertools.product(*axes), key=distance)[:cfg.max_candidates]
-        return [{n: {"replicas": r, **dict(zip(KNOBS, kv))} for n, r, *kv in combo} for combo in combos]
+        return [{n: {"replicas": r, **dict(zip(KNOBS + SPEC, kv))} for n, r, *kv in combo} for combo in combos]
 
     def actions(self, current: dict, target: dict) -> list:
         out = []
@@ -212,10 +241,17 @@ class SimulationPlanner:
             knobs = {k: want[k] for k in KNOBS if want[k] != have[k]}
             if knobs:
                 out.append(SetEngine(name, **knobs))
+            if any(want.get(k) != have.get(k) for k in SPEC):
+                out.append(SetSpeculation(name, want.get("speculation_mode"), want.get("speculation_k")))
         return out
 
-    def _gpus(self, cand: dict) -> int:
-        return sum(c["replicas"] * self.fleet.pools[n].spec.gpus_per_replica for n, c in cand.items())
+    def _gpus(self, cand: dict) -> float:
+        """The candidate's cost: its GPUs, or (cost: usd) its dollars per hour."""
+        pools = self.fleet.pools
+        if self.cfg.cost == "usd":
+            return sum(c["replicas"] * pools[n].spec.gpus_per_replica * pools[n].spec.device.usd_per_gpu_hour
+                       for n, c in cand.items())
+        return sum(c["replicas"] * pools[n].spec.gpus_per_replica for n, c in cand.items())
 
     # ---- forecasts: one forked child per candidate --------------------------------------------
     def _forecast_all(self, cands: list, gpus: list) -> list:
@@ -247,7 +283,7 @@ class SimulationPlanner:
                 self._collect(job, out)
             for i in wave:
                 out[i]["gpus"] = gpus[i]
-                if self.prune and feasible(out[i], cfg.min_attainment, cfg.max_ttft_p99_ms):
+                if self.prune and feasible(out[i], cfg.min_attainment, cfg.max_ttft_p99_ms, cfg.max_fairness_gap):
                     bound = min(bound, gpus[i])
         for i, f in enumerate(out):
             if f is None:
@@ -313,9 +349,9 @@ class SimulationPlanner:
         try:
             ses.advance(t_end)
         except _Decided:
-            out = judge(*_request_arrays(judged), fleet.sim.now)
+            out = judge(*_request_arrays(judged), fleet.sim.now, tenant=_tenants(judged))
             return {**out, "stopped_early": True, "stopped_at_s": fleet.sim.now}
-        return judge(*_request_arrays(judged), t_end)
+        return judge(*_request_arrays(judged), t_end, tenant=_tenants(judged))
 
     def _arrival_times(self) -> np.ndarray:
         if self._arrivals is None:
@@ -360,12 +396,13 @@ class SimulationPlanner:
         n_out = led.col("n_out").astype(float)
         rejected = led.col("state") == REJECTED
         ttft_slo, tpot_slo = led.col("ttft_slo_ms"), led.col("tpot_slo_ms")
+        tenants = np.asarray(led.strings("tenant"), dtype=object)
         errs = []
         for t in self.ticks:
             t0, t_end = t["time_s"], t["time_s"] + t["horizon_s"]
             sel = (arr >= t0) & (arr < t_end)
             actual = judge(arr[sel], first[sel], last[sel], done[sel], n_out[sel], rejected[sel], ttft_slo[sel],
-                           tpot_slo[sel], t_end)
+                           tpot_slo[sel], t_end, tenant=tenants[sel])
             fc = t["candidates"][t["chosen"]]
             t["actual"] = actual
             t["attainment_error"] = fc["attainment"] - actual["attainment"]

@@ -15,7 +15,8 @@ from .base import Bool, Choice, Float, Int, Section
 
 
 class PlannerPoolSpace(Section):
-    """What the planner may choose for one pool (each key: the values to try; unset: keep as is)."""
+    """What the planner may choose for one pool (each key: the values to try besides the current
+    one; unset: keep as is)."""
     replicas: list[Int(1, MAX_REPLICAS)] | None = None
     """Replica counts to try (None: every count from min_replicas to max_replicas when the pool
     sets max_replicas, else the current count and ``step`` either side)."""
@@ -23,8 +24,13 @@ class PlannerPoolSpace(Section):
     """engine.max_num_seqs values to try (None: keep the pool's)."""
     max_num_batched_tokens: list[Int(1)] | None = None
     """engine.max_num_batched_tokens values to try (None: keep the pool's)."""
+    speculation_k: list[Int(0, 64)] | None = None
+    """Drafts per speculative round to try for the pool's conversations (None: keep; needs a
+    speculation section and forecast: oracle)."""
+    speculation_mode: list[Choice("off", "fused", "distributed")] | None = None
+    """Speculative decoding modes to try for the pool (None: keep the selector's)."""
 
-    @field_validator("replicas", "max_num_seqs", "max_num_batched_tokens", mode="after")
+    @field_validator("replicas", "max_num_seqs", "max_num_batched_tokens", "speculation_k", mode="after")
     @classmethod
     def _non_empty(cls, v):
         if v is not None and not v:
@@ -67,6 +73,12 @@ class PlannerConfig(Section):
     """Objective constraint: share of judged requests meeting their SLO."""
     max_ttft_p99_ms: Float(0, lo_open=True) | None = None
     """Objective constraint: p99 TTFT of the judged requests, ms (None: no bound)."""
+    max_fairness_gap: Float(0, 1) | None = None
+    """Objective constraint: highest minus lowest SLO attainment among tenants with at least 10
+    judged requests (None: no bound)."""
+    cost: Choice("gpus", "usd") = "gpus"
+    """What the objective minimises among feasible candidates: GPUs, or dollars per hour (each
+    pool's GPUs x its device's usd_per_gpu_hour: a mixed fleet's GPUs are not worth the same)."""
     min_dwell_s: Float(0) | None = None
     """Hysteresis: seconds after a change before the next change (None: cadence_s)."""
     trigger_waiting: Float(0, lo_open=True) | None = None
