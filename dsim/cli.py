@@ -103,6 +103,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="generic CSV/JSONL mapping, e.g. arrival_s=t,prompt_tokens=in,output_tokens=out,ttft_s=ttft,e2e_s=lat")
     c.add_argument("--time-unit", type=float, default=1.0, help="seconds per time unit of a generic file (1e-3 for ms)")
     c.add_argument("--no-plots", action="store_true", help="do not write plots/cdf.png")
+    c.add_argument("--holdout", type=float, default=None, metavar="FRACTION",
+                   help="80/20 replay (seed 000 Iteration 10): calibrate on the requests arriving before the last "
+                   "FRACTION of the run (e.g. 0.2), replay it all, report KS < 0.15 and median error < 20 %% on "
+                   "the rest")
+    c.add_argument("--latency-model", default=None, choices=("roofline", "unified5", "physics"),
+                   help="with --holdout: the latency model to calibrate (default roofline)")
+    c.add_argument("--max-evals", type=int, default=None, help="with --holdout: stage-2 simulations (default 40)")
+    c.add_argument("--jobs", type=int, default=None, help="with --holdout: runs simulated in parallel (default 1)")
     rp = sub.add_parser("report", help="rebuild report.html of an output folder (run, sweep, capacity, plan, cosim, "
                         "calibrate)")
     rp.add_argument("folder", help="an output folder of dsim run/sweep/capacity/plan/cosim/calibrate")
@@ -300,29 +308,8 @@ def _columns(text):
 
 
 def _cosim(args) -> int:
-    from .calibrate.cosim import cosimulate
-    from .calibrate.realrun import load_real
-    from .config.scenario import read_scenario_file
-    run = load_real(args.real, hardware=args.hardware, model=args.model,
-                    columns=_columns(args.columns) if args.columns else None, time_unit=args.time_unit)
-    if args.model:
-        run.scenario["model"] = args.model
-    if args.hardware:
-        run.scenario["hardware"] = args.hardware
-    base = read_scenario_file(args.scenario) if args.scenario else None
-    out = args.out
-    if out is None:
-        from .runner import inputs_out_dir
-        out = inputs_out_dir("cosim", run.name, [args.real], {
-            "scenario": base, "overrides": args.overrides, "seed": args.seed, "hardware": args.hardware,
-            "model": args.model, "columns": args.columns, "time_unit": args.time_unit})
-    rep = cosimulate(run, base, args.overrides, args.seed, out, plots=not args.no_plots)
-    for st in rep["stages"]:
-        cells = "  ".join(f"{m.upper()} {c['mape']:.1%}" for m, c in st["metrics"].items() if c["mape"] is not None)
-        print(f"{run.name} {st['stage']}: MAPE {cells}" + ("  (overloaded)" if st["overloaded"] else ""))
-    mm = rep["mean_mape"]
-    print(f"mean MAPE (TTFT/TPOT/E2E): {'n/a' if mm is None else f'{mm:.1%}'}; report: {rep['out_dir']}")
-    return 0
+    from .calibrate.cosim import cosim_cli
+    return cosim_cli(args, _columns(args.columns) if args.columns else None)
 
 
 def _examples(args) -> int:

@@ -250,3 +250,32 @@ def test_speculation_candidates_switch_k_live():
     assert chosen and len(acts) == len(chosen) and [a["changed"]["k"] for a in acts] == chosen
     with pytest.raises(ConfigError, match="speculation section"):
         dsim.run(_scn(pools={"a100": {"speculation_k": [2]}}), plots=False)
+
+
+def test_the_observation_carries_speculation_telemetry_and_a_drop_triggers_a_tick():
+    """Each speculative pool's observation counts the drafts verified and accepted in the window
+    (per-target counters); from the start they add up to the per-request totals.  A fall of the
+    window's acceptance rate below the last tick's by more than trigger_acceptance_drop plans early."""
+    from types import SimpleNamespace
+
+    from dsim.cluster.control import Window
+    from dsim.runner import simulate
+    root = Path(__file__).resolve().parents[1]
+    scn = dsim.load_scenario(str(root / "scenarios" / "datacenter_fused.yaml"), ["workload.num_requests=60"])
+    ses = simulate(scn)
+    win = Window.__new__(Window)                  # a window opened at t = 0, read after the run
+    win.fleet, win.spec = ses.fleet, {}
+    spec = [win._speculation(name, pool) for name, pool in ses.fleet.pools.items()]
+    states = ses.spec.states.values()
+    assert sum(s["verified"] for s in spec) == sum(st.verified for st in states) > 0
+    assert sum(s["accepted"] for s in spec) == sum(st.accepted for st in states)
+    assert all(s["acceptance_rate"] == s["accepted"] / s["verified"] for s in spec if s["verified"])
+    again = [win._speculation(name, pool) for name, pool in ses.fleet.pools.items()]
+    assert all(s["verified"] == 0 and s["acceptance_rate"] is None for s in again)     # a new, empty window
+    p = object.__new__(pl.SimulationPlanner)
+    p.cfg = SimpleNamespace(trigger_waiting=None, trigger_busy_swing=None, trigger_acceptance_drop=0.1)
+    p._acc_tick, p._acc_now = {"h100": 0.80}, {"h100": 0.65}
+    ob = {"pools": {"h100": {"waiting": 0, "ready": 1}}}
+    assert p._trigger(ob, {"h100": 0.5}, {}) == "acceptance_drop:h100"
+    p._acc_now = {"h100": 0.75}
+    assert p._trigger(ob, {"h100": 0.5}, {}) is None

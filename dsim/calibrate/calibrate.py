@@ -98,11 +98,26 @@ def window_terms(run: RealRun, ctx) -> dict | None:
     communication as known time), and each prefill that
     completed inside it (its FLOP time), so the fit can cost a prefill step as the roofline does,
     max(memory, decode + prefill compute), instead of averaging compute over the window.  None
-    without per-request first/last token times or with fewer than 8 windows."""
+    without per-request first/last token times or with fewer than 8 windows to fit.
+
+    Requests marked ``held_out`` in the token times (``dsim cosim --holdout``) are left out entirely,
+    and the windows that end after the first held-out arrival are marked ``held_out`` (their batch
+    may include held-out requests): no held-out measurement enters the fit, as target or feature."""
     from .windows import decode_windows
     t = run.meta.get("token_times")
     if not t:
         return None
+    arrival = list(t.get("arrival_s") or t["first_s"])          # the token times' clock
+    stop = np.inf
+    if any(t.get("held_out") or ()):
+        held = np.asarray(t["held_out"], bool)
+        if "arrival_s" not in t:
+            raise ConfigError(run.path, None, "arrival times on the token clock to hold requests out",
+                              show_value=False)
+        stop = float(np.min(np.asarray(t["arrival_s"], float)[held]))
+        t = {k: [x for x, h in zip(v, held) if not h] for k, v in t.items()
+             if isinstance(v, list) and len(v) == len(held)}
+        arrival = [a for a, h in zip(arrival, held) if not h]
     w = decode_windows(t["first_s"], t["last_s"], t["prompt"], t["output"])
     if len(w.tpot_s) < 8:
         return None
@@ -146,63 +161,109 @@ def window_terms(run: RealRun, ctx) -> dict | None:
         ring = 2.0 * (tp - 1) / tp
         known += 2 * m.num_layers * (d.interconnect_latency_s + ring * w.batch * m.hidden_size
                                      * m.bytes_per_param / d.interconnect_bytes_s)
+    if int((last < stop).sum()) < 8:
+        return None
     return {"tpot": w.tpot_s, "batch": w.batch, "mem": mem, "comp": comp, "known": known,
             "steps": w.steps, "prefills": count.astype(float), "owner": owner, "pf_comp": pf_comp,
-            "pf_mem": pf_mem}
+            "pf_mem": pf_mem, "held_out": last >= stop, "arrival": np.asarray(arrival, float)[w.index],
+            "first": first, "last": last}
 
 
-def stage1(runs, ctxs, lat: dict) -> dict | None:
+class Stage1:
+    """Stage 1's regression problem over the decode windows of every run with per-request token times:
+    each window's mean step time modelled from the physical terms of its steps (see ``stage1``).
+    ``run`` (index into ``names``), ``arrival``, ``first``/``last`` (token times) and ``held_out``
+    are per window."""
+    LO, HI = [0.0, 0.0, 1.0, 1.0], [np.inf, np.inf, 20.0, 20.0]
+    NAMES = ("host.step_us", "host.per_seq_us", "memory_efficiency", "compute_efficiency")
+
+    def __init__(self, parts, overlap: float):
+        self.names = [n for n, _ in parts]
+        shift = np.cumsum([0] + [len(t["tpot"]) for _, t in parts[:-1]])
+        # a dense and an MoE model have different GEMM kinds (router, experts): zero columns cost nothing
+        # in the per-kind sum, so every run's term tables are padded to the widest
+        width = {k: max(t[k].shape[1] for _, t in parts) for k in ("mem", "comp", "pf_mem", "pf_comp")}
+
+        def col(t, k):
+            a = t[k]
+            return np.pad(a, ((0, 0), (0, width[k] - a.shape[1]))) if k in width else a
+        cat = {k: np.concatenate([col(t, k) + (s if k == "owner" else 0) for s, (_, t) in zip(shift, parts)])
+               for k in parts[0][1]}
+        self.y = cat["tpot"] - cat["known"]
+        self.batch, self.mem, self.comp, self.steps = cat["batch"], cat["mem"], cat["comp"], cat["steps"]
+        self.prefills = cat["prefills"]
+        self.plain = np.maximum(self.steps - self.prefills, 0.0)
+        self.owner, self.pf_comp, self.pf_mem = cat["owner"], cat["pf_comp"], cat["pf_mem"]
+        self.held_out, self.arrival = cat["held_out"].astype(bool), cat["arrival"]
+        self.first, self.last = cat["first"], cat["last"]
+        self.run = np.repeat(np.arange(len(parts)), [len(t["tpot"]) for _, t in parts])
+        self.serial = 1.0 - float(overlap)
+
+    def gpu(self, tm, tc):     # per GEMM kind (and attention), summed: the roofline's step
+        return (np.maximum(tm, tc) + self.serial * np.minimum(tm, tc)).sum(axis=-1)
+
+    def split(self, c):
+        """Per window: (GPU time of its decode-only steps, GPU time of its steps with a prefill), summed."""
+        with_pf = self.gpu(c[2] * self.pf_mem, c[3] * self.pf_comp)
+        return (self.plain * self.gpu(c[2] * self.mem, c[3] * self.comp),
+                np.bincount(self.owner, with_pf, minlength=len(self.y)))
+
+    def predict(self, c):
+        dec, pf = self.split(c)
+        return c[0] + c[1] * self.batch + (dec + pf) / np.maximum(self.plain + self.prefills, 1.0)
+
+    def solve(self, train=None):
+        """Huber regression on relative error over the windows in ``train`` (default: all not held out)."""
+        from scipy.optimize import least_squares
+        train = ~self.held_out if train is None else train
+        y = self.y[train]
+
+        def resid(c):
+            return (self.predict(c)[train] - y) / y
+        sol = least_squares(resid, np.array([2e-4, 1e-5, 1.25, 1.25]), loss="huber", f_scale=0.05,
+                            bounds=(self.LO, self.HI), x_scale=[1e-3, 1e-5, 1.0, 1.0])
+        return sol, resid(sol.x)
+
+
+def stage1_problem(runs, ctxs, lat: dict) -> Stage1 | None:
+    """None unless the latency model is the roofline and a run has per-request first/last token times."""
+    if lat["model"] != "roofline":
+        return None
+    parts, index = [], []
+    for i, (r, c) in enumerate(zip(runs, ctxs)):
+        if (t := window_terms(r, c)) is not None:
+            parts.append((r.name, t))
+            index.append(i)
+    if not parts:
+        return None
+    prob = Stage1(parts, lat.get("overlap", 1.0))
+    prob.index = index           # position in ``runs`` of each part
+    return prob
+
+
+def stage1(runs, ctxs, lat: dict, prob: Stage1 | None = None) -> dict | None:
     """Robust regression of each request's mean decode step time on its window's batch, jointly over
     every run with per-request timestamps (roofline): one host step cost, per-sequence cost, HBM and
     compute efficiency for all of them.  A window's steps are its decode-only steps plus one step per
     prefill that completed inside it, each costed max(memory, compute) as the roofline costs it.
     The KV read (growing with each window's context) separates the HBM efficiency from the host step
     within one run; runs of models with different weight sizes on one GPU and engine add leverage.
-    None when no run has per-request first/last token times."""
-    from scipy.optimize import least_squares
-    if lat["model"] != "roofline":
+    Windows of held-out requests (``dsim cosim --holdout``) are not fitted.  ``prob``: the problem
+    ``stage1_problem`` built, if already built.  None when no run has per-request first/last token times."""
+    prob = prob if prob is not None else stage1_problem(runs, ctxs, lat)
+    if prob is None:
         return None
-    parts = [(r.name, t) for r, c in zip(runs, ctxs) if (t := window_terms(r, c)) is not None]
-    if not parts:
-        return None
-    shift = np.cumsum([0] + [len(t["tpot"]) for _, t in parts[:-1]])
-    # a dense and an MoE model have different GEMM kinds (router, experts): zero columns cost nothing
-    # in the per-kind sum, so every run's term tables are padded to the widest
-    width = {k: max(t[k].shape[1] for _, t in parts) for k in ("mem", "comp", "pf_mem", "pf_comp")}
-
-    def col(t, k):
-        a = t[k]
-        return np.pad(a, ((0, 0), (0, width[k] - a.shape[1]))) if k in width else a
-    cat = {k: np.concatenate([col(t, k) + (s if k == "owner" else 0) for s, (_, t) in zip(shift, parts)])
-           for k in parts[0][1]}
-    y = cat["tpot"] - cat["known"]
-    batch, mem, comp, steps = cat["batch"], cat["mem"], cat["comp"], cat["steps"]
-    plain = np.maximum(steps - cat["prefills"], 0.0)
-    owner, pf_comp, pf_mem = cat["owner"], cat["pf_comp"], cat["pf_mem"]
-    serial = 1.0 - float(lat.get("overlap", 1.0))
-
-    def gpu(tm, tc):     # per GEMM kind (and attention), summed: the roofline's step
-        return (np.maximum(tm, tc) + serial * np.minimum(tm, tc)).sum(axis=-1)
-
-    def model(c):
-        with_pf = gpu(c[2] * pf_mem, c[3] * pf_comp)
-        total = plain * gpu(c[2] * mem, c[3] * comp) + np.bincount(owner, with_pf, minlength=len(y))
-        return c[0] + c[1] * batch + total / np.maximum(plain + cat["prefills"], 1.0)
-
-    def resid(c):
-        return (model(c) - y) / y
-    c0 = np.array([2e-4, 1e-5, 1.25, 1.25])
-    lo, hi = [0.0, 0.0, 1.0, 1.0], [np.inf, np.inf, 20.0, 20.0]
-    sol = least_squares(resid, c0, loss="huber", f_scale=0.05, bounds=(lo, hi), x_scale=[1e-3, 1e-5, 1.0, 1.0])
-    r = resid(sol.x)
-    dof = max(1, len(y) - 4)
+    sol, r = prob.solve()
+    train = ~prob.held_out
+    dof = max(1, int(train.sum()) - 4)
     try:
         cov = np.linalg.pinv(sol.jac.T @ sol.jac) * float(r @ r) / dof
         se = np.sqrt(np.clip(np.diag(cov), 0, None))
     except np.linalg.LinAlgError:
         se = np.full(4, np.nan)
     c = sol.x
-    return {"requests": int(len(y)), "runs": [n for n, _ in parts], "mape": float(np.mean(np.abs(r))),
+    batch = prob.batch[train]
+    return {"requests": int(train.sum()), "runs": prob.names, "mape": float(np.mean(np.abs(r))),
             "used": True,
             "values": {"host.step_us": c[0] * 1e6, "host.per_seq_us": c[1] * 1e6,
                        "memory_efficiency": 1.0 / c[2], "compute_efficiency": 1.0 / c[3]},
@@ -219,10 +280,10 @@ def _stats(run, base, overrides, seed, lat):
 
 
 def run_errors(rep: dict) -> list:
-    """(stage, 'metric quantile', error) over the report's non-overloaded stages."""
+    """(stage, 'metric quantile', error) over the report's non-overloaded stages that are not held out."""
     out = []
     for st in rep["stages"]:
-        if st["overloaded"]:
+        if st["overloaded"] or st.get("held_out"):
             continue
         for m, q in TARGETS:
             e = st["metrics"].get(m, {}).get("error", {}).get(q)
@@ -266,11 +327,13 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
         for p, xi in zip(space, x):
             set_value(out, p.name, value(p, xi))
         return out
-    hist = []
+    hist, targets = [], []
 
     def f(x):
-        lo = loss_of(evaluate(usable, base, overrides, seed, latency(x), jobs))
+        reps = evaluate(usable, base, overrides, seed, latency(x), jobs)
+        lo = loss_of(reps)
         hist.append(lo)
+        targets.append(sum(len(run_errors(r)) for r in reps))
         if log:
             log(f"stage 2 eval {len(hist)}: loss {lo:.4f}")
         return lo
@@ -290,6 +353,7 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
     unc = {p.name: float(np.ptp([v[i] for v in values])) / 2 for i, p in enumerate(space)}
     converged = bool(opt.success) or (spread is not None and spread < 2e-3)
     return {"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
+            "targets": targets[0],
             "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
             "reason": "simplex converged" if opt.success else
             (f"stopped at {max_evals} evaluations; final simplex loss spread "

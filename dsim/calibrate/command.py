@@ -17,7 +17,7 @@ import yaml
 from ..config.errors import ConfigError
 from ..config.scenario import apply_overrides
 from .calibrate import (SPACES, evaluate, get_value, loss_of, physical_issues, run_errors, set_value, stage1,
-                        stage2, start_latency)
+                        stage1_problem, stage2, start_latency)
 from ..metrics.writers import AtomicOutput, to_json
 from .cosim import _merge, assumed_settings, replay_rows, trace_text
 
@@ -44,10 +44,7 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     warn = warn or _log.warning
     if kind not in SPACES:
         raise ConfigError("--latency-model", kind, "one of " + ", ".join(SPACES))
-    overrides = list(overrides)
-    # --set latency.* shapes the starting point (the fit replaces the replay's latency section)
-    lat_sets = [o for o in overrides if o.strip().startswith("latency.")]
-    overrides = [o for o in overrides if o not in lat_sets]
+    overrides, lat_sets = split_latency_sets(overrides)
     ctxs = [replica_context(r, base, overrides) for r in runs]       # every run replayable, or an error first
     with AtomicOutput(Path(out_dir)) as ao:                   # an unwritable --out fails before any simulation
         report = fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical,
@@ -66,6 +63,13 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
         write_html(ao.tmp, "calibrate")
     report["out_dir"] = str(ao.out)
     return report
+
+
+def split_latency_sets(overrides) -> tuple[list, list]:
+    """(replay overrides, ``--set latency.*`` ones): the latter shape the fit's starting point (the fit
+    replaces the replay's latency section)."""
+    lat_sets = [o for o in overrides if o.strip().startswith("latency.")]
+    return [o for o in overrides if o not in lat_sets], lat_sets
 
 
 def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical, loro, log,
@@ -88,7 +92,8 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
     before = evaluate(runs, base, overrides, seed, lat0, jobs)
     _check_loss(loss_of(before), runs, "before fitting")
     lat1 = copy.deepcopy(lat0)
-    s1 = stage1(runs, ctxs, lat0)
+    prob = stage1_problem(runs, ctxs, lat0)
+    s1 = stage1(runs, ctxs, lat0, prob)
     if s1 is not None:
         for k, v in s1["values"].items():
             set_value(lat1, k, min(max(v, 0.0), 1.0) if k.endswith("efficiency") else v)
@@ -127,6 +132,9 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
               "errors": [{"run": r.name, "before": run_errors(b), "after": run_errors(a)}
                          for r, b, a in zip(runs, before, after)],
               "leave_one_run_out": loro_rows}
+    from .diagnostics import calibrate_diagnostics
+    report["diagnostics"] = calibrate_diagnostics(prob, ctxs, kind, space, lat, s2["targets"],
+                                                  stage1_used=bool(s1 and s1.get("used", True)))
     return report
 
 
@@ -201,6 +209,9 @@ def markdown(rep: dict) -> str:
                   "|---|---|---|---|"]
         for row in rep["leave_one_run_out"]:
             lines += [f"| {row['held_out']} | {s} | {m} | {_pct(v)} |" for s, m, v in row["errors"]]
+    if rep.get("diagnostics"):
+        from .diagnostics import markdown_lines
+        lines += [""] + markdown_lines(rep["diagnostics"])
     if any(rep["assumed"].values()):
         lines += ["", "## Assumed settings", ""]
         for name, items in rep["assumed"].items():
@@ -236,5 +247,8 @@ def calibrate_cli(args, columns) -> int:
                     args.allow_nonphysical, not args.no_loro)
     print(f"loss {rep['loss']['before']:.4f} -> {rep['loss']['after']:.4f}; "
           f"{'converged' if rep['stage2']['converged'] else 'NOT converged: ' + rep['stage2']['reason']}")
+    from .diagnostics import console_lines
+    for line in console_lines(rep["diagnostics"]):
+        print(line)
     print(f"wrote {rep['out_dir']}/calibrated.yaml, report.md, report.json")
     return 0

@@ -5,6 +5,8 @@ Definitions (ms): TTFT = first token - arrival; TPOT = (last token - first token
 E2E = last token (completion) - arrival; ITL = gap between consecutive tokens of a request,
 weighted per token.  Signed error = (sim - real) / real; a metric's MAPE is the mean |error| over
 the quantiles both sides have; KS = two-sample Kolmogorov-Smirnov statistic (per-request data only).
+Pass mark per metric (seed 000 Iteration 10, End-to-End Validation Protocol): KS < 0.15 and
+|median error| < 20 %.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from ..core.rng import PartitionedRNG
 from ..metrics.exact import weighted_stats
 from ..metrics.measures import ledger_latencies, request_latencies
 from ..metrics.writers import AtomicOutput, to_json
+from .diagnostics import KS_PASS, MEDIAN_PASS, replay_pass
 from .realrun import METRICS, QUANTS, RealRun, quantiles
 
 log = logging.getLogger(__name__)
@@ -213,6 +216,7 @@ def cosim_report(run: RealRun, res, scn: dict) -> dict:
             c = compare(st.real[m], sim_stats.get(m, {}))
             if m in st.samples and m != "itl":
                 c["ks"] = ks_statistic(st.samples[m], sim_samples[m])
+            c["pass"] = replay_pass(c)
             c["count"] = {"real": st.real[m].get("count"), "sim": sim_stats.get(m, {}).get("count")}
             metrics[m] = c
         thr = {}
@@ -225,14 +229,21 @@ def cosim_report(run: RealRun, res, scn: dict) -> dict:
                 thr[k] = {"real": real_v, "sim": s,
                           "error": (s - real_v) / real_v if real_v and s is not None else None}
         stages.append({"stage": st.name, "rate": st.rate, "overloaded": st.overloaded, "failures": st.failures,
+                       "held_out": st.held_out,
                        "requests": {"real": st.real.get("e2e", {}).get("count"), "sim_completed": n_done,
                                     "sim_arrived": int(inside.sum())},
-                       "metrics": metrics, "throughput": thr})
+                       "metrics": metrics, "throughput": thr, "passed": stage_passed(metrics)})
     mapes = [c["mape"] for s in stages if not s["overloaded"] for m, c in s["metrics"].items()
              if c["mape"] is not None and m != "itl"]
     return {"run": run.name, "source": run.source, "path": run.path, "overloaded": run.overloaded,
             "latency": scn.get("latency"), "seed": scn.get("seed"), "notes": run.notes,
             "stages": stages, "mean_mape": float(np.mean(mapes)) if mapes else None}
+
+
+def stage_passed(metrics: dict) -> bool | None:
+    """A stage passes when every metric with a pass mark passes; None when a mark cannot be evaluated."""
+    marks = [c["pass"]["passed"] for c in metrics.values() if c.get("pass") and c.get("ks") is not None]
+    return None if not marks or None in marks else all(marks)
 
 
 def check_comparable(run: RealRun, rep: dict) -> None:
@@ -273,7 +284,34 @@ def markdown(rep: dict) -> str:
             lines.append(f"| {st['stage']} | {k} | | {_fmt(t['real'])} | {_fmt(t['sim'])} | {_fmt(t['error'], True)} | | |")
     mm = rep["mean_mape"]
     lines += ["", f"Mean MAPE over TTFT/TPOT/E2E of the non-overloaded stages: {'n/a' if mm is None else f'{mm:.1%}'}."]
+    lines += ["", f"## Pass marks (seed 000 Iteration 10: KS < {KS_PASS} and |median error| < {MEDIAN_PASS:.0%} per "
+              "metric)", ""]
+    if rep.get("holdout"):
+        h = rep["holdout"]
+        lines += [f"80/20 replay: {h['latency_model']} fitted on the requests arriving before "
+                  f"{h['split_arrival_s']:.2f} s ({h['requests']['fitted']}; loss {h['fit']['loss_before']:.4f} -> "
+                  f"{h['fit']['loss_after']:.4f} in {h['fit']['evaluations']} simulations), the whole arrival "
+                  f"pattern replayed, the last {h['fraction']:.0%} ({h['requests']['held_out']} requests) "
+                  f"compared: **{_verdict(next(st['passed'] for st in rep['stages'] if st.get('held_out')))}**.",
+                  ""]
+    lines += ["| stage | metric | KS | KS < 0.15 | median error | < 20 % | pass |", "|---|---|---|---|---|---|---|"]
+    for st in rep["stages"]:
+        for m, c in st["metrics"].items():
+            p = c.get("pass") or {}
+            if not p:
+                continue
+            lines.append(f"| {st['stage']} | {m.upper()} | {_ks(p['ks']['value'])} | {_mark(p['ks']['passed'])} | "
+                         f"{_fmt(p['median_error']['value'], True)} | {_mark(p['median_error']['passed'])} | "
+                         f"{_mark(p['passed'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _verdict(x):
+    return "not evaluated" if x is None else ("PASSED" if x else "FAILED")
+
+
+def _mark(x):
+    return "n/a" if x is None else ("pass" if x else "**FAIL**")
 
 
 def cdf_plot(run: RealRun, res, path: Path) -> None:
@@ -314,11 +352,14 @@ def cdf_plot(run: RealRun, res, path: Path) -> None:
     plt.close(fig)
 
 
-def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, plots=True) -> dict:
+def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, plots=True, latency=None,
+               extra: dict | None = None) -> dict:
     """Replay, compare, and (with ``out_dir``) write cosim.json, cosim.md, scenario.yaml (+ the replay
-    trace, so ``dsim run out/scenario.yaml`` reruns it) and plots/cdf.png, atomically."""
-    res, scn = simulate_run(run, base, overrides, seed)
+    trace, so ``dsim run out/scenario.yaml`` reruns it) and plots/cdf.png, atomically.  ``latency``
+    replaces the scenario's latency section (as in ``simulate_run``); ``extra`` is added to the report."""
+    res, scn = simulate_run(run, base, overrides, seed, latency)
     rep = cosim_report(run, res, scn)
+    rep.update(extra or {})
     check_comparable(run, rep)
     rep["assumed"] = assumed_settings(run, base, overrides)
     rep["notes"] = list(rep.get("notes", [])) + [f"assumed: {a}" for a in rep["assumed"]]
@@ -339,3 +380,52 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
                 write_html(ao.tmp, "cosim")
         rep["out_dir"] = str(ao.out)
     return rep
+
+
+_MARK = {True: "pass", False: "fail", None: "n/a"}
+
+
+def cosim_cli(args, columns) -> int:
+    """``dsim cosim``: one replay, or with ``--holdout`` the 80/20 replay (dsim.calibrate.holdout)."""
+    from ..config.scenario import read_scenario_file
+    from .realrun import load_real
+    run = load_real(args.real, hardware=args.hardware, model=args.model, columns=columns, time_unit=args.time_unit)
+    if args.model:
+        run.scenario["model"] = args.model
+    if args.hardware:
+        run.scenario["hardware"] = args.hardware
+    base = read_scenario_file(args.scenario) if args.scenario else None
+    fit_opts = {"latency_model": args.latency_model, "max_evals": args.max_evals, "jobs": args.jobs}
+    if args.holdout is None and any(v is not None for v in fit_opts.values()):
+        given = next(k for k, v in fit_opts.items() if v is not None)
+        raise ConfigError(f"--{given.replace('_', '-')}", fit_opts[given], "--holdout as well (it sets the fit "
+                          "of the 80/20 replay)")
+    out = args.out
+    if out is None:
+        from ..runner import inputs_out_dir
+        out = inputs_out_dir("cosim", run.name, [args.real], {
+            "scenario": base, "overrides": args.overrides, "seed": args.seed, "hardware": args.hardware,
+            "model": args.model, "columns": args.columns, "time_unit": args.time_unit,
+            **({"holdout": args.holdout, **fit_opts} if args.holdout is not None else {})})
+    if args.holdout is not None:
+        from ..config.limits import MAX_EVALS, MAX_JOBS, check_flag
+        from .holdout import holdout_cosim
+        max_evals, jobs = fit_opts["max_evals"] or 40, fit_opts["jobs"] or 1
+        check_flag("--max-evals", max_evals, 1, MAX_EVALS)
+        check_flag("--jobs", jobs, 1, MAX_JOBS)
+        rep = holdout_cosim(run, args.holdout, base, args.overrides, args.seed, out, not args.no_plots,
+                            fit_opts["latency_model"] or "roofline", max_evals, jobs)
+    else:
+        rep = cosimulate(run, base, args.overrides, args.seed, out, plots=not args.no_plots)
+    for st in rep["stages"]:
+        cells = "  ".join(f"{m.upper()} {c['mape']:.1%}" for m, c in st["metrics"].items() if c["mape"] is not None)
+        print(f"{run.name} {st['stage']}: MAPE {cells}" + ("  (overloaded)" if st["overloaded"] else ""))
+        marks = [(m, c["pass"]) for m, c in st["metrics"].items() if c.get("ks") is not None]
+        if marks:
+            print(f"{run.name} {st['stage']}: KS " + "  ".join(
+                f"{m.upper()} {p['ks']['value']:.3f} {_MARK[p['passed']]}" for m, p in marks)
+                + f"  (pass: KS < {KS_PASS} and |median error| < {MEDIAN_PASS:.0%}): stage "
+                + _MARK[st["passed"]].upper())
+    mm = rep["mean_mape"]
+    print(f"mean MAPE (TTFT/TPOT/E2E): {'n/a' if mm is None else f'{mm:.1%}'}; report: {rep['out_dir']}")
+    return 0

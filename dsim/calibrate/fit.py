@@ -145,13 +145,20 @@ def physics_design(rows, models: dict, gamma: float):
     return np.asarray(X, float), np.array([r.duration_s for r in rows])
 
 
-def _ridge_relative(X, y, w, lam):
-    from sklearn.linear_model import Ridge
+def relative_design(X, y, w):
+    """The matrix and target the Ridge fit solves: rows weighted by sqrt(w) / y (relative error),
+    columns divided by their largest |value| (``scale``; 1 for an all-zero column)."""
     s = np.sqrt(w) / y
     scale = np.abs(X).max(axis=0)
     scale[scale == 0] = 1.0
+    return X / scale * s[:, None], y * s, scale
+
+
+def _ridge_relative(X, y, w, lam):
+    from sklearn.linear_model import Ridge
+    Z, t, scale = relative_design(X, y, w)
     m = Ridge(alpha=lam, fit_intercept=False, positive=True, solver="lbfgs", max_iter=5000)
-    m.fit(X / scale * s[:, None], y * s)
+    m.fit(Z, t)
     return m.coef_ / scale
 
 
@@ -288,17 +295,20 @@ def fit_traces(paths, kind: str, base: dict | None = None) -> tuple[dict, dict]:
     rows = beta_table(tr)
     ctxs = replica_contexts(tr, base)
     arows = alpha_table(tr, rows)
+    from .diagnostics import config_label, fit_diagnostics
+    groups = {rep: config_label(c) for rep, c in ctxs.items()}
+    models = _step_models(ctxs, kind)
     if kind == "unified5":
-        res = fit_unified5(rows, _step_models(ctxs, "unified5"))
+        res = fit_unified5(rows, models)
         res["alpha"] = fit_alpha(arows)["alpha"]
         res["method"] = "NNLS on relative step-time error over the five unified5 basis functions"
     else:
-        models = _step_models(ctxs, "physics")
-        groups = {rep: f"{c.model.name}|{c.device.name}|tp{c.engine.tensor_parallel_size}" for rep, c in ctxs.items()}
         res = fit_physics(rows, models, groups)
         res["alpha"] = _physics_alpha(arows, models)
         res["method"] = "Ridge (non-negative) on relative step-time error, CV over lambda and EMA gamma"
     res["fit"]["requests"] = len(arows)
+    res["diagnostics"] = fit_diagnostics(kind, rows, arows, ctxs, models, groups, res)
+    res["fit"]["effective_df"] = round(res["diagnostics"]["degrees_of_freedom"]["beta"]["df"], 4)
     trained = {"data": [str(p) for p in paths],
                "models": sorted({c.model.name for c in ctxs.values()}),
                "hardware": sorted({c.device.name for c in ctxs.values()}),
@@ -308,21 +318,24 @@ def fit_traces(paths, kind: str, base: dict | None = None) -> tuple[dict, dict]:
     return res, trained
 
 
-def _physics_alpha(arows, models) -> list:
-    """Alpha: non-negative least squares of the API delay on the 11 physics alpha features."""
-    from scipy.optimize import nnls
-
+def physics_alpha_design(arows, models):
+    """The 11 physics alpha features of each request at queue time, and its API delay (s)."""
     from ..latency.physics import AlphaInput, alpha_features
-    if not arows:
-        return [0.0] * 11
     X, y = [], []
     for a in arows:
-        m = models[a.replica]
-        c = m.cfg
+        c = models[a.replica].cfg
         free = (1 - a.kv_usage) * c.total_kv_blocks_gpu * c.block_bytes * c.kv_shards
         X.append(alpha_features(c, AlphaInput(a.running, a.waiting, a.kv_usage, a.prompt_tokens, 0.0, free, 0.0)))
         y.append(a.api_delay_s)
-    coef, _ = nnls(np.asarray(X), np.asarray(y))
+    return np.asarray(X, float).reshape(len(X), 11), np.asarray(y, float)
+
+
+def _physics_alpha(arows, models) -> list:
+    """Alpha: non-negative least squares of the API delay on the 11 physics alpha features."""
+    from scipy.optimize import nnls
+    if not arows:
+        return [0.0] * 11
+    coef, _ = nnls(*physics_alpha_design(arows, models))
     return [float(v) for v in coef]
 
 
@@ -346,6 +359,9 @@ def fit_cli(args) -> int:
     if traces:
         res, trained = fit_traces(traces, args.model, base)
         print(f"stage 1: {res['fit']['rows']} steps, MAPE {res['fit']['mape']:.2%}, beta {res['beta']}")
+        from .diagnostics import console_lines
+        for line in console_lines(res["diagnostics"]):
+            print(f"stage 1 {line}")
     else:
         if args.model != "unified5":
             raise ConfigError("runs", args.runs, "OTLP step traces (*.otlp.jsonl) for a physics fit")
@@ -368,6 +384,41 @@ def fit_cli(args) -> int:
         res["method"] += "; then Nelder-Mead with dsim in the loop on real runs (dsim calibrate's stage 2)"
         trained["data"] = list(trained.get("data", [])) + [r.path for r in runs]
         print(f"stage 2: loss {s2['loss_start']:.4f} -> {s2['loss']:.4f} in {s2['evaluations']} simulations")
+        _stage2_diagnostics(res, UNIFIED5, {"model": "unified5", "beta": res["beta"], "alpha": res["alpha"]},
+                            s2["targets"])
     write_coeffs(Path(args.out), args.model, res, trained)
-    print(f"wrote {args.out}")
+    report = Path(args.out).with_suffix(".report.json")
+    _write_report(report, {"model": args.model, "method": res["method"], "trained_on": trained, "fit": res["fit"],
+                           "beta": res["beta"], "alpha": res["alpha"], "diagnostics": res.get("diagnostics")})
+    print(f"wrote {args.out} and {report}")
     return 0
+
+
+def _stage2_diagnostics(res: dict, space, lat: dict, targets: int) -> None:
+    """Stage 2's df and sign review, added to (or, without traces, making) ``res['diagnostics']``."""
+    from .diagnostics import calibrate_diagnostics, console_lines
+    d2 = calibrate_diagnostics(None, None, "unified5", space, lat, targets,
+                               why="the per-sample criteria need step traces (OTLP), not run aggregates")
+    if res.get("diagnostics"):
+        d = res["diagnostics"]
+        d["degrees_of_freedom"]["stage2"] = d2["degrees_of_freedom"]["stage2"]
+        d["signs"]["stage2"] = d2["signs"]["stage2"]
+        d["note"] = "the stage-1 diagnostics describe the step-trace fit; stage 2 then moved the coefficients"
+        lines = [ln for ln in console_lines(d2) if "(stage2)" in ln or ln.startswith("signs")]
+    else:
+        res["diagnostics"] = d2
+        lines = console_lines(d2)
+    for line in lines:
+        print(f"stage 2 {line}")
+
+
+def _write_report(path: Path, doc: dict) -> None:
+    from ..metrics.writers import to_json
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(to_json(doc))
+        tmp.replace(path)
+    except OSError as e:
+        if tmp.exists():
+            tmp.unlink()
+        raise ConfigError("--out", str(path), f"a writable file ({e.strerror})") from None

@@ -52,6 +52,7 @@ class Stage:
     failures: int = 0
     overloaded: bool = False
     itl_not_compared: dict | None = None    # the source's ITL (p50, mean, per-token time) when it times messages
+    held_out: bool = False          # compared, but left out of every fitting loss (dsim cosim --holdout)
 
 
 @dataclass
@@ -191,7 +192,7 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
     if not raw:
         raise ConfigError(str(p), None, "at least one request", show_value=False)
     q0 = min(_num(r, "queued_ts", w) for w, r in raw)
-    rows, ttft, tpot, e2e, start, end = [], [], [], [], [], []
+    rows, ttft, tpot, e2e, start, end, each_tpot = [], [], [], [], [], [], []
     for w, r in raw:
         q, f1, last = (_num(r, k, w) for k in ("queued_ts", "first_token_ts", "last_token_ts"))
         n_out = int(_num(r, "output_toks", w))
@@ -206,8 +207,9 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
                      "request_id": str(r.get("request_id", ""))})
         ttft.append((f1 - q) * 1e3)
         e2e.append((last - q) * 1e3)
+        each_tpot.append((last - f1) * 1e3 / (n_out - 1) if n_out > 1 else None)
         if n_out > 1:
-            tpot.append((last - f1) * 1e3 / (n_out - 1))
+            tpot.append(each_tpot[-1])
         start.append(q)
         end.append(last)
     st = _trace_stage(rows, ttft, tpot, e2e, None)
@@ -225,14 +227,16 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
         notes.append(f"data_parallel_size={dp} modelled as {dp} replicas behind a least-outstanding router"
                      + (" (expert parallelism across DP ranks is not modelled: each replica holds all experts)"
                         if ep else ""))
-    times = {"first_s": [_num(r, "first_token_ts", w) for w, r in raw],
+    times = {"arrival_s": [_num(r, "queued_ts", w) for w, r in raw],
+             "first_s": [_num(r, "first_token_ts", w) for w, r in raw],
              "last_s": [_num(r, "last_token_ts", w) for w, r in raw],
              "prompt": [x["prompt_tokens"] for x in rows], "output": [x["output_tokens"] for x in rows]}
     if meta.get("vllm_version"):
         scn["engine"]["vllm_version"] = str(meta["vllm_version"])
     return RealRun(folder.name, "llmservingsim", str(folder), scn, [st], rows, notes,
                    {"vllm_version": meta.get("vllm_version"), "device_name": (meta.get("hardware") or {}).get("device_name"),
-                    "token_times": times, "clock": "engine"})
+                    "token_times": times, "clock": "engine",
+                    "per_request": {"ttft": ttft, "tpot": each_tpot, "e2e": e2e}})
 
 
 # ---- inference-perf output folder --------------------------------------------------------------------
@@ -423,14 +427,15 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
         if not rate > 0:
             raise ConfigError(f"{p}.request_rate", rate, 'a rate > 0 or "inf" (all requests at once)')
     burst = req["burstiness"]
-    ttft, e2e, tpot, itl = [], [], [], []
+    ttft, e2e, tpot, itl, each_tpot = [], [], [], [], []
     for r in req["rows"]:
         g = [x * 1e3 for x in r["itls"]]
         itl += g
         ttft.append(r["ttft"] * 1e3)
         e2e.append(r["ttft"] * 1e3 + sum(g))
+        each_tpot.append(sum(g) / (r["output"] - 1) if r["output"] > 1 else None)
         if r["output"] > 1:
-            tpot.append(sum(g) / (r["output"] - 1))
+            tpot.append(each_tpot[-1])
     starts = req.get("starts")
     lens = [{"arrival_s": 0.0 if starts is None else starts[i], "prompt_tokens": r["input"],
              "output_tokens": r["output"], "request_id": str(i)} for i, r in zip(req["ok"], req["rows"])]
@@ -457,7 +462,7 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
         st.throughput = {"requests_per_s": len(lens) / req["duration"],
                          "output_tokens_per_s": sum(r["output_tokens"] for r in lens) / req["duration"]}
     return RealRun(name, "vllm-bench", str(p), scn, [st], lens, notes,
-                   {"backend": d.get("backend"),
+                   {"backend": d.get("backend"), "per_request": {"ttft": ttft, "tpot": each_tpot, "e2e": e2e},
                     **({"regenerate": {"rate": rate, "burstiness": burst}} if starts is None else {})})
 
 
@@ -513,8 +518,8 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
                 raise ConfigError(f"{w}.{columns[k]}", r.get(columns[k]), f"an integer >= 1 ({k})")
         vals.append((w, g))
     t0 = min(g["arrival_s"] for _, g in vals)
-    rows, ttft, tpot, e2e = [], [], [], []
-    times = {"first_s": [], "last_s": [], "prompt": [], "output": []}
+    rows, ttft, tpot, e2e, each_tpot = [], [], [], [], []
+    times = {"arrival_s": [], "first_s": [], "last_s": [], "prompt": [], "output": []}
     for w, g in vals:
         a = (g["arrival_s"] - t0) * time_unit
         if durations:
@@ -528,14 +533,17 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
                      "request_id": w.rsplit(":", 1)[-1]})
         ttft.append(tf * 1e3)
         e2e.append(te * 1e3)
+        each_tpot.append((te - tf) * 1e3 / (n_out - 1) if n_out > 1 else None)
         if n_out > 1:
-            tpot.append((te - tf) * 1e3 / (n_out - 1))
-        for k, v in (("first_s", a + tf), ("last_s", a + te), ("prompt", int(g["prompt_tokens"])), ("output", n_out)):
+            tpot.append(each_tpot[-1])
+        for k, v in (("arrival_s", a), ("first_s", a + tf), ("last_s", a + te), ("prompt", int(g["prompt_tokens"])),
+                     ("output", n_out)):
             times[k].append(v)
     scn = {"name": p.stem, "model": model, "hardware": hardware, "engine": dict(engine or {}),
            "workload": {"type": "trace"}}
     return RealRun(p.stem, "generic", str(p), scn, [_trace_stage(rows, ttft, tpot, e2e, None)], rows,
-                   ["arrivals replayed exactly from the file"], {"token_times": times})
+                   ["arrivals replayed exactly from the file"],
+                   {"token_times": times, "per_request": {"ttft": ttft, "tpot": each_tpot, "e2e": e2e}})
 
 
 def check_time_unit(time_unit) -> None:

@@ -180,6 +180,7 @@ class AlphaRow:
     waiting: int
     kv_usage: float
     preemptions: int
+    t_arrival: float = 0.0      # ARRIVED (s, the trace's clock)
 
 
 def alpha_table(tr: Traces, beta: list | None = None) -> list:
@@ -210,5 +211,5 @@ def alpha_table(tr: Traces, beta: list | None = None) -> list:
                 run, wait, kv = lst[i].shape.running, lst[i].waiting, lst[i].kv_usage
         rows.append(AlphaRow(rep, rid, prompt, out, t_h - t_arr, gap("QUEUED", "SCHEDULED"),
                              gap("FIRST_TOKEN", "FIRST_RESPONSE"), gap("FINISHED", "DEPARTED"), run, wait, kv,
-                             len(j["PREEMPTED"])))
+                             len(j["PREEMPTED"]), t_arr))
     return rows

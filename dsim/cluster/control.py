@@ -96,6 +96,7 @@ class Window:
         self.n_rej = 0
         self.n_arr = 0
         self.busy = {}
+        self.spec = {}                   # pool -> (verified, accepted) at the previous observation
 
     def observe(self) -> dict:
         f = self.fleet
@@ -122,6 +123,8 @@ class Window:
                 "max_num_seqs": p.engine.max_num_seqs,
                 "max_num_batched_tokens": p.engine.max_num_batched_tokens,
             }
+            if f.speculation is not None:
+                pools[name]["speculation"] = self._speculation(name, p)
         obs = {
             "time_s": now,
             "interval_s": dt,
@@ -140,6 +143,18 @@ class Window:
         self.n_rej = f.n_rejected
         self.n_arr = f.arrived
         return obs
+
+
+    def _speculation(self, name: str, pool) -> dict:
+        """A speculative pool's window: drafts verified and accepted since the last observation, their
+        ratio, and the conversations whose drafts wait for verification now (seed 002 A.2)."""
+        tg = [t for t in (self.fleet.speculation.targets.get(r.name) for r in pool.replicas) if t is not None]
+        ver, acc = sum(t.verified for t in tg), sum(t.accepted for t in tg)
+        v0, a0 = self.spec.get(name, (0, 0))
+        self.spec[name] = (ver, acc)
+        return {"verified": ver - v0, "accepted": acc - a0,
+                "acceptance_rate": (acc - a0) / (ver - v0) if ver > v0 else None,
+                "verify_queue": sum(t.ready_n for t in tg)}
 
 
 class Controller:

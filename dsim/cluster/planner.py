@@ -144,6 +144,8 @@ class SimulationPlanner:
         self.last_change = -math.inf
         self.forked = False
         self._arrivals = None
+        self._acc_now: dict = {}          # pool -> acceptance rate of its latest window with verifications
+        self._acc_tick: dict = {}         # ... as it was at the last tick
 
     # ---- the process -------------------------------------------------------------------------
     def run(self, log: list):
@@ -159,11 +161,16 @@ class SimulationPlanner:
             now = env.now
             obs = win.observe()
             busy = {k: p["busy_fraction"] for k, p in obs["pools"].items()}
+            for k, p in obs["pools"].items():      # a window without verifications keeps the last rate
+                rate = (p.get("speculation") or {}).get("acceptance_rate")
+                if rate is not None:
+                    self._acc_now[k] = rate
             trigger = "cadence" if now >= next_tick - 1e-9 else self._trigger(obs, busy, last_busy)
             if trigger is None or now - self.last_change < self.dwell - 1e-9:
                 continue
             next_tick = now + cfg.cadence_s
             last_busy = busy
+            self._acc_tick = dict(self._acc_now)
             self._tick(now, trigger, log)
 
     def _trigger(self, obs: dict, busy: dict, last_busy: dict) -> str | None:
@@ -174,6 +181,9 @@ class SimulationPlanner:
             if (cfg.trigger_busy_swing is not None and name in last_busy
                     and abs(busy[name] - last_busy[name]) > cfg.trigger_busy_swing):
                 return f"busy_swing:{name}"
+            if (cfg.trigger_acceptance_drop is not None and name in self._acc_tick and name in self._acc_now
+                    and self._acc_now[name] < self._acc_tick[name] - cfg.trigger_acceptance_drop):
+                return f"acceptance_drop:{name}"
         return None
 
     # ---- one tick ----------------------------------------------------------------------------

@@ -44,12 +44,42 @@ def build_cosim(d: Path) -> str:
         page.chart(charts.finish(g))
     page.h2("Every comparison")
     page.table(["stage", "metric", "statistic", "real (ms)", "sim (ms)", "error"], table, left=3)
+    marks = [[st["stage"], m.upper(), c["pass"]["ks"]["value"], _mark(c["pass"]["ks"]["passed"]),
+              None if c["pass"]["median_error"]["value"] is None else f"{c['pass']['median_error']['value']:+.1%}",
+              _mark(c["pass"]["median_error"]["passed"]), _mark(c["pass"]["passed"])]
+             for st in rep.get("stages", []) for m, c in st.get("metrics", {}).items() if c.get("pass")]
+    if marks:
+        page.h2("Pass marks (seed 000 Iteration 10: KS < 0.15 and |median error| < 20 % per metric)")
+        if rep.get("holdout"):
+            h = rep["holdout"]
+            page.para(f"80/20 replay: {h['latency_model']} fitted on the {h['requests']['fitted']} requests arriving "
+                      f"before {h['split_arrival_s']:.2f} s, the last {h['fraction']:.0%} "
+                      f"({h['requests']['held_out']} requests) held out.", "note")
+        page.table(["stage", "metric", "KS", "KS < 0.15", "median error", "< 20 %", "pass"], marks, left=2)
     thr = [[st["stage"], k, t.get("real"), t.get("sim"), None if t.get("error") is None else f"{t['error']:+.1%}"]
            for st in rep.get("stages", []) for k, t in st.get("throughput", {}).items()]
     if thr:
         page.h2("Throughput")
         page.table(["stage", "quantity", "real", "sim", "error"], thr, left=2)
+    if rep.get("diagnostics"):                  # --holdout: the fit on the first part
+        _diagnostics(page, rep["diagnostics"])
     return page.render()
+
+
+def _mark(x):
+    return "n/a" if x is None else ("pass" if x else "FAIL")
+
+
+def _diagnostics(page, diag: dict) -> None:
+    """df and the acceptance criteria of a fit (dsim.calibrate.diagnostics)."""
+    from ..calibrate.diagnostics import acceptance_line
+    page.h2("Diagnostics (seed 000 training pipeline)")
+    for side, x in diag.get("degrees_of_freedom", {}).items():
+        if "df" in x:
+            page.para(f"Effective degrees of freedom ({side}): {x['df']:.2f} of {x.get('coefficients')} coefficients "
+                      f"on {x['rows']} rows ({x['method']}).", "note")
+    page.table(["acceptance criterion (seed 000 Iteration 9 Note 4)"], [[acceptance_line(a)] for a in
+                                                                        diag.get("acceptance", [])], left=1)
 
 
 def build_calibrate(d: Path) -> str:
@@ -85,4 +115,6 @@ def build_calibrate(d: Path) -> str:
     if loro:
         page.h2("Leave one run out (fitted on the others)")
         page.table(["held out", "stage", "metric", "error"], loro, left=3)
+    if rep.get("diagnostics"):
+        _diagnostics(page, rep["diagnostics"])
     return page.render()

@@ -230,6 +230,8 @@ class SpecRuntime(Conversations, DraftingModes):
         st.ready = False
         tgt = self.targets[inst.name]
         tgt.ready_n -= 1
+        tgt.verified += k
+        tgt.accepted += a
         st.rounds += 1
         st.verified += k
         st.accepted += a

@@ -68,7 +68,8 @@ class TargetState:
     """Per-target replica speculation state: its policy, its fused drafter's warm/cold status, the
     verify queue and a controller's override."""
 
-    __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s", "ready_n", "override")
+    __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s", "ready_n", "override", "verified",
+                 "accepted")
 
     def __init__(self, policy, warm: bool, load_s: float):
         self.policy = policy
@@ -77,4 +78,6 @@ class TargetState:
         self.cold_starts = 0
         self.load_s = load_s
         self.ready_n = 0                 # conversations whose drafts wait at this target (verify queue)
+        self.verified = 0                # drafts verified here so far (controllers read acceptance per window)
+        self.accepted = 0
         self.override = None             # (mode or None, k or None) set by a SetSpeculation action

@@ -85,6 +85,9 @@ class PlannerConfig(Section):
     """Plan early when a pool's waiting requests per ready replica exceed this (None: off)."""
     trigger_busy_swing: Float(0, 1, lo_open=True) | None = None
     """Plan early when a pool's busy fraction moved by more than this since the last tick (None: off)."""
+    trigger_acceptance_drop: Float(0, 1, lo_open=True) | None = None
+    """Plan early when a speculative pool's acceptance rate over the last check fell by more than
+    this below the rate over the check before the last tick (None: off)."""
     trigger_check_s: Float(MIN_TIMER_S) = 1.0
     """Seconds between trigger checks (with a trigger set)."""
     jobs: Int(1, 64) = 2
@@ -99,5 +102,6 @@ class PlannerConfig(Section):
     @property
     def interval_s(self) -> float:
         """How often the planner's process wakes (a trigger check, or a tick)."""
-        triggers = self.trigger_waiting is not None or self.trigger_busy_swing is not None
+        triggers = (self.trigger_waiting is not None or self.trigger_busy_swing is not None
+                    or self.trigger_acceptance_drop is not None)
         return self.trigger_check_s if triggers else self.cadence_s
