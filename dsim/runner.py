@@ -150,7 +150,7 @@ class Session:
 
     def _build(self, scn, check_invariants, progress, controllers, vllm_traces, keep_steps) -> None:
         self.scn = scn
-        self.sim = sim = Simulation(scn.seed)
+        self.sim = sim = Simulation(scn.seed, scn.seeds)
         self.recorders: list = []          # (instance, StepRecorder) when emitting vLLM traces
         self.workload, wdesc = build_workload(scn.config.workload, sim.rng, scn.base_dir)
         self.workload.apply_slo_targets(scn.slo_classes, scn.slo_ttft_ms, scn.slo_tpot_ms)

@@ -45,6 +45,7 @@ class Scenario:
     overrides: tuple = ()            # the --set strings applied to the file (recorded in manifest.json)
     config: object = None            # the validated ScenarioConfig (dsim.config.schema): typed sections
     data_files: frozenset = frozenset()   # resolved paths of the data files loading read (manifest hashes)
+    seeds: dict | None = None        # seeds: per-group master seeds (workload / simulation / jitter), dsim.core.rng
 
     @property
     def digest(self) -> str:
@@ -166,7 +167,8 @@ def _build(data: dict, cfg, shown: str, base_dir, overrides) -> Scenario:
         spec = load_spec(cfg.speculation, "speculation", base_dir, model)
         check_targets(spec, fleet.pools)
     slo = cfg.slo
-    return Scenario(raw=data, base_dir=base_dir, seed=cfg.seed, name=name, model=model, device=device,
+    return Scenario(raw=data, base_dir=base_dir, seed=cfg.seed, seeds=cfg.seeds.model_dump() if cfg.seeds else None,
+                    name=name, model=model, device=device,
                     engine=engine, slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms, horizon_s=cfg.horizon_s,
                     drain=cfg.drain, plots=cfg.output.plots, timeline=cfg.output.timeline, source=shown,
                     fleet=fleet, slo_tvt_ms=slo.tvt_ms, spec=spec, percentiles=cfg.output.percentiles,

@@ -13,9 +13,9 @@ STALL_EVENTS = 20_000_000
 
 
 class Simulation:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, seeds: dict | None = None):
         self.env = simpy.Environment()
-        self.rng = PartitionedRNG(seed)
+        self.rng = PartitionedRNG(seed, seeds)
         self.seed = seed
         self.stall_limit = STALL_EVENTS
 

@@ -98,7 +98,7 @@ def _workload_stats(scn) -> dict:
     from ..core.simulation import Simulation
     from ..metrics.console import offered_load
     from ..workload.generator import build_requests
-    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed).rng, scn.base_dir)
+    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed, scn.seeds).rng, scn.base_dir)
     w = offered_load(reqs)
     n = max(1, len(reqs))
     return {"rate": w["rate"], "prompt": sum(r.prompt_len for r in reqs) / n,

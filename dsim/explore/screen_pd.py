@@ -78,7 +78,7 @@ def uncached_prompt_tokens(scn, pool) -> float:
     from ..core.simulation import Simulation
     from ..serving.prefix import block_hashes
     from ..workload.generator import build_requests
-    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed).rng, scn.base_dir)
+    reqs, _ = build_requests(scn.config.workload, Simulation(scn.seed, scn.seeds).rng, scn.base_dir)
     if not reqs:
         return 0.0
     if not pool.engine.enable_prefix_caching:

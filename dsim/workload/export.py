@@ -49,7 +49,7 @@ def trace_record(r) -> dict:
 
 def trace_lines(scn):
     """The scenario's workload, drawn with its seed exactly as ``dsim run`` draws it, as JSONL lines."""
-    wl, _ = build_workload(scn.config.workload, PartitionedRNG(scn.seed), scn.base_dir)
+    wl, _ = build_workload(scn.config.workload, PartitionedRNG(scn.seed, scn.seeds), scn.base_dir)
     for r in wl:
         yield json.dumps(trace_record(r), separators=(",", ":")) + "\n"
 

@@ -61,11 +61,25 @@ class OutputConfig(Section):
         return tuple(sorted(set(v)))
 
 
+class SeedsConfig(Section):
+    """Separate master seeds for groups of random streams (seed 004's SimulationKey); a group left
+    unset follows ``seed``, so ``seeds: {workload: S}`` with S equal to seed changes nothing."""
+    workload: Int(0) | None = None
+    """Arrivals, lengths, prefixes (a sweep over seeds.simulation keeps these fixed)."""
+    simulation: Int(0) | None = None
+    """Routers' random choices, speculative acceptance draws, trace sampling."""
+    jitter: Int(0) | None = None
+    """Timing noise: latency models' random draws (LUT tails) and the network's."""
+
+
 class ScenarioConfig(Section):
     """A dsim scenario: what is served (model, hardware, engine, cluster), how fast each step is
     (latency), what arrives (workload), what counts as good (slo) and what is written (output)."""
     seed: Int(0) = 0
-    """Seed of every random stream; same scenario and seed give byte-identical outputs."""
+    """Seed of every random stream (unless seeds gives a group its own); same scenario and seed give
+    byte-identical outputs."""
+    seeds: SeedsConfig | None = None
+    """Per-group master seeds: workload, simulation, jitter (None: all follow seed)."""
     name: Str | None = None
     """Run name (default: the file's stem)."""
     description: Str = ""
