@@ -1,6 +1,7 @@
 """Speculative decoding in the simulator: token accounting, KV rollback, each mode's event sequence,
 acceptance statistics through the busy loop, mode switching, cold starts, spills, determinism."""
 import math
+from pathlib import Path
 
 import pytest
 from helpers import scenario, trace_file
@@ -666,3 +667,27 @@ def test_fused_hysteresis_keeps_a_conversation_fused_for_the_dwell():
     fused; without the dwell it does, hundreds of times."""
     assert _inside_a_dwell_not_fused(_hybrid_decisions(0.0), 0.6) > 100
     assert _inside_a_dwell_not_fused(_hybrid_decisions(0.6), 0.6) == 0
+
+
+def test_expectation_draws_accept_the_expected_count_with_no_randomness(tmp_path):
+    """acceptance_draws: expectation (seed 002 section 3.2): a chain accepts sum_i prod_{j<=i} p_j
+    drafts in expectation, carried over rounds; a run then does not depend on the draws' seed."""
+    from types import SimpleNamespace
+
+    from dsim.specdec.acceptance import expected_accepted
+    st = SimpleNamespace(acc_carry=0.0)
+    assert [expected_accepted(st, [0.8, 0.5]) for _ in range(5)] == [1, 1, 1, 1, 2]     # 1.2 per round
+    assert st.acc_carry == pytest.approx(0.0, abs=1e-9)
+    assert expected_accepted(SimpleNamespace(acc_carry=0.0), [1.0, 1.0, 1.0]) == 3
+    root = Path(__file__).resolve().parents[1]
+    base = ["workload.num_requests=60", "speculation.acceptance_draws=expectation"]
+
+    def rows(extra):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        dsim.run(str(root / "scenarios" / "datacenter_fused.yaml"), str(out), plots=False, overrides=base + extra)
+        return (out / "requests.csv").read_text()
+    assert rows([]) == rows(["seeds={simulation: 99}"])
+    sampled = ["speculation.acceptance_draws=sample"]
+    assert rows(sampled) != rows(sampled + ["seeds={simulation: 99}"])
+    with pytest.raises(dsim.ConfigError, match="acceptance_draws"):
+        dsim.load_scenario(str(root / "scenarios" / "tree_drafts.yaml"), ["speculation.acceptance_draws=expectation"])

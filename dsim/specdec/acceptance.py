@@ -43,6 +43,20 @@ def sample_accepted(rng, probs) -> int:
     return accepted_run(probs, rng.random(len(probs)))
 
 
+def expected_accepted(st, probs) -> int:
+    """``acceptance_draws: expectation``: the expected accepted drafts of a chain (the sum over
+    positions of the chance that every draft up to it is accepted) added to the conversation's
+    carry, of which the whole part is accepted now; no random draw."""
+    e, run = 0.0, 1.0
+    for p in probs:
+        run *= p
+        e += run
+    st.acc_carry += e
+    a = min(int(st.acc_carry + 1e-9), len(probs))      # 1e-9: a sum that should be whole may fall short
+    st.acc_carry -= a
+    return a
+
+
 def accepted_run(probs, u, start: int = 0) -> int:
     """Leading positions j with ``u[start + j] < probs[j]``: the accepted drafts given uniforms
     already drawn (a step draws all its rows' uniforms at once)."""

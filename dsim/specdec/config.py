@@ -67,6 +67,7 @@ class SpecConfig:
     tree: object = None               # TreeSpec (dsim.specdec.tree) or None for chain drafts
     portfolio: object = None          # Portfolio (dsim.specdec.portfolio) or None: one drafter
     verify_order: str = "fcfs"        # fcfs | edf: which ready rounds a step's token budget serves first
+    expectation: bool = False         # acceptance_draws: expectation (accepted = the expected count, carried)
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
@@ -195,7 +196,7 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
                       cfg.mode_switch.model_dump(), cfg.partial_verification.model_dump(),
                       cfg.kv_admission.max_kv_utilization_pct, cfg.cold_start.model_dump(), cfg.token_bytes,
                       cfg.bundle_bytes_per_token, cfg.header_bytes, cfg.gateway, groups, tree, portfolio,
-                      cfg.verify_order)
+                      cfg.verify_order, cfg.acceptance_draws == "expectation")
 
 
 def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:

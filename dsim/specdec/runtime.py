@@ -26,7 +26,7 @@ from ..config.errors import ConfigError
 from ..latency.roofline import RooflineModel
 from ..network.fabric import Network
 from ..network.topology import MBPS, Topology
-from .acceptance import accepted_run, sample_accepted
+from .acceptance import accepted_run, expected_accepted, sample_accepted
 from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
@@ -171,6 +171,8 @@ class SpecRuntime(Conversations, DraftingModes):
         if tree is not None:
             a = tree.sample(self.rng, k)
             k = tree.depth(k)            # a rollback: the walk stopped above the tree's deepest level
+        elif cfg.expectation:
+            a = expected_accepted(st, self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature))
         else:
             a = sample_accepted(self.rng, self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature))
         if a < k:
@@ -182,7 +184,7 @@ class SpecRuntime(Conversations, DraftingModes):
         """``accept`` for each row in order, with one draw of the uniforms for all chain drafts
         (the stream gives the same numbers drawn at once or row by row)."""
         extra = 0.0
-        if self.cfg.tree is not None:                # trees draw per level: row by row
+        if self.cfg.tree is not None or self.cfg.expectation:   # trees draw per level; expectation draws nothing
             for row in rows:
                 r = row[0]
                 row[2], x = self.accept(r.spec, r, row[1])

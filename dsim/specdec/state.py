@@ -18,7 +18,8 @@ class SpecState:
     __slots__ = ("rt", "device", "k", "ready", "fused", "policy", "in_flight", "t_ready", "t_last", "rounds",
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
-                 "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline", "fused_until")
+                 "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline", "fused_until",
+                 "acc_carry")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -44,6 +45,7 @@ class SpecState:
         self.drafter = -1                # index in the portfolio (dsim.specdec.portfolio), -1 = none
         self.escalations = 0
         self.fused_until = -1.0          # hybrid mode's fused hysteresis: fused rounds until then
+        self.acc_carry = 0.0             # acceptance_draws: expectation: the expected drafts not yet accepted
         self.draft_model = None          # this round's fused drafter when not the replica's own
         self.deadline = 0.0              # when this round's verification is due (verify_order: edf)
 

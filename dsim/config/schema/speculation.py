@@ -391,6 +391,10 @@ class SpeculationConfig(Section):
     """Acceptance model: {curve: NAME, curves: FILE} | {geometric: RATE} | {bundle: FILE, drafter, verifier}."""
     temperature: Float(0) = 0.0
     """Sampling temperature the acceptance model is read at."""
+    acceptance_draws: Choice("sample", "expectation") = "sample"
+    """sample: each round's accepted drafts are drawn; expectation: each round accepts the expected
+    number (carried over rounds as a remainder, so a conversation's total is the expectation's),
+    with no random draw: a variance-free run for comparing settings (chain drafts only)."""
     gamma: GammaField = StaticGamma()
     """Gamma (draft length) policy and its parameters."""
     mode_switch: ModeSwitch = ModeSwitch()
@@ -442,6 +446,9 @@ class SpeculationConfig(Section):
                                       f"1 with {what} (batched drafting is modelled for one drafter's chains only)")
         if self.mode in ("distributed", "hybrid") and not self.drafts:
             raise ConfigError("drafts", None, f"draft devices: mode {self.mode} drafts on them", show_value=False)
+        if self.acceptance_draws == "expectation" and self.tree is not None:
+            raise ConfigError("acceptance_draws", "expectation", "sample with tree drafts (the expectation is "
+                              "taken over a chain's positions)")
         return self
 
 
