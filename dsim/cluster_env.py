@@ -8,7 +8,8 @@
 
 ``step(actions)`` applies the actions now, runs the simulation ``interval_s`` further and returns
 the observation (fleet state at the end of the interval) and the interval's metrics (arrivals,
-completions, rejections, TTFT p50/p95, mean TPOT, per-pool busy fraction).  Both are plain dicts.
+completions, rejections, TTFT p50/p95, mean TPOT, the fleet's queue velocity; per pool busy fraction,
+gpu_utilization and queue velocity).  Both are plain dicts.
 Controllers declared in the scenario keep running alongside.
 """
 from __future__ import annotations
@@ -18,6 +19,11 @@ from .config.errors import ConfigError
 from .config.fields import check_number
 from .config.limits import MAX_TIME_S, MIN_TIMER_S
 from .config.scenario import Scenario, load_scenario
+
+
+# the observation's per-pool quantities over the interval since the previous one: ``step`` returns
+# them in its metrics (queue_velocity of a pool as queue_velocity_by_pool), not in the observation
+INTERVAL_POOL_KEYS = ("busy_fraction", "gpu_utilization", "queue_velocity")
 
 
 class ClusterEnv:
@@ -52,10 +58,11 @@ class ClusterEnv:
     def _observation(self) -> dict:
         obs = Window(self.session.fleet).observe()
         for k in ("interval_s", "arrivals", "completed", "rejected", "throughput_rps", "ttft_p50_ms",
-                  "ttft_p95_ms", "tpot_mean_ms"):
+                  "ttft_p95_ms", "tpot_mean_ms", "queue_velocity"):
             obs.pop(k)
         for p in obs["pools"].values():
-            p.pop("busy_fraction")       # an interval quantity: reported in the step metrics
+            for k in INTERVAL_POOL_KEYS:
+                p.pop(k)                 # interval quantities: reported in the step metrics
         return obs
 
     def _session(self, what: str):
@@ -91,8 +98,11 @@ class ClusterEnv:
             until = min(until, h)
         self.session.advance(until)
         metrics = self.window.observe()
+        pools = metrics["pools"]
         return self._observation(), {k: v for k, v in metrics.items() if k != "pools"} | {
-            "busy_fraction": {p: v["busy_fraction"] for p, v in metrics["pools"].items()}}
+            "busy_fraction": {p: v["busy_fraction"] for p, v in pools.items()},
+            "gpu_utilization": {p: v["gpu_utilization"] for p, v in pools.items()},
+            "queue_velocity_by_pool": {p: v["queue_velocity"] for p, v in pools.items()}}
 
     def result(self, out_dir=None):
         """Run to the end (if not done) and return the usual Result (and report with out_dir)."""

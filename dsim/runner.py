@@ -289,6 +289,8 @@ class Session:
         ledger = self.fleet.ledger
         if ledger.sealed:
             return
+        for rep in self.fleet.replicas():
+            rep.inst.settle_metrics()
         for r in self.fleet.live.values():
             ledger.add(r)
         if self.spec is not None:

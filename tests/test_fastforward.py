@@ -20,7 +20,8 @@ def _scenario(**extra):
 def _state(ses) -> tuple:
     led = ses.reqs
     cols = {name: led.col(name).tobytes() for name in ("arrival", "t_scheduled", "t_first_token", "t_completion",
-                                                       "t_last_token", "n_out", "num_computed", "state")}
+                                                       "t_last_token", "n_out", "num_computed", "state", "energy_j",
+                                                       "kv_peak_bytes")}
     log = ses.fleet.replicas()[0].inst.log
     steps = tuple(np.asarray(getattr(log, k)).tobytes() for k in ("dur", "itl_count", "kv_used", "t_end", "running", "waiting",
                                                                   "prefill_tokens", "decode_tokens"))

@@ -214,12 +214,18 @@ def test_vidur_tp_comm_choice():
 
 # ---- what the replica hands the models ------------------------------------------------------
 def _record_shapes(monkeypatch):
+    """The batches the replica's model is asked (the first model asked: the pool's estimator, a
+    copy asked for base rates by the summary's gpu_utilization, comes after the run)."""
     from dsim.latency.blackbox import BlackboxModel
     shapes = []
     orig = BlackboxModel.step_time
+    first = []
 
     def rec(self, b):
-        shapes.append(b)
+        if not first:
+            first.append(self)
+        if self is first[0]:
+            shapes.append(b)
         return orig(self, b)
     monkeypatch.setattr(BlackboxModel, "step_time", rec)
     return shapes

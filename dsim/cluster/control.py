@@ -14,7 +14,8 @@ import numpy as np
 
 from ..config.errors import ConfigError
 from ..metrics.exact import percentiles
-from ..metrics.measures import ledger_latencies
+from ..metrics.fleet import spread
+from ..metrics.measures import gpu_utilization, ledger_latencies
 from ..core.invariant import check
 
 
@@ -87,7 +88,16 @@ def apply_action(fleet, a) -> dict:
 
 
 class Window:
-    """Observation over the interval since the previous ``observe`` call."""
+    """Observation over the interval since the previous ``observe`` call.
+
+    Per pool, besides counts, KV usage and busy fraction, seed 001's "Metrics Exposed":
+    ``prefilling`` / ``decoding`` (running requests with prompt tokens left / the rest, speculative
+    decoders waiting for drafts included), ``queue_velocity`` ((waiting - waiting at the previous
+    observation) / interval, req/s), ``gpu_utilization`` (percent: the compute load of the tokens
+    the pool's replicas computed in the interval, dsim.metrics.measures.gpu_utilization),
+    ``memory_utilization`` (percent of one GPU's memory holding KV, mean over the ready replicas,
+    with ``_min`` / ``_max`` / ``_std`` over them) and ``memory_efficiency`` (mean / max of it, 1.0
+    when no KV is in use).  Fleet-wide: ``queue_depth`` and ``queue_velocity``."""
 
     def __init__(self, fleet):
         self.fleet = fleet
@@ -97,6 +107,9 @@ class Window:
         self.n_arr = 0
         self.busy = {}
         self.spec = {}                   # pool -> (verified, accepted) at the previous observation
+        self.work = {}                   # pool -> gpu_utilization work (replica-seconds) so far
+        self.depth = {}                  # pool -> waiting at the previous observation
+        self.depth_all = 0
 
     def observe(self) -> dict:
         f = self.fleet
@@ -108,23 +121,42 @@ class Window:
         lat = ledger_latencies(rows, is_done)
         ttft, tpot = lat["ttft_ms"], lat["tpot_ms"]
         pools = {}
+        depth_all = 0
         for name, p in f.pools.items():
             busy = sum(r.inst.busy_time for r in p.replicas)
             prev = self.busy.get(name, 0.0)
             self.busy[name] = busy
+            tokens = [r.inst.log.token_totals() for r in p.replicas]
+            work = p.work_s(sum(t[0] for t in tokens), sum(t[1] for t in tokens)) if any(map(any, tokens)) else 0.0
+            prev_work = self.work.get(name, 0.0)
+            self.work[name] = work
             ready = p.ready
             n = len(ready)
+            waiting = sum(r.waiting for r in ready)
+            prefilling = sum(r.inst.n_prefilling for r in ready)
+            mem = spread([r.kv_usage * r.inst.kv.total for r in ready])
+            to_pct = 100.0 * p.gpu_block_fraction
             pools[name] = {
                 "ready": n, "starting": len(p.starting),
                 "draining": sum(1 for r in p.replicas if r.state == "draining"),
-                "waiting": sum(r.waiting for r in ready), "running": sum(r.running for r in ready),
+                "waiting": waiting, "running": sum(r.running for r in ready),
+                "prefilling": prefilling, "decoding": sum(r.running for r in ready) - prefilling,
+                "queue_velocity": (waiting - self.depth.get(name, 0)) / dt,
                 "kv_usage": sum(r.kv_usage for r in ready) / n if n else 0.0,
                 "busy_fraction": (busy - prev) / (dt * max(1, n)),
+                "gpu_utilization": gpu_utilization(work - prev_work, dt * max(1, n)),
+                "memory_utilization": mem["mean"] * to_pct,
+                "memory_utilization_min": mem["min"] * to_pct,
+                "memory_utilization_max": mem["max"] * to_pct,
+                "memory_utilization_std": mem["std"] * to_pct,
+                "memory_efficiency": mem["efficiency"],
                 "max_num_seqs": p.engine.max_num_seqs,
                 "max_num_batched_tokens": p.engine.max_num_batched_tokens,
             }
             if f.speculation is not None:
                 pools[name]["speculation"] = self._speculation(name, p)
+            self.depth[name] = waiting
+            depth_all += waiting
         obs = {
             "time_s": now,
             "interval_s": dt,
@@ -136,8 +168,11 @@ class Window:
             "ttft_p50_ms": float(percentiles(ttft, 50)) if len(ttft) else None,
             "ttft_p95_ms": float(percentiles(ttft, 95)) if len(ttft) else None,
             "tpot_mean_ms": float(np.mean(tpot)) if len(tpot) else None,
+            "queue_depth": depth_all,
+            "queue_velocity": (depth_all - self.depth_all) / dt,
             "pools": pools,
         }
+        self.depth_all = depth_all
         self.t = now
         self.n_seen = f.ledger.n
         self.n_rej = f.n_rejected

@@ -16,6 +16,8 @@ from ..serving.pipeline import PipelineStep, build_pipeline
 from .views import LiveView
 
 STARTING, READY, DRAINING, RETIRED = "starting", "ready", "draining", "retired"
+# seed 001, "GPU Utilization Model": a decode token weighs 0.3 of a prefill token's compute load
+DECODE_WEIGHT = 0.3
 
 
 class Replica:
@@ -94,6 +96,7 @@ class Pool:
         self.ready: list = []
         self._est = None
         self._capacity = None
+        self._decode_rate = None
         self._prefill_rate = None
         self.latency_desc = None
         self.peak_ready = 0
@@ -117,11 +120,32 @@ class Pool:
             if self.spec.router_weight is not None:
                 self._capacity = float(self.spec.router_weight)
             else:
-                b = min(64, self.engine.max_num_seqs)
-                t = self._estimator().step_time(BatchShape(decode_tokens=b, decode_ctx_sum=b * 1024,
-                                                           num_sampled=b, running=b))
-                self._capacity = b / t
+                self._capacity = self.decode_rate
         return self._capacity
+
+    @property
+    def decode_rate(self) -> float:
+        """Decode tokens/s of one replica at batch min(64, max_num_seqs), context 1024."""
+        if self._decode_rate is None:
+            b = min(64, self.engine.max_num_seqs)
+            t = self._estimator().step_time(BatchShape(decode_tokens=b, decode_ctx_sum=b * 1024,
+                                                       num_sampled=b, running=b))
+            self._decode_rate = b / t
+        return self._decode_rate
+
+    def work_s(self, prefill_tokens: float, decode_tokens: float) -> float:
+        """Seed 001's compute load of these tokens, in replica-seconds: the prefill tokens over
+        ``prefill_rate`` plus 0.3 x the decode tokens over ``decode_rate`` (see
+        dsim.metrics.measures.gpu_utilization)."""
+        return prefill_tokens / self.prefill_rate + DECODE_WEIGHT * decode_tokens / self.decode_rate
+
+    @property
+    def gpu_block_fraction(self) -> float:
+        """Share of one GPU's memory that one KV block in use takes (its KV heads are sharded over
+        TP, its layers over PP), with the engine's kv_cache_dtype."""
+        m = self.spec.model.with_kv_cache_dtype(self.engine.kv_cache_dtype)
+        shards = self.engine.tensor_parallel_size * self.engine.pipeline_parallel_size
+        return m.kv_bytes_per_token / shards * self.engine.block_size / self.spec.device.memory_bytes
 
     @property
     def prefill_rate(self) -> float:
@@ -186,6 +210,9 @@ class Pool:
                                             self.engine),
                         keep_steps=f.keep_steps,
                         swap_space=build_swap(self.spec.model, self.spec.device, self.engine))
+        inst.watts = self.spec.device.tdp_w * self.spec.engine.tensor_parallel_size     # as fleet.replica_power
+        inst.kv_block_bytes = (self.spec.model.with_kv_cache_dtype(self.engine.kv_cache_dtype).kv_bytes_per_token
+                               * self.engine.block_size)
         if f.tracer_factory is not None:
             inst.tracer = f.tracer_factory(inst)
         if f.check:

@@ -23,6 +23,7 @@ class Request:
         "d0", "c0", "hashes", "plain_blocks", "block_hashes", "prefilling", "itl_gap",
         "session", "tenant", "replica", "prefill_replica", "kv_ready", "reject_reason", "t_handoff", "t_kv_ready",
         "spec", "priority", "sched_key", "slo_class", "ttft_slo_ms", "tpot_slo_ms", "draft_id",
+        "energy_j", "e0", "kv_peak_bytes", "t_enqueued", "t_decode_scheduled", "decode_deferred",
     )
 
     def __init__(self, rid: int, arrival: float, prompt_len: int, max_tokens: int,
@@ -64,6 +65,16 @@ class Request:
         self.slo_class = ""          # slo.classes name ("" = none)
         self.ttft_slo_ms = None      # this request's targets: its own, else its class's, else slo.*
         self.tpot_slo_ms = None
+        # metrics (docs/cluster.md, "Metrics"): joules of the steps' energy attributed to this request
+        # (each step's energy split equally over the tokens it computed), the most KV bytes it held at
+        # once and, P/D, its first admission on the decode replica and whether a step of that replica
+        # started after it queued there without admitting it.  Set when first needed: ``e0`` (the
+        # replica's decode energy counter when it last became a lazy decoder) and ``t_enqueued``
+        # (when it last joined a waiting queue)
+        self.energy_j = 0.0
+        self.kv_peak_bytes = 0
+        self.t_decode_scheduled = None
+        self.decode_deferred = False
 
     @property
     def num_tokens(self) -> int:

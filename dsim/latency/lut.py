@@ -62,12 +62,29 @@ def _convert(raw: dict, props: dict) -> dict:
     return out
 
 
-def read_lut(path) -> list[dict]:
-    """Rows of a LUT CSV, each validated against the schema; errors name file:line and field."""
-    from jsonschema import Draft202012Validator
+_VALID: dict = {}            # (path, text) -> validated rows: a pool's estimator reads its replicas' LUT again
+_VALID_MAX = 8
 
+
+def read_lut(path) -> list[dict]:
+    """Rows of a LUT CSV, each validated against the schema; errors name file:line and field.
+    The file is read every time (and recorded for the manifest); the validation of a text already
+    validated is not repeated."""
     p = Path(path)
     text = read_text(p)
+    key = (str(p), text)
+    rows = _VALID.get(key)
+    if rows is None:
+        rows = _validated_rows(p, text)
+        if len(_VALID) >= _VALID_MAX:
+            _VALID.pop(next(iter(_VALID)))
+        _VALID[key] = rows
+    return [dict(r) for r in rows]
+
+
+def _validated_rows(p: Path, text: str) -> list[dict]:
+    from jsonschema import Draft202012Validator
+
     sch = schema()
     val = Draft202012Validator(sch)
     props = sch["properties"]

@@ -1,15 +1,20 @@
 """Fleet metrics: per replica, pool and cluster; cost and energy; Jain fairness across tenants.
 
-Energy per GPU: busy time x TDP (or the LUT's measured per-step energy when the latency model
-has it) + idle time x ``idle_w``; a replica counts from its creation (cold start included) to its
-retirement or the end of the run.  Cost: alive GPU-hours x ``usd_per_gpu_hour``.
+Energy per GPU: busy time x TDP (or the LUT's measured energy of the steps the replica ran when
+the latency model has it) + idle time x ``idle_w``; a replica counts from its creation (cold start
+included) to its retirement or the end of the run.  Cost: alive GPU-hours x ``usd_per_gpu_hour``.
+Each request's share of the busy energy is its ``energy_j`` (dsim.serving.instance).
+
+Controller-facing load (seed 001, "Metrics Exposed"): ``gpu_utilization`` (dsim.metrics.measures),
+memory utilisation (KV bytes in use over one GPU's memory, percent) and its spread over the
+replicas, ``memory_efficiency`` = mean / max of that spread (1 / seed 001's imbalance factor).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.request import PENDING
-from .measures import busy_and_kv, ledger_latencies, meets_slo_mask, stats
+from ..core.request import PENDING, REJECTED
+from .measures import busy_and_kv, gpu_utilization, ledger_latencies, meets_slo_mask, stats
 
 
 def jain(values) -> float | None:
@@ -32,12 +37,14 @@ def replica_power(rep, t_end: float) -> dict:
     dev = spec.device
     alive = _alive(rep, t_end)
     busy = min(rep.inst.busy_time, alive)
-    lut_mj = getattr(rep.inst.step_model, "energy_mj", None)
-    busy_j = lut_mj / 1e3 if lut_mj is not None else busy * dev.tdp_w * gpus
+    # an LUT's energy of the steps the replica ran (not of the step in flight at a stop, nor of the
+    # estimates a scheduling policy asks the model for)
+    lut = getattr(rep.inst.step_model, "energy_mj", None) is not None
+    busy_j = rep.inst.lut_j if lut else busy * dev.tdp_w * gpus
     idle_j = (alive - busy) * dev.idle_power_w * gpus
     cost = alive / 3600 * gpus * dev.usd_per_gpu_hour if dev.usd_per_gpu_hour is not None else None
     return {"gpus": gpus, "alive_s": alive, "busy_s": busy, "busy_joules": busy_j, "idle_joules": idle_j,
-            "cost_usd": cost, "energy_source": "lut" if lut_mj is not None else "device power states"}
+            "cost_usd": cost, "energy_source": "lut" if lut else "device power states"}
 
 
 def energy_cost(replicas, t_end: float, out_tok: int, all_tok: int) -> tuple[dict, dict | None]:
@@ -74,6 +81,37 @@ def efficiency(replicas, t_end: float, span: float, out_tok: int, good: int | No
     return out
 
 
+def replica_usage(rep, t_end: float) -> dict:
+    """One replica's load from its step log: busy seconds, KV block-seconds and peak blocks in use,
+    prefill and decode tokens, alive seconds, the compute work of seed 001's ``gpu_utilization``
+    (replica-seconds) and the percent of one GPU's memory a KV block in use takes."""
+    log = rep.inst.log
+    busy, kv_s, kv_peak = busy_and_kv(log)
+    pre, dec = log.token_totals()
+    pool = rep.pool
+    return {"busy_s": busy, "kv_block_s": kv_s, "kv_peak": kv_peak or 0, "prefill_tokens": pre,
+            "decode_tokens": dec, "alive_s": _alive(rep, t_end),
+            "work_s": pool.work_s(pre, dec) if pre or dec else 0.0,
+            "block_pct": 100.0 * pool.gpu_block_fraction}
+
+
+def memory_utilization(use: dict) -> tuple:
+    """(mean over busy time, peak) percent of one GPU's memory holding KV, of a ``replica_usage``."""
+    mean = use["kv_block_s"] / use["busy_s"] * use["block_pct"] if use["busy_s"] else 0.0
+    return mean, use["kv_peak"] * use["block_pct"]
+
+
+def spread(values) -> dict:
+    """min, max, mean and std (population) of per-replica values; ``memory_efficiency`` = mean/max
+    (1 / seed 001's memory_imbalance_factor; 1.0 when nothing is in use)."""
+    x = np.asarray(values, dtype=float)
+    if not x.size:
+        return {"mean": 0.0, "min": 0.0, "max": 0.0, "std": 0.0, "efficiency": 1.0}
+    mx = float(x.max())
+    return {"mean": float(x.mean()), "min": float(x.min()), "max": mx, "std": float(x.std()),
+            "efficiency": float(x.mean()) / mx if mx > 0 else 1.0}
+
+
 def _ledger_block(led, sel) -> dict:
     """TTFT, TPOT and E2E statistics of the ledger's completed rows ``sel`` (a mask, or indices in
     the order the statistics sum them)."""
@@ -81,9 +119,10 @@ def _ledger_block(led, sel) -> dict:
     return {k: stats(lat[f"{k}_ms"]) for k in ("ttft", "tpot", "e2e")}
 
 
-def fleet_sections(fleet, led, t_end: float) -> dict:
+def fleet_sections(fleet, led, t_end: float, usage: dict | None = None) -> dict:
     """``replicas``, ``pools`` and ``clusters`` sections of the summary, from the run's sealed
-    RequestLedger (completed requests grouped by the replica that finished them)."""
+    RequestLedger (completed requests grouped by the replica that finished them); ``usage``: the
+    replicas' ``replica_usage`` by name, when the caller has them."""
     done = np.flatnonzero(led.present("t_completion"))
     rep_code = led.col("replica")[done]
     n_out, prompt = led.col("n_out"), led.col("prompt_len")
@@ -92,10 +131,15 @@ def fleet_sections(fleet, led, t_end: float) -> dict:
         codes = [c for c in (led.code_of(n) for n in names) if c is not None]
         return done[np.isin(rep_code, codes)]
     replicas = {}
+    usage = dict(usage or {})
     for rep in fleet.replicas():
         i = rep.inst
         log = i.log
-        busy, kv_used, kv_peak = busy_and_kv(log)
+        use = usage.get(rep.name)
+        if use is None:
+            use = usage[rep.name] = replica_usage(rep, t_end)
+        busy, kv_used, kv_peak = use["busy_s"], use["kv_block_s"], use["kv_peak"]
+        mem_mean, mem_peak = memory_utilization(use)
         p = replica_power(rep, t_end)
         replicas[rep.name] = {
             "pool": rep.pool.name, "cluster": rep.pool.cluster.name, "role": rep.pool.role, "state": rep.state,
@@ -104,7 +148,11 @@ def fleet_sections(fleet, led, t_end: float) -> dict:
             "handed_off": i.handed_off, "steps": i.num_steps, "preemptions": i.num_preemptions,
             "busy_fraction": busy / p["alive_s"] if p["alive_s"] else 0.0,
             "mean_kv_usage": kv_used / busy / i.kv.total if busy else 0.0,
-            "peak_kv_usage": kv_peak / i.kv.total if kv_peak is not None else 0.0,
+            "peak_kv_usage": kv_peak / i.kv.total,
+            "peak_waiting": log.peak_waiting(), "peak_running": log.peak_running(),
+            "mean_memory_utilization": mem_mean, "peak_memory_utilization": mem_peak,
+            "prefill_tokens": use["prefill_tokens"], "decode_tokens": use["decode_tokens"],
+            "gpu_utilization": gpu_utilization(use["work_s"], use["alive_s"]),
             "prefix_hit_rate": i.kv.hits / i.kv.queries if i.kv.queries else 0.0,
             "energy_joules": p["busy_joules"] + p["idle_joules"], "cost_usd": p["cost_usd"],
         }
@@ -116,6 +164,8 @@ def fleet_sections(fleet, led, t_end: float) -> dict:
         energy, cost = energy_cost(reps, t_end, out_tok, out_tok + int(prompt[rows].sum()))
         pw = [replica_power(r, t_end) for r in reps]
         tot_alive = sum(x["alive_s"] for x in pw)
+        served = [usage[r.name] for r in reps if r.t_ready is not None]     # not the ones cancelled starting
+        mem = spread([memory_utilization(u)[0] for u in served])
         pools[name] = {
             "cluster": pool.cluster.name, "role": pool.role, "model": pool.spec.model.name,
             "hardware": pool.spec.device.name, "gpus_per_replica": pool.spec.gpus_per_replica,
@@ -123,6 +173,10 @@ def fleet_sections(fleet, led, t_end: float) -> dict:
             "replicas_created": len(reps),
             "completed": int(rows.size), "output_tokens": out_tok,
             "busy_fraction": sum(x["busy_s"] for x in pw) / tot_alive if tot_alive else 0.0,
+            "gpu_utilization": gpu_utilization(sum(usage[r.name]["work_s"] for r in reps), tot_alive),
+            "memory_utilization": {k: mem[k] for k in ("mean", "min", "max", "std")},
+            "peak_memory_utilization": max((memory_utilization(u)[1] for u in served), default=0.0),
+            "memory_efficiency": mem["efficiency"],
             "latency_ms": _ledger_block(led, rows), "energy": energy, "cost": cost,
         }
     clusters = {}
@@ -136,7 +190,25 @@ def fleet_sections(fleet, led, t_end: float) -> dict:
         if c.disagg:
             clusters[c.name]["decode_router"] = c.decode_router.policy
             clusters[c.name]["kv_transfer"] = c.transfer.summary()
+            clusters[c.name]["decode_admission"] = decode_admission(led, [r.name for r in reps])
     return {"replicas": replicas, "pools": pools, "clusters": clusters}
+
+
+def decode_admission(led, names) -> dict:
+    """P/D, over the requests whose prefill ran on one of the replicas ``names``: the decode-side
+    wait (KV arrived at the decode replica to its first admission there: ``decode_scheduled_s -
+    kv_ready_s``), how many were deferred (a step of the decode replica started after the request
+    joined its queue and did not admit it) and how many were dropped after their prefill
+    (rejected: the KV transfer failed, or the decode replica refused them), by reason."""
+    pre = led.col("prefill_replica")
+    mine = np.isin(pre, [c for c in (led.code_of(n) for n in names) if c is not None])
+    adm = mine & led.present("t_decode_scheduled")
+    wait = (led.col("t_decode_scheduled")[adm] - led.col("t_kv_ready")[adm]) * 1e3
+    drop = mine & (led.col("state") == REJECTED)
+    codes, counts = np.unique(led.col("reject_reason")[drop], return_counts=True)
+    return {"admitted": int(adm.sum()), "wait_ms": stats(wait), "deferred": int(led.col("decode_deferred")[adm].sum()),
+            "dropped": int(drop.sum()),
+            "dropped_by": dict(sorted((led.string_table[c], int(k)) for c, k in zip(codes, counts)))}
 
 
 def fairness(led, slo_ttft_ms, slo_tpot_ms) -> dict | None:
@@ -170,4 +242,71 @@ def fairness(led, slo_ttft_ms, slo_tpot_ms) -> dict | None:
            "jain_completed": jain(v["completed_fraction"] for v in per.values())}
     if slo_ttft_ms is not None or slo_tpot_ms is not None:
         out["jain_goodput"] = jain(v["goodput_fraction"] for v in per.values())
+    return out
+
+
+def _pow2_bins(x: np.ndarray) -> tuple:
+    """Power-of-two bins of token counts: (bin of each value, [(bin, lowest, highest count)] of the
+    bins present, in increasing order): 0, 1, 2-3, 4-7, ..., 2^k to 2^(k+1) - 1."""
+    k = np.where(x > 0, np.floor(np.log2(np.maximum(x, 1))).astype(np.int64) + 1, 0)   # exact for integers
+    return k, [(b, 0 if b == 0 else 2 ** (b - 1), 0 if b == 0 else 2 ** b - 1) for b in np.unique(k).tolist()]
+
+
+def length_bins(led, slo_ttft_ms, slo_tpot_ms, pcts) -> dict:
+    """Service by length, from the run's sealed RequestLedger, in power-of-two bins of tokens
+    (lists in increasing length, each bin with its ``min_tokens`` and ``max_tokens``).
+
+    ``prompt``: per prompt-length bin, the requests that arrived, completed fraction, TTFT
+    statistics, mean TPOT and E2E, and with an SLO the goodput fraction (each request by its own
+    targets, else the scenario's); Jain's index over the bins of the completed fraction, mean TPOT
+    and goodput fraction (TTFT grows with the prompt by design, so it has no index here).
+    ``output``: per output-length bin (generated tokens) of the completed requests, TPOT statistics
+    (requests with more than one token) and mean E2E."""
+    sent = led.col("state") != PENDING
+    finished = led.present("t_completion")
+    slo = slo_ttft_ms is not None or slo_tpot_ms is not None or led.present("ttft_slo_ms").any() \
+        or led.present("tpot_slo_ms").any()
+    # the latencies of every request once (NaN where not completed), sliced per bin in id order:
+    # the same values, in the same order, as ledger_latencies of each bin
+    lat = ledger_latencies(led, slice(None))
+    n_out = led.col("n_out")
+    multi = n_out > 1
+    tpot = np.full(n_out.size, np.nan)
+    tpot[multi] = lat["tpot_ms"]
+    multi &= finished
+    good = np.zeros(n_out.size, dtype=bool)
+    if slo:
+        good[finished] = meets_slo_mask(led, finished, slo_ttft_ms, slo_tpot_ms)
+    kp, bins = _pow2_bins(led.col("prompt_len"))
+    prompt = []
+    for b, lo, hi in bins:
+        mine = (kp == b) & sent
+        n_all = int(mine.sum())
+        if not n_all:
+            continue
+        sub = mine & finished
+        n_sub = int(sub.sum())
+        tp, e2e = tpot[sub & multi], lat["e2e_ms"][sub]
+        row = {"min_tokens": lo, "max_tokens": hi, "requests": n_all, "completed": n_sub,
+               "completed_fraction": n_sub / n_all,
+               "ttft_ms": stats(lat["ttft_ms"][sub], pcts),
+               "tpot_mean_ms": float(tp.mean()) if tp.size else None,
+               "e2e_mean_ms": float(e2e.mean()) if e2e.size else None}
+        if slo:
+            row["goodput_fraction"] = int(good[sub].sum()) / n_all
+        prompt.append(row)
+    out = {"prompt": prompt,
+           "jain_completed": jain(v["completed_fraction"] for v in prompt),
+           "jain_tpot": jain(v["tpot_mean_ms"] for v in prompt)}
+    if slo:
+        out["jain_goodput"] = jain(v["goodput_fraction"] for v in prompt)
+    ko, bins = _pow2_bins(n_out)
+    output = []
+    for b, lo, hi in bins:
+        sub = (ko == b) & finished
+        if not sub.any():
+            continue
+        output.append({"min_tokens": lo, "max_tokens": hi, "completed": int(sub.sum()),
+                       "tpot_ms": stats(tpot[sub & multi], pcts), "e2e_mean_ms": float(lat["e2e_ms"][sub].mean())})
+    out["output"] = output
     return out

@@ -33,6 +33,8 @@ FIELDS = (
     ("prefix_group", "q", -1), ("session", "q", -1),
     ("replica", "s", None), ("prefill_replica", "s", None), ("label", "s", ""), ("tenant", "s", ""),
     ("reject_reason", "s", ""), ("slo_class", "s", ""),
+    ("energy_j", "d", 0.0), ("kv_peak_bytes", "q", 0), ("t_decode_scheduled", "f?", None),
+    ("decode_deferred", "b", 0),
 )
 NAMES = tuple(f for f, _, _ in FIELDS)
 _OPTIONAL = tuple(f for f, t, _ in FIELDS if t == "f?")
@@ -87,7 +89,9 @@ class RequestLedger:
         mask = np.zeros(m, dtype=np.uint16)
         for (name, kind, tc, dflt), vals in zip(_STORE, zip(*buf)):
             if kind == "f?":
-                if None in vals:
+                if vals[0] is None and vals.count(None) == m:    # absent from the whole batch (P/D-only times...)
+                    vals = [0.0] * m
+                elif None in vals:
                     mask |= np.fromiter((v is not None for v in vals), dtype=bool, count=m).astype(np.uint16) \
                         * np.uint16(_BIT[name])
                     vals = [0.0 if v is None else v for v in vals]

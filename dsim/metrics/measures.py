@@ -21,6 +21,14 @@ def stats(values, pcts=PCTS) -> dict:
     return out
 
 
+def gpu_utilization(work_s: float, replica_s: float) -> float:
+    """Seed 001's ``gpu_utilization``, percent: min(100, 100 x compute load), the load being the
+    replica-seconds of work (``dsim.cluster.pool.Pool.work_s``: prefill tokens at the replica's
+    full-budget prefill rate, plus 0.3 x decode tokens at its batch-64 decode rate) over the
+    replica-seconds that did it (0 when none passed)."""
+    return min(100.0, 100.0 * work_s / replica_s) if replica_s > 0 else 0.0
+
+
 def request_latencies(reqs) -> dict:
     """Arrays (ms) over completed requests: ttft, tpot (requests with > 1 token), e2e, queue.
     ``reqs``: Requests, or a sealed ``RequestLedger`` (read as columns, in id order)."""

@@ -5,8 +5,9 @@ import numpy as np
 
 from ..core.request import PENDING, REJECTED
 from .exact import PCTS, pkey as _pkey, weighted_stats_chunked
-from .fleet import efficiency, energy_cost, fairness, fleet_sections
-from .measures import GROWTH_LIMIT, busy_and_kv, delay_trend, ledger_latencies, meets_slo_mask, stats
+from .fleet import (efficiency, energy_cost, fairness, fleet_sections, length_bins, memory_utilization,
+                    replica_usage)
+from .measures import GROWTH_LIMIT, delay_trend, gpu_utilization, ledger_latencies, meets_slo_mask, stats
 
 
 # vLLM's `vllm bench serve` result names for our nested latency sections
@@ -108,17 +109,27 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
             summary["goodput"]["per_request_targets"] = True     # each judged by its class's SLO
     if scn.slo_classes:
         summary["slo_classes"] = class_sections(led, scn.slo_classes, span, pcts)
-    logs = [busy_and_kv(i.log) for i in insts]
+    if t_end is None or (scn.horizon_s is None or scn.drain):
+        sent = arrival[state != PENDING]
+        t_acct = max(last, float(sent.max()) if sent.size else 0.0)
+    else:
+        t_acct = t_end
+    uses = {rep.name: replica_usage(rep, t_acct) for rep in fleet.replicas()}
+    logs = [(u["busy_s"], u["kv_block_s"], u["kv_peak"]) for u in uses.values()]
     busy = [b for b, _, _ in logs]
     used_t = sum(u / i.kv.total for i, (_, u, _) in zip(insts, logs))
     hits = sum(i.kv.hits for i in insts)
     queries = sum(i.kv.queries for i in insts)
-    peak = max((p / i.kv.total for i, (_, _, p) in zip(insts, logs) if p is not None), default=0.0)
+    peak = max((p / i.kv.total for i, (_, _, p) in zip(insts, logs)), default=0.0)
     summary["kv_cache"] = {
         "total_blocks": sum(i.kv.total for i in insts),
         "block_size": insts[0].bs,
         "mean_usage": used_t / sum(busy) if sum(busy) else 0.0,
         "peak_usage": float(peak),
+        # percent of one GPU's memory holding KV: block-seconds over busy seconds, as mean_usage
+        "mean_memory_utilization": (sum(u["kv_block_s"] * u["block_pct"] for u in uses.values()) / sum(busy)
+                                    if sum(busy) else 0.0),
+        "peak_memory_utilization": max((memory_utilization(u)[1] for u in uses.values()), default=0.0),
         "prefix_hit_rate": hits / queries if queries else 0.0,
         "prefix_hit_tokens": int(led.col("cached_tokens").sum()),
     }
@@ -137,15 +148,12 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
         "mean_batch_tokens": float(sum(i.log.total_tokens() for i in insts) / n_steps) if n_steps else 0.0,
         "peak_running": max((i.log.peak_running() for i in insts), default=0),
         "peak_waiting": max((i.log.peak_waiting() for i in insts), default=0),
+        "gpu_utilization": gpu_utilization(sum(u["work_s"] for u in uses.values()),
+                                           sum(u["alive_s"] for u in uses.values())),
     }
     swaps = [i.swap for i in insts if getattr(i, "swap", None) is not None]
     if swaps:                        # engine.preemption_mode: swap (dsim.serving.swap)
         summary["scheduler"].update({k: sum(w.summary()[k] for w in swaps) for k in swaps[0].summary()})
-    if t_end is None or (scn.horizon_s is None or scn.drain):
-        sent = arrival[state != PENDING]
-        t_acct = max(last, float(sent.max()) if sent.size else 0.0)
-    else:
-        t_acct = t_end
     energy, cost = energy_cost(fleet.replicas(), t_acct, out_tok, out_tok + in_tok)
     good_n = summary["goodput"]["requests_meeting_slo"] if "goodput" in summary else None
     summary["efficiency"] = efficiency(fleet.replicas(), t_acct, span, out_tok, good_n,
@@ -154,7 +162,7 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
     if cost is not None:
         summary["cost"] = cost
     if scn.fleet.declared:
-        summary.update(fleet_sections(fleet, led, t_acct))
+        summary.update(fleet_sections(fleet, led, t_acct, uses))
         summary["scale_events"] = [{"time_s": t, "pool": p, "event": e, "replica": n}
                                    for t, p, e, n in fleet.scale_events]
         if actions:
@@ -166,6 +174,7 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
     fair = fairness(led, ttft_slo, tpot_slo)
     if fair is not None:
         summary["fairness"] = fair
+    summary["length_bins"] = length_bins(led, ttft_slo, tpot_slo, pcts)
     summary["stability"] = stability(led, last if t_end is None else max(t_end, last))
     summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
     from .vllm_bench import header, peaks             # the rest of vllm bench serve's result keys

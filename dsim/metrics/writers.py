@@ -21,7 +21,8 @@ COLUMNS = ("request_id", "label", "state", "arrival_s", "queued_s", "scheduled_s
            "e2el_ms", "e2e_ms", "queue_ms", "preemptions", "preempt_times_s", "cached_prefix_tokens", "prefix_group",
            "tenant", "session", "replica", "prefill_replica", "kv_ready_s", "reject_reason",
            "priority", "slo_class", "route_ms", "spec_device", "spec_rounds", "spec_fused_rounds",
-           "spec_drafted_tokens", "spec_accepted_tokens", "spec_tvt_ms", "spec_drafter")
+           "spec_drafted_tokens", "spec_accepted_tokens", "spec_tvt_ms", "spec_drafter",
+           "energy_j", "kv_peak_bytes", "decode_scheduled_s")
 
 
 def _f(x, scale=1.0):
@@ -52,7 +53,7 @@ def request_rows(reqs, raw: bool = False):
                r.cached_tokens, opt(r.prefix_group), r.tenant or empty, opt(r.session), r.replica or empty,
                r.prefill_replica or empty, f(r.t_kv_ready), r.reject_reason or empty, r.priority,
                r.slo_class or empty, f(None if r.t_routed is None else r.t_routed - r.arrival, 1e3),
-               *_spec_cols(r.spec, f, empty))
+               *_spec_cols(r.spec, f, empty), f(r.energy_j), r.kv_peak_bytes, f(r.t_decode_scheduled))
 
 
 def _spec_cols(st, f, empty) -> tuple:

@@ -56,6 +56,8 @@ class FastForward:
         k = 0
         D = self.D
         free = kv.free_count
+        w_tok = self.watts / n_dec                 # the loop's energy per token is dur * w_tok, bit for bit
+        ecum = self.ecum
         while True:
             nb = boundary[D % bs]
             if nb > free:
@@ -70,6 +72,7 @@ class FastForward:
             D += 1
             self.num_steps += 1
             self.busy_time += dur
+            ecum += dur * w_tok
             log.append(t_end, dur, 0, n_dec, n_dec, n_dec, 0, kv.total - free)
             t = t_end
             k += 1
@@ -78,6 +81,7 @@ class FastForward:
             # same order as one call per step would
             kv.allocate(kv.free_count - free)
         self.D = D
+        self.ecum = ecum
         self.ff_steps += k
         if not k and self._tail is None:
             return None
@@ -97,6 +101,7 @@ class FastForward:
         self.ff_steps += 1
         self.busy_time += dur
         self.D += 1
+        self.ecum += dur * (self.watts / n_dec)
         done = self.finish.pop(self.D, None)
         if done:
             self._finish_decoders(done, t_end + self.token_overhead)

@@ -151,6 +151,16 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self.spec_dec: dict = {}         # rid -> speculative (eager) decoder, admission order
         self._spec_sched: list = []      # this step's [(req, k, accepted)]
         self.draft_model = None          # StepTimeModel of a drafter running on this replica (fused)
+        # per-request energy and KV footprint (Request.energy_j, kv_peak_bytes): a step's energy is
+        # its duration x ``watts`` (the replica's GPUs at TDP; 0 for a bare replica), or with an LUT
+        # the table's energy of the step (``lut_j`` sums them); ``ecum`` is the energy per token summed
+        # over the steps that advanced the lazy decoders (each of them gets the difference since it
+        # joined); ``kv_block_bytes``: one block's KV bytes over the replica's GPUs
+        self.watts = 0.0
+        self.kv_block_bytes = 0
+        self.ecum = 0.0
+        self.lut_j = 0.0
+        self._step_wpt = 0.0             # the step's energy per token, for _verified
         self.proc = self.env.process(self._loop())
 
     # ---- arrivals ---------------------------------------------------------------------------
@@ -189,8 +199,9 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         if delayed:
             self.in_alpha -= 1
         r.state = QUEUED
+        r.t_enqueued = now = self.env.now
         if r.t_queued is None:           # P/D and rebalancing: keep the first queueing time
-            r.t_queued = self.env.now
+            r.t_queued = now
         if self.by_priority:
             r.sched_key = self.policy.key(r)
         self.waiting.append(r)
@@ -232,7 +243,10 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
 
     def _release(self, r, comp: int, keep_content: bool) -> None:
         """Free r's blocks; with keep_content its full blocks stay cached (hittable) when freed."""
-        plain = -(-comp // self.bs) - len(r.hashes)
+        held = -(-comp // self.bs)
+        if held * self.kv_block_bytes > r.kv_peak_bytes:
+            r.kv_peak_bytes = held * self.kv_block_bytes
+        plain = held - len(r.hashes)
         if keep_content:
             plain = self._register_full(r, comp // self.bs, plain)
         self.kv.free(plain, r.hashes)
@@ -247,6 +261,10 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         tok_over = self.token_overhead
         bs = self.bs
         ff = self._can_stretch()
+        sm = self.step_model
+        lut = getattr(sm, "energy_mj", None) is not None      # the model gives each step's energy
+        ej = 0.0
+        watts = self.watts                   # set by the pool before the first step
         while True:
             if not self.running and not self.waiting and not self.swapped:
                 self._wake = env.event()
@@ -340,7 +358,12 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
                                p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx,
                                self._load_blocks)
-            dur = step_time(shape) + extra
+            if lut:
+                ej = sm.energy_mj
+                dur = step_time(shape) + extra
+                ej = (sm.energy_mj - ej) * 1e-3
+            else:
+                dur = step_time(shape) + extra
             if self._load_wait:
                 if not self._model_loads:
                     dur += self._load_wait
@@ -361,6 +384,12 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             self._step_t0, self._step_t1 = now, t_end
             self.num_steps += 1
             self.busy_time += dur
+            # the step's energy per token it computed (Request.energy_j; p_tok + d_tok: the shape's tokens)
+            if lut:
+                self.lut_j += ej
+                wpt = ej / (p_tok + d_tok)
+            else:
+                wpt = dur * (watts / (p_tok + d_tok))     # as a quiet stretch computes it (fastforward)
             # skipped decoders do not advance: rebase them to the post-step counter
             advanced = n_dec > 0 or bool(skipped)
             for r in skipped:
@@ -372,6 +401,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             itl_regular = n_dec - len(gap_dec)
             if advanced:
                 self.D += 1
+                self.ecum += wpt
                 if self.stall_n:
                     # V0 prefill-only steps stalled these decoders: one longer gap each
                     k = min(self.stall_n, itl_regular)
@@ -392,6 +422,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             # prefill chunks: progress, first tokens, conversions to decoders
             for r, c in prefills:
                 r.num_computed += c
+                r.energy_j += c * wpt
                 if self.cache_on and r.segments is not None:
                     r.plain_blocks = self._register_full(r, min(r.num_computed, r.prompt_len) // bs,
                                                          r.plain_blocks)
@@ -417,6 +448,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 self._finish_decoders(done, emit_t)
                 done = None                      # finished requests leave with the fleet (memory)
             if spec:
+                self._step_wpt = wpt
                 self._verified(spec, t_end, emit_t)
             # StepLog.append, inline
             log.t_end.append(t_end)
@@ -436,6 +468,20 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 self._migrate_leaving(t_end)
             if self.check:
                 self.check_invariants()
+
+    def settle_metrics(self) -> None:
+        """At the end of a run: give the requests still here their decode energy so far and the KV
+        they hold now (lazy decoders keep both implicit while they decode)."""
+        bs, kb = self.bs, self.kv_block_bytes
+        for r in self.running.values():
+            comp = r.num_computed
+            if not r.prefilling and r.spec is None:
+                comp = r.c0 + self.D - r.d0
+                r.energy_j += self.ecum - r.e0
+                r.e0 = self.ecum
+            r.kv_peak_bytes = max(r.kv_peak_bytes, -(-comp // bs) * kb)
+        for r in list(self.transferring.values()) + list(self.offload_held.values()):
+            r.kv_peak_bytes = max(r.kv_peak_bytes, -(-r.num_computed // bs) * kb)
 
     def wake(self) -> None:
         """Something outside (drafts arriving) made a waiting or running request schedulable."""

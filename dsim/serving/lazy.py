@@ -1,7 +1,9 @@
 """Decoding requests in lazy form (a mixin of ``Instance``): every one advances a token per step,
 so its context is ``c0 + (D - d0)`` for the replica's decode-step counter D, and the sum of
 contexts, the count crossing a KV-block boundary and the step each one finishes at are kept as
-aggregates updated in O(1).  These helpers move a request into and out of that form."""
+aggregates updated in O(1), and so is their energy: the replica's ``ecum`` (energy per token summed
+over the steps that advanced them) minus its value when a request joined.  These helpers move a
+request into and out of that form."""
 from __future__ import annotations
 
 
@@ -15,6 +17,7 @@ class LazyDecoders:
             return
         r.d0 = d0 = self.D
         r.c0 = c0 = r.num_computed
+        r.e0 = self.ecum
         self.n_dec += 1
         self.lazy_sum += c0 - d0
         self.boundary[(d0 - c0) % self.bs] += 1
@@ -30,6 +33,7 @@ class LazyDecoders:
         self.n_dec -= 1
         self.lazy_sum -= r.c0 - r.d0
         self.boundary[(r.d0 - r.c0) % self.bs] -= 1
+        r.energy_j += self.ecum - r.e0
         return r.c0 + self.D - r.d0
 
     def _lazy_remove(self, r) -> int:

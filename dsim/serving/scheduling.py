@@ -122,8 +122,14 @@ class SchedulerIteration:
             if r.t_scheduled is None:
                 r.t_scheduled = now
                 r.cached_tokens = hit
-            elif len(r.resume_times) < len(r.preempt_times):
-                r.resume_times += ((now, "PREFILL"),)     # back after a recompute preemption
+            else:
+                if len(r.resume_times) < len(r.preempt_times):
+                    r.resume_times += ((now, "PREFILL"),)     # back after a recompute preemption
+                if r.t_kv_ready is not None and r.t_decode_scheduled is None:
+                    # P/D: first admission on the decode replica; deferred if a step of this replica
+                    # started after the request queued here without admitting it
+                    r.t_decode_scheduled = now
+                    r.decode_deferred = self._step_t0 > r.t_enqueued
             r.state = RUNNING
             r.prefilling = True
             self.n_prefilling += 1

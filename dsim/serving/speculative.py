@@ -59,12 +59,20 @@ class SpeculativeSteps:
         return t
 
     def _verified(self, spec, t_end: float, emit_t: float) -> None:
-        """Emit accepted + 1 tokens per verified request, free the rejected positions' KV."""
+        """Emit accepted + 1 tokens per verified request, free the rejected positions' KV; each
+        request is given the energy of its k + 1 verified tokens (the step's ``_step_wpt`` joules a
+        token)."""
         bs = self.bs
+        kb = self.kv_block_bytes
+        wpt = self._step_wpt
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1
-            drop = -(-(old + k + 1) // bs) - -(-new // bs)
+            held = -(-(old + k + 1) // bs)
+            if held * kb > r.kv_peak_bytes:
+                r.kv_peak_bytes = held * kb
+            r.energy_j += (k + 1) * wpt
+            drop = held - -(-new // bs)
             if drop:
                 self.kv.free(drop, ())
             r.num_computed = new

@@ -27,8 +27,8 @@ class StepLog:
     (~32 bytes), and appends as cheap as a list's; numpy reads them without a copy."""
 
     __slots__ = ("t_end", "dur", "prefill_tokens", "decode_tokens", "itl_count", "running", "waiting", "kv_used",
-                 "keep_all", "fold_at", "_tokens", "_peak_running", "_peak_waiting", "_folded", "_spill", "_segs",
-                 "_n_spilled")
+                 "keep_all", "fold_at", "_prefill", "_decode", "_peak_running", "_peak_waiting", "_folded", "_spill",
+                 "_segs", "_n_spilled")
     FLOATS = ("t_end", "dur")
     CHUNKED = ("t_end", "prefill_tokens", "decode_tokens", "running", "waiting")
     SERIES = ("t_end", "dur", "prefill_tokens", "decode_tokens", "itl_count", "running", "waiting", "kv_used")
@@ -39,7 +39,8 @@ class StepLog:
             setattr(self, k, array("d" if k in self.FLOATS else "i"))     # counts fit in int32
         self.keep_all = keep_all
         self.fold_at = float("inf") if keep_all else CHUNK     # chunk length that triggers ``fold``
-        self._tokens = 0                  # over folded chunks: batch tokens, peaks
+        self._prefill = 0                 # over folded chunks: prefill and decode tokens, peaks
+        self._decode = 0
         self._peak_running = 0
         self._peak_waiting = 0
         self._folded = {"running": [], "waiting": [], "depth": [], "kv": []}    # name -> [(t, y) per chunk]
@@ -68,8 +69,8 @@ class StepLog:
         kv = np.asarray(self.kv_used[len(self.kv_used) - n:])     # a copy: kv_used keeps growing
         run = np.asarray(self.running)
         wait = np.asarray(self.waiting)
-        self._tokens += int(np.asarray(self.prefill_tokens).sum(dtype=np.int64)
-                            + np.asarray(self.decode_tokens).sum(dtype=np.int64))
+        self._prefill += int(np.asarray(self.prefill_tokens).sum(dtype=np.int64))
+        self._decode += int(np.asarray(self.decode_tokens).sum(dtype=np.int64))
         self._peak_running = max(self._peak_running, int(run.max()))
         self._peak_waiting = max(self._peak_waiting, int(wait.max()))
         for name, y in (("running", run), ("waiting", wait), ("depth", run + wait), ("kv", kv)):
@@ -100,8 +101,12 @@ class StepLog:
 
     def total_tokens(self) -> int:
         """Batch tokens (prefill + decode) over every step."""
-        return self._tokens + int(np.asarray(self.prefill_tokens).sum(dtype=np.int64)
-                                  + np.asarray(self.decode_tokens).sum(dtype=np.int64))
+        return sum(self.token_totals())
+
+    def token_totals(self) -> tuple:
+        """(prefill tokens, decode tokens) over every step (verification chunks count as decode)."""
+        return (self._prefill + int(np.asarray(self.prefill_tokens).sum(dtype=np.int64)),
+                self._decode + int(np.asarray(self.decode_tokens).sum(dtype=np.int64)))
 
     def peak_running(self) -> int:
         return max(self._peak_running, max(self.running, default=0))
