@@ -81,8 +81,8 @@ def test_seeds_groups_hold_one_part_fixed_while_another_varies(tmp_path):
 
     from dsim.core.rng import PartitionedRNG, seed_group
     assert [seed_group(n) for n in ("workload.arrivals", "latency.a100", "network", "router.default",
-                                    "specdec.accept", "trace.r0")] == \
-        ["workload", "jitter", "jitter", "simulation", "simulation", "simulation"]
+                                    "specdec.accept", "trace.r0", "specdec.think.phone")] == \
+        ["workload", "jitter", "jitter", "simulation", "simulation", "simulation", "workload"]
     a, b = PartitionedRNG(5), PartitionedRNG(5, {"workload": 5, "simulation": 9})
     assert a.stream("workload.arrivals").random() == b.stream("workload.arrivals").random()
     assert a.stream("router.x").random() != b.stream("router.x").random()

@@ -144,3 +144,18 @@ def test_bad_interpolate_sections():
                                            "cluster.controllers[0].predictor=prophet"])
     with pytest.raises(ConfigError, match=r"controllers\[0\]\.kind"):
         dsim.load_scenario(SCN, overrides=["cluster.controllers[0].kind=guess"])
+
+
+def test_a_prefill_pool_observes_the_requests_it_prefilled():
+    """P/D: a request finishes on a decode replica, but the prefill pool's load is the requests it
+    prefilled (matched by their prefill replica), not the few that finished locally."""
+    ctrl = "{type: planner, kind: interpolate, cadence_s: 10}"
+    s = dsim.run(str(ROOT / "scenarios" / "pd_disagg.yaml"), plots=False,
+                 overrides=[f"cluster.controllers=[{ctrl}]", "slo.tpot_ms=80"]).summary
+    ticks = s["planner"]["tick_log"]
+    pools = dsim.load_scenario(str(ROOT / "scenarios" / "pd_disagg.yaml")).fleet.pools
+    pre = [p.name for p in pools if p.role == "prefill"][0]
+    dec = [p.name for p in pools if p.role == "decode"][0]
+    n_pre = sum(t["pools"][pre]["observed"]["num_req"] for t in ticks)
+    n_dec = sum(t["pools"][dec]["observed"]["num_req"] for t in ticks)
+    assert n_dec > 100 and n_pre >= 0.9 * n_dec

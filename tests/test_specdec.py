@@ -691,3 +691,11 @@ def test_expectation_draws_accept_the_expected_count_with_no_randomness(tmp_path
     assert rows(sampled) != rows(sampled + ["seeds={simulation: 99}"])
     with pytest.raises(dsim.ConfigError, match="acceptance_draws"):
         dsim.load_scenario(str(root / "scenarios" / "tree_drafts.yaml"), ["speculation.acceptance_draws=expectation"])
+    # rollbacks are charged in expectation too (1 - prod p per round), not on every round whose
+    # carried count falls short of k: about as many as sampling gives
+    share = {}
+    for mode in ("sample", "expectation"):
+        sp = dsim.run(str(root / "scenarios" / "datacenter_fused.yaml"), plots=False,
+                      overrides=["workload.num_requests=60", f"speculation.acceptance_draws={mode}"]).summary["speculation"]
+        share[mode] = sp["rollbacks"] / sp["rounds"]
+    assert 0 < share["expectation"] < 0.95 and abs(share["expectation"] - share["sample"]) < 0.15, share

@@ -98,3 +98,40 @@ def test_a_full_temporary_directory_is_a_clear_error_and_writes_nothing(tmp_path
     err = capsys.readouterr().err
     assert err.startswith("dsim: error: a long run spills") and "No space left on device" in err and "TMPDIR" in err
     assert "internal error" not in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_process_spills_to_a_file_of_its_own():
+    """The online planner forks the run: after go_private a child's new segments go to its own file
+    and the segments from before the fork are read without moving the shared file position, so
+    two children and the parent never read each other's bytes."""
+    import os
+
+    import numpy as np
+
+    from dsim.core.spill import SpillFile
+    sf = SpillFile()
+    a = sf.put(np.arange(1000, dtype=np.int64))
+    pids = []
+    for k in (1, 2):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            ok = 0
+            try:
+                os.close(r)
+                SpillFile.go_private()
+                b = sf.put(np.full(500, k, dtype=np.int64))
+                for _ in range(50):              # interleave with the other child
+                    ok += int(np.array_equal(sf.get(a), np.arange(1000)) and np.all(sf.get(b) == k))
+                os.write(w, bytes([ok]))
+            finally:
+                os._exit(0)
+        os.close(w)
+        pids.append((pid, r))
+    for pid, r in pids:
+        assert os.read(r, 1) == bytes([50])
+        os.close(r)
+        os.waitpid(pid, 0)
+    c = sf.put(np.full(300, 7, dtype=np.int64))
+    assert np.array_equal(sf.get(a), np.arange(1000)) and np.all(sf.get(c) == 7)

@@ -69,7 +69,10 @@ class Profile:
     def decode_tps(self, ctx: float, itl_target: float) -> float:
         """Output tokens per second one replica decodes at the fullest KV fill (of 64 steps) whose
         ITL stays within ``itl_target`` (at least one decoder)."""
-        best = 1.0 / self.itl(1, ctx)
+        first = self.itl(1, ctx)
+        if not math.isfinite(first):                 # not even one decoder of this context fits
+            return 0.0
+        best = 1.0 / first
         top = self.n_max(ctx)
         for k in range(1, FILL_STEPS + 1):
             n = max(1.0, top * k / FILL_STEPS)
@@ -109,7 +112,8 @@ def profile_pool(raw: dict, index: int, base_dir=None) -> Profile:
     from ..config.scenario import load_scenario
     from ..runner import simulate
     key = repr((raw.get("model"), raw.get("hardware"), raw.get("engine"), raw.get("latency"),
-                ((raw.get("cluster") or {}).get("pools") or [None])[index], raw.get("seed")))
+                ((raw.get("cluster") or {}).get("pools") or [None])[index], raw.get("seed"), raw.get("seeds"),
+                str(base_dir)))
     if key in _CACHE:
         return _CACHE[key]
 
@@ -174,9 +178,10 @@ def replicas_needed(prof: Profile, role: str, num_req: float, isl: float, osl: f
     output tokens/s over one replica's decode rate at the ITL target divided by the decode correction."""
     p_need = num_req * isl / interval * min(1.0, p_corr) / prof.prefill_tps(max(isl, 1.0))
     d_cap = prof.decode_tps(isl + osl / 2, itl_target / d_corr if d_corr > 0 else itl_target)
-    d_need = num_req * osl / interval / d_cap
+    d_need = num_req * osl / interval / d_cap if d_cap > 0 else (math.inf if num_req * osl > 0 else 0.0)
     need = {"prefill": p_need, "decode": d_need}.get(role, p_need + d_need)
-    return p_need, d_need, max(1, math.ceil(need - 1e-9))
+    # a context no replica holds (d_cap 0): as many replicas as the pool may have
+    return p_need, d_need, max(1, math.ceil(need - 1e-9)) if math.isfinite(need) else 10 ** 9
 
 
 class InterpolatingPlanner:
@@ -217,13 +222,15 @@ class InterpolatingPlanner:
         led = self.fleet.ledger
         rows = led.since(start)
         done = rows.present("t_completion")
-        rep = rows.col("replica")
+        rep, pre_rep = rows.col("replica"), rows.col("prefill_replica")
         out = {}
         arr, first, last = rows.col("arrival"), rows.col("t_first_token"), rows.col("t_last_token")
         n_out, prompt = rows.col("n_out").astype(float), rows.col("prompt_len").astype(float)
         for name, pool in self.fleet.pools.items():
             codes = [c for c in (led.code_of(r.name) for r in pool.replicas) if c is not None]
-            mine = done & np.isin(rep, codes) if len(self.fleet.pools) > 1 else done
+            # a prefill pool's requests finish on decode replicas: they are its by their prefill replica
+            col = pre_rep if pool.role == "prefill" else rep
+            mine = done & np.isin(col, codes) if len(self.fleet.pools) > 1 else done
             multi = mine & (n_out > 1)
             out[name] = {"num_req": int(mine.sum()),
                          "isl": float(prompt[mine].mean()) if mine.any() else 0.0,

@@ -20,6 +20,7 @@ feasible (``prune``; the choice is the one full forecasts give).  Applied plans 
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 import math
@@ -29,13 +30,14 @@ import sys
 import numpy as np
 
 from ..config.errors import ConfigError
-from ..core.request import REJECTED, Request
+from ..core.request import PENDING, REJECTED, Request
 from ..core.simulation import arrival_timeout
 from ..metrics.exact import percentiles
 from .control import ScaleIn, ScaleOut, SetEngine, SetSpeculation, Window, apply_action
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens")
 SPEC = ("speculation_mode", "speculation_k")     # None: the scenario's selector / gamma policy
+MAX_SPACE = 200_000              # candidate configurations a tick may enumerate (it keeps max_candidates)
 FAIR_MIN = 10                    # judged requests a tenant needs to count in the fairness gap
 TREND_BOUNDS = (0.25, 4.0)       # a trend forecast scales the recent rate by at most this much
 WATCH_CHECKS = 16                # a forecast counts late first tokens this often per horizon
@@ -57,7 +59,7 @@ def judge(arrival, first, last, done, n_out, rejected, ttft_slo, tpot_slo, t_end
         judged = rejected | fin | (has_ttft & (seen | ~ttft_ok))
         met = judged & ~rejected & seen & ttft_ok & (tpot_ok | ~fin)
     n = int(judged.sum())
-    ttfts = ttft[judged & seen & ~rejected]
+    ttfts = ttft[judged & ~rejected]         # a judged request without a token yet waits at least this long
     out = {"judged": n, "met": int(met.sum()), "attainment": float(met.sum()) / n if n else 1.0,
            "ttft_p99_ms": float(percentiles(ttfts, 99)) if ttfts.size else None}
     if tenant is not None:
@@ -97,16 +99,17 @@ def choose(forecasts: list, min_attainment: float, max_p99: float | None, max_ga
     """Index of the winning forecast (see the module docstring): the feasible one with the fewest
     GPUs (``gpus``: the cost the objective minimises, GPUs or dollars per hour), then the higher
     attainment; with none feasible, the one with the most (the SLO is out of reach: provide what
-    capacity there is), then the higher attainment; ties go to the lower index (the nearer
-    candidate).  Skipped candidates (they could not win) are never chosen."""
+    capacity there is); ties go to the lower index (the nearer candidate).  Skipped candidates
+    (they could not win) are never chosen.  So a forecast stopped early (its attainment partial)
+    decides nothing it would not decide in full."""
     keys = []
     for i, f in enumerate(forecasts):
         if f.get("skipped"):
             continue
         if feasible(f, min_attainment, max_p99, max_gap):
             keys.append((0, f["gpus"], -f["attainment"], i))
-        else:
-            keys.append((1, -f["gpus"], -f["attainment"], i))
+        else:                            # cost only: a stopped forecast's attainment is partial
+            keys.append((1, -f["gpus"], i))
     return min(keys)[-1]
 
 
@@ -123,6 +126,10 @@ class SimulationPlanner:
         if cfg.forecast != "oracle" and session.spec is not None:
             raise ConfigError(f"{path}.forecast", cfg.forecast, "oracle with speculation (a speculative workload's "
                               "conversations are bound up front and cannot be replayed)")
+        if cfg.forecast != "oracle" and getattr(session.scn.config.workload, "max_concurrency", None) is not None:
+            raise ConfigError(f"{path}.forecast", cfg.forecast, "oracle with a closed-loop workload "
+                              "(workload.max_concurrency): its requests are sent as clients free up, not at "
+                              "times a replay could shift")
         if session.scn.slo_ttft_ms is None and session.scn.slo_tpot_ms is None and not session.scn.slo_classes:
             raise ConfigError(f"{path}", None, "an SLO to plan for: slo.ttft_ms, slo.tpot_ms or slo.classes",
                               show_value=False)
@@ -135,6 +142,18 @@ class SimulationPlanner:
         if spec_keys and session.spec is None:
             raise ConfigError(f"{path}.pools", None, "a speculation section for speculation_k / speculation_mode "
                               "candidates", show_value=False)
+        size = 1
+        for name, p in fleet.pools.items():
+            sp = cfg.pools.get(name)
+            reps = (len(sp.replicas) if sp is not None and sp.replicas is not None else
+                    p.spec.max_replicas - p.spec.min_replicas + 1 if p.spec.max_replicas is not None else 3)
+            size *= reps + 1
+            for k in KNOBS + SPEC:
+                size *= len(getattr(sp, k, None) or ()) + 1 if sp is not None else 1
+        if size > MAX_SPACE:
+            raise ConfigError(f"{path}.pools", None, f"a candidate space of at most {MAX_SPACE:,} configurations "
+                              f"(this one has up to {size:,}: list fewer values, or bound pools' max_replicas)",
+                              show_value=False)
         self.cfg, self.fleet, self.session, self.path = cfg, fleet, session, path
         self.interval_s = cfg.interval_s
         # by default a forecast looks past the slowest cold start, or a scale-out could never pay
@@ -223,10 +242,10 @@ class SimulationPlanner:
             space = cfg.pools.get(name)
             lo, top = p.spec.min_replicas, p.spec.max_replicas
             hi = top if top is not None else cur["replicas"] + cfg.step
-            if space is not None and space.replicas is not None:
-                reps = sorted({n for n in space.replicas if lo <= n <= hi} | {cur["replicas"]})
+            if space is not None and space.replicas is not None:     # a list: tried as given (within bounds)
+                reps = sorted({n for n in space.replicas if lo <= n <= (top or n)} | {cur["replicas"]})
             elif top is not None:                 # a bounded pool: every count it may have
-                reps = list(range(lo, top + 1))
+                reps = sorted(set(range(lo, top + 1)) | {cur["replicas"]})
             else:
                 reps = sorted({n for n in (cur["replicas"] - cfg.step, cur["replicas"], cur["replicas"] + cfg.step)
                                if lo <= n <= hi} | {cur["replicas"]})
@@ -237,7 +256,7 @@ class SimulationPlanner:
         def distance(combo):
             return (sum(abs(r - current[n]["replicas"]) for n, r, *_ in combo),
                     sum(v != current[n][k] for n, _r, *kv in combo for k, v in zip(KNOBS + SPEC, kv)))
-        combos = sorted(itertools.product(*axes), key=distance)[:cfg.max_candidates]
+        combos = heapq.nsmallest(cfg.max_candidates, itertools.product(*axes), key=distance)
         return [{n: {"replicas": r, **dict(zip(KNOBS + SPEC, kv))} for n, r, *kv in combo} for combo in combos]
 
     def actions(self, current: dict, target: dict) -> list:
@@ -289,8 +308,13 @@ class SimulationPlanner:
                     self._child(cands[i], w)
                 os.close(w)
                 jobs.append((i, pid, r))
-            for job in jobs:
-                self._collect(job, out)
+            try:
+                for job in jobs:
+                    self._collect(job, out)
+            finally:                             # never leave a child unreaped or a pipe open
+                for i, pid, r in jobs:
+                    if out[i] is None:
+                        _reap(pid, r)
             for i in wave:
                 out[i]["gpus"] = gpus[i]
                 if self.prune and feasible(out[i], cfg.min_attainment, cfg.max_ttft_p99_ms, cfg.max_fairness_gap):
@@ -313,6 +337,8 @@ class SimulationPlanner:
     def _child(self, cand: dict, w: int) -> None:
         code = 0
         try:
+            from ..core.spill import SpillFile
+            SpillFile.go_private()               # the parent's spill file is shared: write elsewhere
             msg = self._simulate(cand)
         except BaseException as e:             # anything, reported to the parent: the child must exit
             msg, code = {"error": f"{type(e).__name__}: {e}"}, 1
@@ -404,23 +430,42 @@ class SimulationPlanner:
         within its horizon, judged at its end) and the forecast's error."""
         arr, first, last, done = (led.col(k) for k in ("arrival", "t_first_token", "t_last_token", "t_completion"))
         n_out = led.col("n_out").astype(float)
-        rejected = led.col("state") == REJECTED
+        state = led.col("state")
+        rejected = state == REJECTED
+        sent = state != PENDING
+        stop = getattr(self.session, "end", None)
         ttft_slo, tpot_slo = led.col("ttft_slo_ms"), led.col("tpot_slo_ms")
         tenants = np.asarray(led.strings("tenant"), dtype=object)
         errs = []
         for t in self.ticks:
             t0, t_end = t["time_s"], t["time_s"] + t["horizon_s"]
-            sel = (arr >= t0) & (arr < t_end)
+            if stop is not None:
+                t_end = min(t_end, stop)         # a run stopped at its horizon judges no further
+            sel = (arr >= t0) & (arr < t_end) & sent
             actual = judge(arr[sel], first[sel], last[sel], done[sel], n_out[sel], rejected[sel], ttft_slo[sel],
                            tpot_slo[sel], t_end, tenant=tenants[sel])
             fc = t["candidates"][t["chosen"]]
             t["actual"] = actual
+            if fc.get("stopped_early"):          # a partial forecast: no error to report
+                t["attainment_error"] = None
+                continue
             t["attainment_error"] = fc["attainment"] - actual["attainment"]
             errs.append(abs(t["attainment_error"]))
         return {"kind": "simulate", "forecast": self.cfg.forecast, "ticks": len(self.ticks),
                 "changes": sum(t["changed"] for t in self.ticks),
                 "mean_abs_attainment_error": float(np.mean(errs)) if errs else None,
                 "tick_log": self.ticks}
+
+
+def _reap(pid: int, r: int) -> None:
+    try:
+        os.close(r)
+    except OSError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
 
 
 class _Decided(Exception):

@@ -17,10 +17,10 @@ def subsystem_seed(master_seed: int, name: str) -> int:
 
 def seed_group(name: str) -> str:
     """Which of a scenario's ``seeds`` a stream follows (seed 004's SimulationKey): ``workload``
-    (arrivals, lengths, prefixes), ``jitter`` (timing noise: latency models' draws, the network),
+    (arrivals, lengths, prefixes, speculative clients' think times), ``jitter`` (timing noise: latency models' draws, the network),
     or ``simulation`` (everything else: routers, acceptance draws, trace sampling)."""
     head = name.split(".", 1)[0]
-    if head in ("workload", "cosim"):
+    if head in ("workload", "cosim") or name.startswith("specdec.think"):     # think time times arrivals
         return "workload"
     if head in ("latency", "network"):
         return "jitter"

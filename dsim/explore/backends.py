@@ -22,8 +22,11 @@ def backend_context(backend: str, jobs: int, address: str | None):
     ``put`` is called once per distinct file a run's points read.  Dask: the tasks and the scatter go
     through this run's own client, not distributed's default client, which may be another or a
     closed one (a CI run hung on a point waiting for a file that had gone elsewhere); the scatter is
-    broadcast, so every worker holds the bytes before a point starts.  Ray: ``ray.put``; a worker
-    that lacks the object pulls it through its object manager."""
+    broadcast, so every worker holds the bytes before a point starts, and published as a dataset
+    named after it, because Dask's active memory manager drops the extra copies within seconds and a
+    worker without one fetches it by that name (``portable.Shared.fetch``); the datasets are
+    unpublished when the run ends.  Ray: ``ray.put``; a worker that lacks the object pulls it through
+    its object manager."""
     if backend == "joblib":
         if address:
             raise ConfigError("--address", address, "only with --backend dask or ray", show_value=False)
@@ -50,9 +53,23 @@ def backend_context(backend: str, jobs: int, address: str | None):
             cluster = LocalCluster(n_workers=max(1, jobs), threads_per_worker=1, processes=True,
                                    dashboard_address=None, silence_logs=third_party_level())
             client = Client(cluster)
+        published: list = []
+
+        def put(blob: bytes):
+            fut = client.scatter(blob, broadcast=True)
+            name = f"dsim-file-{fut.key}"
+            if name not in published:
+                client.publish_dataset(fut, name=name, override=True)
+                published.append(name)
+            return (fut, name)
         try:
-            yield "dask", {"client": client}, (lambda blob: client.scatter(blob, broadcast=True))
+            yield "dask", {"client": client}, put
         finally:
+            for name in published:
+                try:
+                    client.unpublish_dataset(name)
+                except Exception:               # a cluster that went away: nothing left to tidy
+                    pass
             client.close()
             if cluster is not None:
                 cluster.close()

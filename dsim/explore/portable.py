@@ -119,7 +119,8 @@ FETCH_TIMEOUT_S = 60.0
 class Shared:
     """A file's bytes held in a cluster engine's object store: what a shared point carries instead
     of the bytes.  Dask: ``ref`` is the driver's Future of the scatter (it keeps the data in the
-    cluster) and only its key travels; Ray: ``ref`` is an ObjectRef, which travels as itself."""
+    cluster) and only ``key``, (the data's key, the dataset it is published as), travels; Ray:
+    ``ref`` is an ObjectRef, which travels as itself."""
     __slots__ = ("engine", "ref", "key")
 
     def __init__(self, engine: str, ref, key=None):
@@ -135,15 +136,17 @@ class Shared:
         if self.engine == "ray":
             import ray
             return ray.get(self.ref)
-        from distributed import Future, get_worker, worker_client
+        from distributed import get_worker, worker_client
+        data_key, name = self.key
         data = get_worker().data
-        if self.key in data:                          # the broadcast scatter placed it on every worker
-            return data[self.key]
-        # a worker that joined after the scatter: pull it, but never wait forever on the cluster
+        if data_key in data:                          # the broadcast copy is still here
+            return data[data_key]
+        # the active memory manager dropped this worker's copy, or the worker joined later: fetch
+        # it by its dataset name, never waiting forever on the cluster
         with worker_client() as client:
             try:
-                return Future(self.key, client).result(timeout=FETCH_TIMEOUT_S)
-            except TimeoutError:
+                return client.get_dataset(name, default=None).result(timeout=FETCH_TIMEOUT_S)
+            except (TimeoutError, AttributeError):
                 from ..config.errors import ConfigError
                 raise ConfigError("--backend dask", self.key, f"the cluster to deliver a scenario file within "
                                   f"{FETCH_TIMEOUT_S:g} s (this worker joined after the sweep started?)",
@@ -163,7 +166,11 @@ def share(calls: list, engine: str, put) -> list:
                 if isinstance(blob, bytes):
                     if name not in refs:
                         ref = put(blob)
-                        refs[name] = Shared(engine, ref, getattr(ref, "key", None))
+                        if isinstance(ref, tuple):    # Dask: (the scatter's Future, its dataset name)
+                            ref = Shared(engine, ref[0], (ref[0].key, ref[1]))
+                        else:
+                            ref = Shared(engine, ref, getattr(ref, "key", None))
+                        refs[name] = ref
                     blob = refs[name]
                 files[name] = blob
             call = ({**pkg, "files": files}, *call[1:])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING, REJECTED
+from .exact import sorted_unique
 from .measures import busy_and_kv, gpu_utilization, ledger_latencies, meets_slo_mask, stats
 
 
@@ -249,7 +250,7 @@ def _pow2_bins(x: np.ndarray) -> tuple:
     """Power-of-two bins of token counts: (bin of each value, [(bin, lowest, highest count)] of the
     bins present, in increasing order): 0, 1, 2-3, 4-7, ..., 2^k to 2^(k+1) - 1."""
     k = np.where(x > 0, np.floor(np.log2(np.maximum(x, 1))).astype(np.int64) + 1, 0)   # exact for integers
-    return k, [(b, 0 if b == 0 else 2 ** (b - 1), 0 if b == 0 else 2 ** b - 1) for b in np.unique(k).tolist()]
+    return k, [(b, 0 if b == 0 else 2 ** (b - 1), 0 if b == 0 else 2 ** b - 1) for b in sorted_unique(k).tolist()]
 
 
 def length_bins(led, slo_ttft_ms, slo_tpot_ms, pcts) -> dict:

@@ -172,7 +172,17 @@ class SpecRuntime(Conversations, DraftingModes):
             a = tree.sample(self.rng, k)
             k = tree.depth(k)            # a rollback: the walk stopped above the tree's deepest level
         elif cfg.expectation:
-            a = expected_accepted(st, self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature))
+            probs = self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature)
+            a = expected_accepted(st, probs)
+            # a rollback (some draft rejected) in expectation too: 1 - prod(p) of one, carried
+            full = 1.0
+            for p in probs:
+                full *= p
+            st.rb_carry += 1.0 - full
+            n = int(st.rb_carry + 1e-9)
+            st.rb_carry -= n
+            st.rollbacks += n
+            return a, n * cfg.partial["rollback_penalty_ms"] * 1e-3
         else:
             a = sample_accepted(self.rng, self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature))
         if a < k:
