@@ -176,3 +176,18 @@ def test_import_dsim_does_not_load_the_plotting_library():
     code = "import sys, dsim; print('altair' in sys.modules, 'vl_convert' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_a_planner_runs_report_lists_every_tick(tmp_path):
+    """report.html of a run with the online planner has one row per tick: the replicas it chose,
+    its forecast and what then happened (docs/planner.md)."""
+    out = tmp_path / "p"
+    assert main(["run", str(ROOT / "scenarios" / "online_planner.yaml"), "--set",
+                 "cluster.controllers[0].cadence_s=40", "--out", str(out), "--quiet"]) == 0
+    text = _check(out / "report.html")
+    plan = json.loads((out / "summary.json").read_text())["planner"]
+    assert f"Planner (simulate): {plan['ticks']} ticks, {plan['changes']} changes" in text
+    table = text[text.index("Planner (simulate)"):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == plan["ticks"] + 1                  # a header and a row per tick
+    _rebuilds(out)

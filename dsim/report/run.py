@@ -122,7 +122,7 @@ _REP_COLS = (("pool", "pool"), ("role", "role"), ("submitted", "submitted"), ("c
              ("rejected", "rejected"), ("busy_fraction", "GPU busy"), ("mean_kv_usage", "mean KV"),
              ("peak_kv_usage", "peak KV"), ("preemptions", "preemptions"), ("prefix_hit_rate", "prefix hits"),
              ("steps", "steps"), ("energy_joules", "energy (J)"), ("cost_usd", "cost ($)"))
-_SHARES = {"busy_fraction", "mean_kv_usage", "peak_kv_usage", "prefix_hit_rate"}
+_SHARES = {"busy_fraction", "mean_kv_usage", "peak_kv_usage", "prefix_hit_rate", "share"}
 
 
 def _cell(k, v):
@@ -153,3 +153,26 @@ def _tables(page: Page, s: dict) -> None:
         keys = sorted({k for p in pools.values() for k, v in p.items() if isinstance(v, (int, float, str, bool))
                        or v is None})
         page.table(["pool"] + keys, [[n] + [_cell(k, p.get(k)) for k in keys] for n, p in sorted(pools.items())])
+    plan = s.get("planner")
+    if plan:
+        _planner_table(page, plan)
+
+
+def _planner_table(page: Page, plan: dict) -> None:
+    """One row per planner tick: what it chose, and (simulation planner) its forecast against what
+    then happened (docs/planner.md)."""
+    ticks = plan.get("tick_log") or []
+    page.h2(f"Planner ({plan.get('kind')}): {len(ticks)} ticks, {plan.get('changes')} changes")
+    rows = []
+    for t in ticks:
+        if plan.get("kind") == "simulate":
+            c = t["candidates"][t["chosen"]]
+            conf = ", ".join(f"{n}: {v['replicas']}" for n, v in c["config"].items())
+            fc, act, err = c.get("attainment"), (t.get("actual") or {}).get("attainment"), t.get("attainment_error")
+            rows.append([t["time_s"], t["trigger"], conf, len(t["candidates"]), _cell("share", fc),
+                         _cell("share", act), err if err is None else f"{err:+.3f}", "yes" if t["changed"] else ""])
+        else:
+            conf = ", ".join(f"{n}: {v['replicas']}" for n, v in t["pools"].items())
+            rows.append([t["time_s"], "cadence", conf, "", "", "", "", "yes" if t["changed"] else ""])
+    page.table(["time (s)", "trigger", "replicas chosen", "candidates", "forecast attainment", "actual attainment",
+                "error", "changed"], rows, left=3)
