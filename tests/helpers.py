@@ -55,3 +55,36 @@ def bench_scenario(n: int, replicas: int = 1, **workload) -> dict:
         s["workload"]["rate"] = 20 * replicas
         s["slo"] = {"ttft_ms": 200, "tpot_ms": 30}
     return s
+
+
+RUN_COLS = {"arrival_s": "arrival_s", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
+            "first_token_s": "first_token_s", "last_token_s": "completion_s"}
+
+
+def simulated_runs(tmp_path, models, latency, num_requests: int) -> list:
+    """One simulated "real" run per model on one H100 engine (Poisson 12 req/s, uniform lengths),
+    read back as dsim calibrate reads a generic CSV: what the stage-1 fitting tests calibrate on."""
+    import dsim
+    from dsim.calibrate.realrun import read_generic
+    engine = {"max_num_seqs": 64, "enable_prefix_caching": False}
+    runs = []
+    for i, model in enumerate(models):
+        dsim.run(scenario(seed=3 + i, model=model, latency=latency, engine=engine,
+                          workload={"type": "poisson", "rate": 12.0, "num_requests": num_requests,
+                                    "prompt_tokens": {"dist": "uniform", "min": 64, "max": 512},
+                                    "output_tokens": {"dist": "uniform", "min": 16, "max": 256}}),
+                 tmp_path / f"r{i}", plots=False)
+        runs.append(read_generic(tmp_path / f"r{i}" / "requests.csv", RUN_COLS, model=model,
+                                 hardware="H100-SXM", engine=engine))
+    return runs
+
+
+def lossy_pd(output_tokens) -> dict:
+    """A prefill and a decode replica joined by a 1 Mbit/s link that loses half its packets and never
+    retries: some KV transfers fail (what the P/D failure tests provoke)."""
+    return {"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
+            "cluster": {"pools": [{"name": "prefill", "role": "prefill"}, {"name": "decode", "role": "decode"}]},
+            "network": {"links": [{"src": "prefill-0", "dst": "decode-0", "rtt_ms": 2, "bw_mbps": 1}],
+                        "loss_pct": 50, "max_retries": 0},
+            "workload": {"type": "poisson", "rate": 50, "num_requests": 12, "prompt_tokens": 16,
+                         "output_tokens": output_tokens}}

@@ -15,7 +15,7 @@ from dsim.calibrate.realrun import read_generic
 from dsim.calibrate.windows import decode_windows
 from dsim.cli import main
 
-from helpers import scenario
+from helpers import scenario, simulated_runs
 
 TRUE = {"model": "roofline", "compute_efficiency": 0.6, "memory_efficiency": 0.7, "overlap": 1.0,
         "alpha": [0, 0, 0], "host": {"step_us": 1500.0, "per_seq_us": 60.0}}
@@ -79,16 +79,7 @@ def test_round_trip_recovers_known_terms(tmp_path):
 def test_stage1_fits_runs_of_two_models_jointly(tmp_path, models):
     """Runs of two models on one GPU and engine share the host and efficiency terms, a dense and an
     MoE model too (their GEMM kinds differ: router and experts)."""
-    runs = []
-    for i, model in enumerate(models):
-        dsim.run(scenario(seed=3 + i, model=model, latency=TRUE,
-                          engine={"max_num_seqs": 64, "enable_prefix_caching": False},
-                          workload={"type": "poisson", "rate": 12.0, "num_requests": 400,
-                                    "prompt_tokens": {"dist": "uniform", "min": 64, "max": 512},
-                                    "output_tokens": {"dist": "uniform", "min": 16, "max": 256}}),
-                 tmp_path / f"r{i}", plots=False)
-        runs.append(read_generic(tmp_path / f"r{i}" / "requests.csv", COLS, model=model, hardware="H100-SXM",
-                                 engine={"max_num_seqs": 64, "enable_prefix_caching": False}))
+    runs = simulated_runs(tmp_path, models, TRUE, 400)
     ctxs = [replica_context(r) for r in runs]
     s1 = stage1(runs, ctxs, {"model": "roofline", "overlap": 1.0})
     assert s1["runs"] == [r.name for r in runs]

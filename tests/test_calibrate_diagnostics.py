@@ -285,21 +285,10 @@ def test_leave_one_configuration_out_of_stage1(tmp_path):
     weight size separates the host step from the HBM efficiency less well)."""
     from dsim.calibrate.calibrate import ROOFLINE, stage1_problem, start_latency
     from dsim.calibrate.command import replica_context
-    from helpers import scenario
+    from helpers import simulated_runs
     truth = {"model": "roofline", "compute_efficiency": 0.6, "memory_efficiency": 0.7, "overlap": 1.0,
              "alpha": [0, 0, 0], "host": {"step_us": 1500.0, "per_seq_us": 60.0}}
-    cols = {"arrival_s": "arrival_s", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
-            "first_token_s": "first_token_s", "last_token_s": "completion_s"}
-    runs = []
-    for i, model in enumerate(("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B")):
-        dsim.run(scenario(seed=3 + i, model=model, latency=truth, engine={"max_num_seqs": 64,
-                                                                          "enable_prefix_caching": False},
-                          workload={"type": "poisson", "rate": 12.0, "num_requests": 300,
-                                    "prompt_tokens": {"dist": "uniform", "min": 64, "max": 512},
-                                    "output_tokens": {"dist": "uniform", "min": 16, "max": 256}}),
-                 tmp_path / f"r{i}", plots=False)
-        runs.append(read_generic(tmp_path / f"r{i}" / "requests.csv", cols, model=model, hardware="H100-SXM",
-                                 engine={"max_num_seqs": 64, "enable_prefix_caching": False}))
+    runs = simulated_runs(tmp_path, ("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B"), truth, 300)
     ctxs = [replica_context(r) for r in runs]
     lat = {"model": "roofline", "overlap": 1.0}
     d = D.calibrate_diagnostics(stage1_problem(runs, ctxs, lat), ctxs, "roofline", ROOFLINE,

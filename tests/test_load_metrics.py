@@ -294,13 +294,8 @@ def test_pd_decode_wait_and_deferrals(tmp_path):
 def test_pd_dropped_after_prefill_are_counted():
     """A KV transfer the network gives up on (max_retries 0 on a lossy link) ends its request after
     its prefill: dropped, by reason; the others are admitted on the decode replica."""
-    res = dsim.run({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
-                    "cluster": {"pools": [{"name": "prefill", "role": "prefill"},
-                                          {"name": "decode", "role": "decode"}]},
-                    "network": {"links": [{"src": "prefill-0", "dst": "decode-0", "rtt_ms": 2, "bw_mbps": 1}],
-                                "loss_pct": 50, "max_retries": 0},
-                    "workload": {"type": "poisson", "rate": 50, "num_requests": 12, "prompt_tokens": 16,
-                                 "output_tokens": 3}})
+    from helpers import lossy_pd
+    res = dsim.run(lossy_pd(3))
     failed = res.summary["network"]["failed"]
     sec = res.summary["clusters"]["default"]["decode_admission"]
     assert failed > 0 and sec["dropped"] == failed and sec["dropped_by"] == {"kv_transfer_failed": failed}

@@ -81,14 +81,8 @@ def test_lost_kv_transfers_fail_their_requests_instead_of_completing(tmp_path):
     reason kv_transfer_failed (it used to complete as if its KV had arrived, and could put a
     prefill into the decode pool)."""
     import dsim
-    res = dsim.run({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
-                    "cluster": {"pools": [{"name": "prefill", "role": "prefill"},
-                                          {"name": "decode", "role": "decode"}]},
-                    "network": {"links": [{"src": "prefill-0", "dst": "decode-0", "rtt_ms": 2, "bw_mbps": 1}],
-                                "loss_pct": 50, "max_retries": 0},
-                    "workload": {"type": "poisson", "rate": 50, "num_requests": 12, "prompt_tokens": 16,
-                                 "output_tokens": {"dist": "uniform", "low": 1, "high": 3}}},
-                   check_invariants=True)
+    from helpers import lossy_pd
+    res = dsim.run(lossy_pd({"dist": "uniform", "low": 1, "high": 3}), check_invariants=True)
     s = res.summary
     failed = s["network"]["failed"]
     assert failed > 0 and s["requests"]["rejected_by"] == {"kv_transfer_failed": failed}
