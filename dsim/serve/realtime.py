@@ -35,6 +35,8 @@ from ..core.request import COMPLETED, REJECTED, Request
 _NO_WORKLOAD = ("workload={type: poisson, rate: 1, num_requests: 1, prompt_tokens: {dist: constant, value: 1}, "
                 "output_tokens: {dist: constant, value: 1}}")
 
+RECENT = 100_000     # finished requests whose simulated times RealtimeSim.recent keeps (tests, measurements)
+
 # vLLM's histogram buckets (vllm/v1/metrics/loggers.py)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -143,9 +145,9 @@ class RealtimeSim:
             rep.inst.tracer = obs
         fleet.tracer_factory = lambda inst: obs     # replicas the autoscaler adds later
         fleet.done_hooks.append(self._done)
+        self.recent: dict = {}                  # rid -> (arrival, first token, completion), the last RECENT finished
         self.t0 = None
         self._kick = None
-        self.lag_max = 0.0                      # largest wall delay of a simulation advance behind its due time
 
     # ---- clock ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -258,6 +260,10 @@ class RealtimeSim:
             stats.prompt_tokens += r.prompt_len
             stats.generation_tokens += r.n_out
             st.push(("done", r.t_completion, None))
+            rec = self.recent
+            rec[r.rid] = (r.arrival, r.t_first_token, r.t_completion)
+            if len(rec) > RECENT:
+                del rec[next(iter(rec))]
         else:
             st.push(("error", self.env.now, r.reject_reason or "rejected"))
 
