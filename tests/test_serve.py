@@ -120,6 +120,7 @@ def test_completion_and_stream_shapes(server):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert usage["usage"]["completion_tokens"] == 5 and usage["choices"] == []
+    assert 0 < usage["dsim"]["ttft_s"] < usage["dsim"]["e2e_s"] and usage["dsim"]["replica"] == "replica0"
 
 
 def test_tokens_come_at_the_simulated_times(server):

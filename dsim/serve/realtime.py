@@ -2,7 +2,7 @@
 
 Simulated time is ``speed x`` the wall-clock seconds since ``start()``.  Everything runs in one asyncio
 loop: ``drive()`` sleeps until the simulation's next event is due (``env.peek()``) or something new
-happens, then runs the SimPy environment up to the current time (``env.run(until=now)``); an HTTP
+happens, then runs the SimPy environment up to the current time (each event due, then the clock); an HTTP
 request calls ``submit`` (the simulation is first brought to now, then the request arrives at the
 gateway, whose routers pick its replica, or at the replica behind the port it came in on) and a
 ``/metrics`` scrape calls ``advance`` before it reads the replicas.
@@ -147,23 +147,28 @@ class RealtimeSim:
         fleet.done_hooks.append(self._done)
         self.recent: dict = {}                  # rid -> (arrival, first token, completion), the last RECENT finished
         self.t0 = None
-        self._kick = None
+        self._wakeup = None                     # the future drive() sleeps on
 
     # ---- clock ---------------------------------------------------------------------------------
     def start(self) -> None:
         self.t0 = time.monotonic()
-        self._kick = asyncio.Event()
 
     def now(self) -> float:
         """Simulated time now: speed x wall seconds since start."""
         return (time.monotonic() - self.t0) * self.speed
 
     def advance(self) -> float:
-        """Run the simulation up to now; returns the simulated time reached."""
+        """Run the simulation up to now; returns the simulated time reached.  Not ``env.run(until=t)``:
+        SimPy leaves its stop event queued at t, which ``env.peek()`` would then report as due."""
         t = self.now()
-        if t > self.env.now:
-            self.env.run(until=t)
-        return self.env.now
+        env = self.env
+        q = env._queue
+        step = env.step
+        while q and q[0][0] <= t:
+            step()
+        if t > env._now:
+            env._now = t                    # no event before t: the clock moves on, as run(until=t) does
+        return env._now
 
     def wall_delay(self, t_sim: float) -> float:
         """Wall seconds until simulated time t_sim (<= 0: due)."""
@@ -172,19 +177,21 @@ class RealtimeSim:
     async def drive(self) -> None:
         """Keep the simulation at the wall clock until cancelled."""
         env = self.env
-        kick = self._kick
+        loop = asyncio.get_running_loop()
         while True:
             self.advance()
             nxt = env.peek()
             delay = 0.5 if nxt == float("inf") else min(0.5, max(0.0, self.wall_delay(nxt)))
-            kick.clear()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(kick.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
-            else:
-                await asyncio.sleep(0)          # let handlers run between bursts of events
+            fut = self._wakeup = loop.create_future()
+            timer = loop.call_later(delay, _wake, fut)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+
+    def kick(self) -> None:
+        """Something was added to the simulation: its next event may be sooner than drive() thinks."""
+        _wake(self._wakeup)
 
     async def sleep_until(self, t_sim: float) -> None:
         d = self.wall_delay(t_sim)
@@ -204,8 +211,7 @@ class RealtimeSim:
         if r.state == REJECTED:                 # at the door: admission, too long, no KV room
             self.streams.pop(r.rid, None)
             return r.reject_reason or "rejected"
-        if self._kick is not None:
-            self._kick.set()                    # the next event may be sooner now
+        self.kick()                             # the next event may be sooner now
         return st
 
     def _step_end(self, inst, t_end: float) -> None:
@@ -286,6 +292,11 @@ class RealtimeSim:
 
     def max_model_len(self) -> int:
         return min(p.engine.max_model_len for p in self.fleet.pools.values())
+
+
+def _wake(fut) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
 
 
 class _Named:
