@@ -178,7 +178,7 @@ class Frontend:
         while True:
             while st.items:
                 kind, t, v = st.items.popleft()
-                await rt.sleep_until(t)
+                await rt.release_at(t)
                 yield kind, t, v
                 if kind != "tokens":
                     return

@@ -69,6 +69,9 @@ class Hist:
         return out
 
 
+LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
 class ReplicaStats:
     """What /metrics reports of one replica beyond its live state: request counters and histograms."""
 
@@ -148,6 +151,7 @@ class RealtimeSim:
         self.recent: dict = {}                  # rid -> (arrival, first token, completion), the last RECENT finished
         self.t0 = None
         self._wakeup = None                     # the future drive() sleeps on
+        self.lag = Hist(LAG_BUCKETS)            # wall seconds a token went out after its simulated time
 
     # ---- clock ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -193,10 +197,13 @@ class RealtimeSim:
         """Something was added to the simulation: its next event may be sooner than drive() thinks."""
         _wake(self._wakeup)
 
-    async def sleep_until(self, t_sim: float) -> None:
+    async def release_at(self, t_sim: float) -> None:
+        """Return at simulated time t_sim (at once if it is past); how late is recorded in ``lag``."""
         d = self.wall_delay(t_sim)
         if d > 0:
             await asyncio.sleep(d)
+            d = self.wall_delay(t_sim)
+        self.lag.observe(max(0.0, -d))
 
     # ---- requests ------------------------------------------------------------------------------
     def submit(self, prompt_len: int, max_tokens: int, segments=None, replica=None, priority: int = 0):
