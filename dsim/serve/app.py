@@ -292,6 +292,9 @@ def bind(host: str, port: int) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind((host, port))
+    except socket.gaierror as e:
+        s.close()
+        raise ConfigError("--host", host, f"an address of this machine ({e.strerror})") from None
     except OSError as e:
         s.close()
         raise ConfigError("--port", port, f"a free port on {host} ({e.strerror})") from None
@@ -302,13 +305,15 @@ def bind(host: str, port: int) -> socket.socket:
 
 class Server:
     """The ports of one dsim serve: the fleet's port, and with ``replica_ports`` one per replica after it
-    (port + 1 + i for the i-th replica; with port 0, free ports)."""
+    (port + 1 + i for the i-th replica that takes arrivals, i.e. not a P/D decode replica; with port 0,
+    free ports)."""
 
     def __init__(self, rt, host: str = "127.0.0.1", port: int = 8000, replica_ports: bool = False,
                  limits: Limits | None = None):
         self.rt = rt
         self.front = Frontend(rt, limits or Limits())
-        targets = [None] + (list(rt.replicas()) if replica_ports else [])
+        # a decode replica (P/D) takes requests from prefill replicas only: no port of its own
+        targets = [None] + ([r for r in rt.replicas() if r.pool.role != "decode"] if replica_ports else [])
         self.sockets, self.apps = [], []
         for i, rep in enumerate(targets):
             self.sockets.append(bind(host, 0 if port == 0 else port + i))
