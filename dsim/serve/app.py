@@ -322,6 +322,7 @@ class Server:
         self.ports = [s.getsockname()[1] for s in self.sockets]
         self.servers = []
         self.started = None
+        self.failure = None             # the simulation's exception, if it stopped with one
 
     def endpoints(self) -> list:
         """(port, replica name or None for the fleet's port)."""
@@ -331,6 +332,7 @@ class Server:
         import uvicorn
         self.rt.start()
         drive = asyncio.get_running_loop().create_task(self.rt.drive())
+        drive.add_done_callback(self._drive_ended)
         for sock, (_rep, app) in zip(self.sockets, self.apps):
             cfg = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
                                  timeout_graceful_shutdown=1)
@@ -350,6 +352,14 @@ class Server:
             drive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drive
+        if self.failure is not None:
+            raise self.failure
+
+    def _drive_ended(self, task) -> None:
+        """The simulation stopped with an error (a bug): stop serving rather than hang every client."""
+        if not task.cancelled() and task.exception() is not None:
+            self.failure = task.exception()
+            self.shutdown()
 
     def shutdown(self) -> None:
         for srv in self.servers:
