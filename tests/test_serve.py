@@ -136,9 +136,9 @@ def test_tokens_come_at_the_simulated_times(server):
         e2e = time.perf_counter() - t0
         rid = int(chunks[0]["id"].rsplit("-", 1)[1])
         arrival, first, done = rt.recent[rid]
-        assert ttft == pytest.approx(first - arrival, abs=0.03)
-        assert ttft >= (first - arrival) - 0.002            # never before the simulation says
-        assert e2e == pytest.approx(done - arrival, abs=0.03)
+        # never before the simulation says, and not much after it (a loaded machine delays the client)
+        assert (first - arrival) - 0.002 <= ttft <= (first - arrival) + 0.1
+        assert (done - arrival) - 0.002 <= e2e <= (done - arrival) + 0.1
         assert len(chunks) == 40                             # one chunk per decode step
 
 
@@ -181,7 +181,9 @@ def test_burst_beyond_capacity_queues(server):
     # the last 4 waited for two batches of 60 decode steps (~0.4 s each): in the simulation and at the client
     sim = sorted(u["dsim"]["ttft_s"] for _, _, u in res)
     assert sim[-1] > usage["dsim"]["ttft_s"] + 0.5
-    assert max(t for t, _, _ in res) > single + 0.4, (single, sorted(t for t, _, _ in res))
+    # a client never sees a token before its simulated time, so the wait shows at the client too
+    assert max(t for t, _, _ in res) > usage["dsim"]["ttft_s"] + 0.5
+    assert single >= usage["dsim"]["ttft_s"] - 0.002
 
 
 def test_prefix_cache_hits_reach_usage_and_metrics(server):
