@@ -235,7 +235,16 @@ def test_malformed_requests_get_4xx_and_the_server_keeps_serving():
             assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_exceeded"
             assert all(f.result().status_code == 200 for f in futs)
         assert c.post("/v1/completions", json=good).status_code == 200
-        assert s.metrics()["vllm:num_requests_running"] == 0
+        # clients that leave mid-stream or before the first token give their slots back
+        for n_lines in (0, 2, 0, 3):
+            with c.stream("POST", "/v1/completions", json={**good, "max_tokens": 100, "stream": True}) as r:
+                assert r.status_code == 200
+                for i, _ in enumerate(r.iter_lines()):
+                    if i >= n_lines:
+                        break
+        assert until(lambda: s.server.front.in_flight, lambda n: n == 0) == 0
+        assert c.post("/v1/completions", json=good).status_code == 200
+        assert until(s.metrics, lambda m: m["vllm:num_requests_running"] == 0)["vllm:num_requests_running"] == 0
     finally:
         s.close()
 

@@ -158,8 +158,8 @@ class Frontend:
         ident = f"{'chatcmpl' if chat else 'cmpl'}-dsim-{rid}"
         meta = dict(id=ident, created=int(time.time()), model=model)
         if stream:
-            return StreamingResponse(self._sse(st, chat, meta, usage_chunk), media_type="text/event-stream",
-                                     headers={"x-request-id": ident})
+            return _Streamed(self, st, self._sse(st, chat, meta, usage_chunk), media_type="text/event-stream",
+                             headers={"x-request-id": ident})
         try:
             n = 0
             async for kind, _t, v in self._released(st):
@@ -169,7 +169,7 @@ class Frontend:
                     status, typ = _REJECT.get(v, (429, "rate_limit_exceeded"))
                     return error_response(status, f"the simulated server rejected the request ({v})", typ, code=v)
         finally:
-            self.in_flight -= 1
+            self.release(st)
         text = filler(0, n)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                    "finish_reason": "length"} if chat else
@@ -221,6 +221,12 @@ class Frontend:
                                    "stop_reason": None}))
                 yield "".join(out)
         finally:
+            self.release(st)
+
+    def release(self, st) -> None:
+        """st no longer counts against --max-concurrency (once, however its response ended)."""
+        if not st.released:
+            st.released = True
             self.in_flight -= 1
 
     # ---- other routes ----------------------------------------------------------------------------
@@ -228,6 +234,21 @@ class Frontend:
         return JSONResponse({"object": "list", "data": [
             {"id": m, "object": "model", "created": self.created, "owned_by": "dsim", "root": m, "parent": None,
              "max_model_len": self.max_model_len} for m in self.models]})
+
+
+class _Streamed(StreamingResponse):
+    """A streaming response that releases its request's concurrency slot however it ends: a client that
+    leaves before the first chunk leaves the generator unstarted (its ``finally`` never runs)."""
+
+    def __init__(self, front: Frontend, st, *args, **kw):
+        super().__init__(*args, **kw)
+        self.front, self.st = front, st
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.front.release(self.st)
 
 
 def _chunk(meta: dict, obj: str, choice: dict) -> str:

@@ -90,7 +90,7 @@ class Stream:
     """One HTTP request's simulated request and the items its handler releases, in time order:
     ("tokens", t, n) n new tokens at simulated time t; ("done", t, None) the request ended at t;
     ("error", t, reason) the simulation rejected it."""
-    __slots__ = ("req", "items", "event", "sent", "t_last", "ttft_seen")
+    __slots__ = ("req", "items", "event", "sent", "t_last", "ttft_seen", "released")
 
     def __init__(self, req: Request):
         self.req = req
@@ -99,6 +99,7 @@ class Stream:
         self.sent = 0              # tokens queued so far
         self.t_last = None         # simulated time of the last queued token
         self.ttft_seen = False
+        self.released = False      # the HTTP side no longer counts it in flight
 
     def push(self, item) -> None:
         self.items.append(item)
