@@ -3,6 +3,12 @@
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with ``stream``, and
 ``stream_options.include_usage`` for a last chunk with the usage), ``GET /v1/models``, ``GET /health``,
 ``GET /metrics``.  Errors are OpenAI's JSON ``{"error": {"message", "type", "param", "code"}}``.
+
+Why Starlette on uvicorn: Starlette is the small, maintained ASGI toolkit FastAPI is built on, and all
+this server needs (routes, streaming responses, exception handlers); FastAPI's request models would
+answer bad requests with its own 422 format, not OpenAI's errors, so the bodies are checked by hand
+here.  uvicorn is the usual ASGI server (vLLM's too); several of its servers share one event loop, and
+the simulation runs in that loop, so nothing is shared between threads.
 """
 from __future__ import annotations
 

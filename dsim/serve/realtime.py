@@ -17,6 +17,10 @@ side releases each item when the wall clock reaches its simulated time, so a cli
 of the simulation, queueing, batching, KV pressure, prefix hits and preemption included.  Decode steps
 are milliseconds long, so one event per step costs little at real-time speed.
 
+Not SimPy's ``RealtimeEnvironment``: it sleeps with ``time.sleep`` between events, so arrivals at
+arbitrary wall times would need a second thread and locks; advancing the ordinary environment from the
+event loop gives the same event times with one thread.
+
 Scenario parts that need arrivals known in advance are refused: the workload is replaced by HTTP
 clients, speculative decoding binds its conversations up front.
 """
