@@ -7,7 +7,8 @@ tokens here than in vLLM; send ``prompt`` as a list of token ids to fix the coun
 
 Prefix caching needs content, not only a length: each token (a word, or an id) gets a stable 63-bit
 number, and the prompt becomes ``Request.segments`` of ``CHUNK`` tokens each whose id chains every
-token before it, so two prompts share simulated KV blocks exactly as far as their tokens agree.
+token before it, so two prompts share simulated KV blocks as far as their tokens agree, rounded down to
+whole chunks.
 
 Output text is filler: ``filler(start, n)`` is n words of a fixed cycle, each one token under
 ``TOKEN_RE`` and each preceded by a space, so the text of k tokens tokenizes back to k tokens.
