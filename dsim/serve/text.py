@@ -5,10 +5,10 @@ word characters is one token and every other non-space character is one token (`
 is 4 tokens).  Real BPE tokenizers give about 1.3 tokens per English word, so a prompt counts fewer
 tokens here than in vLLM; send ``prompt`` as a list of token ids to fix the count exactly.
 
-Prefix caching needs content, not only a length: each token (a word, or an id) gets a stable 63-bit
-number, and the prompt becomes ``Request.segments`` of ``CHUNK`` tokens each whose id chains every
-token before it, so two prompts share simulated KV blocks as far as their tokens agree, rounded down to
-whole chunks.
+Prefix caching needs content, not only a length: the prompt's tokens (words, or ids) become
+``Request.segments`` of ``CHUNK`` tokens each, whose id is a stable 63-bit hash of every token up to the
+chunk's end, so two prompts share simulated KV blocks as far as their tokens agree, rounded down to whole
+chunks (the same in every process: blake2b, not Python's salted ``hash``).
 
 Output text is filler: ``filler(start, n)`` is n words of a fixed cycle, each one token under
 ``TOKEN_RE`` and each preceded by a space, so the text of k tokens tokenizes back to k tokens.
