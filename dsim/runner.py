@@ -21,6 +21,7 @@ from .metrics.provenance import data_file_hashes, software_versions
 from .latency.credibility import outside_design, validation_rows
 from .metrics import band
 from .metrics import plots as plots_mod
+from .metrics.conversations import conversations_csv
 from .metrics.ledger import RequestLedger
 from .metrics.measures import request_latencies
 from .metrics.summary import summarize
@@ -504,6 +505,9 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
         ao.write_text("manifest.json", to_json(res.manifest))
         with open(ao.path("requests.csv"), "w", newline="") as f:
             write_requests_csv(res.requests, f)
+        conv = conversations_csv(res.requests)
+        if conv is not None:                  # a workload with sessions: one row per conversation
+            ao.write_text("conversations.csv", conv)
         reps = res.fleet.replicas()
         if res.recorders:
             res.write_vllm_traces(ao.path("vllm_traces.otlp.jsonl"))

@@ -35,10 +35,13 @@ class Router:
         return request.prompt_len + request.max_tokens
 
     def _argmin(self, candidates, key):
+        return self._pick_min(candidates, map(key, candidates))
+
+    def _pick_min(self, candidates, keys):
+        """The candidate of the smallest key (``keys`` in the candidates' order); ties at random."""
         best = None
         ties = []
-        for c in candidates:
-            k = key(c)
+        for c, k in zip(candidates, keys):
             if best is None or k < best:
                 best, ties = k, [c]
             elif k == best:
@@ -181,8 +184,31 @@ class SemiClairvoyant(Router):
         return super().routed_work(request)
 
 
+class Slack(Router):
+    """Deadline-aware (seed 002 section 6.1: routers that read queue slack).  A request's slack on a
+    replica is its TTFT target (its own, its class's, else ``slo.ttft_ms``) minus the TTFT the
+    replica predicts for it now (prompt tokens ahead of it / the pool's prefill rate).  Among the
+    replicas that would leave at least ``MARGIN`` of the target as slack, the slowest (least
+    capacity) wins, then the least predicted TTFT: on a mixed fleet a request with a loose target
+    goes to a slow GPU that still meets it and leaves the fast ones to tight targets; on equal
+    replicas it is the least predicted TTFT.  When no replica would meet the target, or the request
+    has none, the least predicted TTFT."""
+    name = "slack"
+    MARGIN = 0.25                 # share of the target kept as slack against the prediction's error
+
+    def choose(self, request, candidates):
+        pred = [c.predict_ttft(request) for c in candidates]
+        target = request.ttft_slo_ms
+        if target is not None:
+            bound = (1.0 - self.MARGIN) * target / 1e3
+            fit = [(c.capacity, p, c) for p, c in zip(pred, candidates) if p <= bound]
+            if fit:
+                return self._pick_min([c for _, _, c in fit], [(cap, p) for cap, p, _ in fit])
+        return self._pick_min(candidates, pred)
+
+
 ROUTERS = {cls.name: cls for cls in (RandomRouter, RoundRobin, LeastOutstanding, JSQ, JIQ, PowerOfTwo,
-                                     WeightedPowerOfTwo, LeastKV, PrefixAffinity, SemiClairvoyant)}
+                                     WeightedPowerOfTwo, LeastKV, PrefixAffinity, SemiClairvoyant, Slack)}
 
 
 def build_router(spec, rng):

@@ -179,3 +179,29 @@ def network_timeline(net, path, max_links: int = 12, title: str = "") -> None:
     fig.subplots_adjust(left=0.07, right=0.80, bottom=0.13, top=0.9)
     fig.savefig(path, dpi=90, metadata={"Software": None})
     plt.close(fig)
+
+
+def class_tails(classes: dict, path, kind: str, title: str = "") -> None:
+    """Seed 002's tail plots: p95 and p99 TTFT, TPOT and E2E per fairness class (``classes``: name ->
+    {"ttft_ms", "tpot_ms", "e2e_ms"} arrays of its completed requests; ``kind`` names the grouping).
+    Bars side by side, so a class whose tail runs away from the others shows at a glance."""
+    plt = _plt()
+    names = list(classes)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    x = np.arange(len(names))
+    for ax, key, label in zip(axes, ("ttft_ms", "tpot_ms", "e2e_ms"), ("TTFT", "TPOT", "E2E")):
+        for j, (q, color) in enumerate(((95, "tab:blue"), (99, "tab:red"))):
+            vals = [float(percentiles(np.asarray(classes[n][key], dtype=float), q)) if len(classes[n][key]) else 0.0
+                    for n in names]
+            ax.bar(x + (j - 0.5) * 0.38, vals, width=0.38, color=color, label=f"p{q}")
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"{n}\n({len(classes[n]['e2e_ms'])})" for n in names], fontsize=7)
+        ax.set_title(f"{label} tail by {kind}", fontsize=9)
+        ax.set_ylabel("ms")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.2, top=0.84 if title else 0.9, wspace=0.25)
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)

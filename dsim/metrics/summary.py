@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.request import PENDING, REJECTED
+from .conversations import conversation_summary
 from .exact import PCTS, pkey as _pkey, weighted_stats_chunked
 from .fleet import (efficiency, energy_cost, fairness, fleet_sections, length_bins, memory_utilization,
                     replica_usage)
@@ -175,6 +176,9 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
     if fair is not None:
         summary["fairness"] = fair
     summary["length_bins"] = length_bins(led, ttft_slo, tpot_slo, pcts)
+    conv = conversation_summary(led, pcts, span)
+    if conv is not None:
+        summary["conversations"] = conv
     summary["stability"] = stability(led, last if t_end is None else max(t_end, last))
     summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
     from .vllm_bench import header, peaks             # the rest of vllm bench serve's result keys

@@ -16,10 +16,11 @@ import numpy as np
 
 from ..config.errors import ConfigError
 from ..metrics import plots
-from .run import read_latencies, read_timeline
+from .run import read_classes, read_latencies, read_timeline
 
 NEEDS = ("summary.json", "manifest.json", "requests.csv", "timeline.csv")
 PLOTS = ("latency_cdf.png", "timeline.png")
+TAILS = "tails.png"             # drawn when requests.csv has two tenants or SLO classes or more
 
 
 def _series(rows: list[dict]) -> dict:
@@ -51,7 +52,8 @@ def manifest_title(man: dict) -> str:
 
 
 def draw_run_plots(folder, out_dir) -> list[Path]:
-    """Draw latency_cdf.png and timeline.png of the run report ``folder`` into ``out_dir``."""
+    """Draw latency_cdf.png and timeline.png of the run report ``folder`` into ``out_dir``, and
+    tails.png (p95/p99 per tenant or SLO class) when it has two classes or more."""
     d, out = Path(folder), Path(out_dir)
     missing = [f for f in NEEDS if not (d / f).is_file()]
     if missing:
@@ -83,7 +85,12 @@ def draw_run_plots(folder, out_dir) -> list[Path]:
                         "kv_pct": s.get("kv_used_pct", empty)}) for name, s in series.items()]
         plots.fleet_timeline(reps, out / "timeline.png", title=title, arrivals=arrivals,
                              scale_events=summary.get("scale_events", ()))
-    return [out / f for f in PLOTS]
+    drawn = [out / f for f in PLOTS]
+    classes = read_classes(d / "requests.csv")
+    if classes is not None:
+        plots.class_tails(classes[1], out / TAILS, classes[0], title)
+        drawn.append(out / TAILS)
+    return drawn
 
 
 def plot_folder(folder, out=None) -> list[Path]:
@@ -96,8 +103,8 @@ def plot_folder(folder, out=None) -> list[Path]:
                           show_value=False)
     if out is not None:
         with AtomicOutput(Path(out)) as ao:
-            draw_run_plots(d, ao.tmp)
-        return [Path(out) / f for f in PLOTS]
+            drawn = draw_run_plots(d, ao.tmp)
+        return [Path(out) / f.name for f in drawn]
     try:
         with tempfile.TemporaryDirectory(dir=d, prefix=".plots-") as tmp:
             drawn = draw_run_plots(d, tmp)
@@ -107,9 +114,9 @@ def plot_folder(folder, out=None) -> list[Path]:
         m = d / MARKER
         if m.is_file():
             names = [ln for ln in m.read_text().splitlines() if ln]
-            new = [f"plots/{f}" for f in PLOTS if f"plots/{f}" not in names]
+            new = [f"plots/{f.name}" for f in drawn if f"plots/{f.name}" not in names]
             if new:
                 write_atomic(m, "".join(f"{n}\n" for n in sorted(names + new)))
     except OSError as e:
         raise ConfigError(str(folder), None, f"a folder that can be written ({e.strerror})", show_value=False) from None
-    return [d / "plots" / f for f in PLOTS]
+    return [d / "plots" / f.name for f in drawn]

@@ -1,5 +1,6 @@
 """report.html of a ``dsim run`` folder: the headline and error band, latency CDFs with SLO lines,
-the timeline (running, waiting, KV, arrivals) and per-replica / per-pool tables.
+the timeline (running, waiting, KV, arrivals), tails per tenant or SLO class, conversations, and
+per-replica / per-pool tables.
 
 Reads summary.json, manifest.json, requests.csv and timeline.csv."""
 from __future__ import annotations
@@ -8,6 +9,9 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
+
+from ..metrics.exact import percentiles
 from ..metrics.plots import run_title
 from . import charts
 from .html import Page
@@ -36,6 +40,29 @@ def read_latencies(path: Path) -> dict:
                 arrivals.append(float(row[ia]))
     out["_arrivals"] = arrivals
     return out
+
+
+def read_classes(path: Path) -> tuple[str, dict] | None:
+    """(grouping, class -> {"ttft_ms", "tpot_ms", "e2e_ms"} of its completed requests) from
+    requests.csv: by tenant when the run has two or more, else by SLO class; None with fewer than
+    two classes either way (a tail plot per class says nothing then)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for col, kind in (("tenant", "tenant"), ("slo_class", "SLO class")):
+        names = sorted({r.get(col) or "" for r in rows} - {""})
+        if len(names) < 2:
+            continue
+        out = {n: {"ttft_ms": [], "tpot_ms": [], "e2e_ms": []} for n in names}
+        for r in rows:
+            c = out.get(r.get(col) or "")
+            if c is None:
+                continue
+            for k, v in (("ttft_ms", r.get("ttft_ms")), ("tpot_ms", r.get("tpot_ms")),
+                         ("e2e_ms", r.get("e2el_ms") or r.get("e2e_ms"))):       # e2e_ms in older reports
+                if v:
+                    c[k].append(float(v))
+        return kind, out
+    return None
 
 
 def read_timeline(path: Path) -> list[dict]:
@@ -114,8 +141,40 @@ def build(d: Path) -> str:
         page.chart(charts.finish(charts.timeline(tl, charts.arrival_bins(samples["_arrivals"]))))
     else:
         page.para("No timeline.csv in this folder (reports written before every run wrote one).", "note")
+    _class_tails(page, d / "requests.csv")
+    _conversations(page, s.get("conversations"))
     _tables(page, s)
     return page.render()
+
+
+def _class_tails(page: Page, requests_csv: Path) -> None:
+    """p95 / p99 per tenant (or SLO class), the numbers of plots/tails.png."""
+    classes = read_classes(requests_csv)
+    if classes is None:
+        return
+    kind, per = classes
+    page.h2(f"Tails by {kind}")
+    rows = []
+    for name, v in per.items():
+        row = [name, len(v["e2e_ms"])]
+        for k in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            q = percentiles(np.asarray(v[k], dtype=float), [95, 99]) if v[k] else (None, None)
+            row += [_ms(None if x is None else float(x)) for x in q]
+        rows.append(row)
+    page.table([kind, "completed", "TTFT p95", "TTFT p99", "TPOT p95", "TPOT p99", "E2E p95", "E2E p99"], rows, left=1)
+
+
+def _conversations(page: Page, conv: dict | None) -> None:
+    """summary.json's conversations (requests grouped by session)."""
+    if not conv:
+        return
+    page.h2(f"Conversations ({conv['conversations']}, {conv['completed']} completed: every turn)")
+    rows = [[name, st.get("count"), *(st.get(k) for k in ("mean", "p50", "p95", "p99", "max"))]
+            for name, st in (("turns", conv["turns"]), ("duration (ms)", conv["duration_ms"]),
+                             ("mean TTFT of its turns (ms)", conv["ttft_mean_ms"]),
+                             ("output tokens", conv["output_tokens"]))]
+    page.table(["per conversation", "count", "mean", "p50", "p95", "p99", "max"],
+               [[r[0], r[1]] + [None if x is None else f"{x:.4g}" for x in r[2:]] for r in rows], left=1)
 
 
 _REP_COLS = (("pool", "pool"), ("role", "role"), ("submitted", "submitted"), ("completed", "completed"),
