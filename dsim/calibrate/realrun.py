@@ -5,6 +5,8 @@ Formats (``load_real`` picks one from the path's contents):
   * inference-perf output folder: ``exp-config.yaml`` + ``profile.yaml`` + ``results/stage_N_lifecycle_metrics.json``
     (aggregates only; arrivals are regenerated from the load stages with the seed; the client's
     resolved ``results/config.yaml``, when present, says what was really sent);
+  * a ``dsim observe`` capture: ``capture.json`` + ``scenario.yaml`` + ``workload.jsonl`` + ``requests.jsonl``
+    (client-side per-chunk times; arrivals and prompt structure replayed exactly: ``capture.py``);
   * LLMServingSim-style folder: ``meta.json`` + ``requests.jsonl`` with engine timestamps per request
     (queued, scheduled, first token, last token): arrivals are replayed exactly;
   * the JSON saved by ``vllm bench serve --save-result --save-detailed`` (input_lens, output_lens,
@@ -560,9 +562,13 @@ def load_real(path, **opts) -> RealRun:
     if p.is_dir():
         if (p / "profile.yaml").is_file():
             return read_inference_perf(p, opts.get("hardware"))
+        if (p / "capture.json").is_file():              # dsim observe (dsim.metrics.capture)
+            from .capture import read_capture
+            return read_capture(p, opts.get("hardware"))
         if (p / "meta.json").is_file():
             return read_llmservingsim(p, opts.get("hardware"))
-        raise ConfigError(str(p), None, "an inference-perf folder (profile.yaml) or a meta.json + requests.jsonl folder",
+        raise ConfigError(str(p), None, "an inference-perf folder (profile.yaml), a dsim observe capture "
+                          "(capture.json) or a meta.json + requests.jsonl folder",
                           show_value=False)
     if not p.is_file():
         raise ConfigError(str(p), None, "an existing run folder or file", show_value=False)
