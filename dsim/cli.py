@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | examples | bench | sweep | capacity | plan | baseline | compare | lut | cosim | report | plot | trace | calibrate | fit | acceptance | specdec | observe``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | examples | serve | observe | bench | sweep | capacity | plan | baseline | compare | lut | cosim | report | plot | trace | calibrate | fit | acceptance | specdec``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -118,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("folder", help="an output folder of dsim run (with or without --no-plots)")
     pl.add_argument("--out", default=None, help="a new (or empty) folder for the PNGs (default: FOLDER/plots)")
     _trace_parser(sub)
+    _serve_parser(sub)
     _observe_parser(sub)
     _fit_parser(sub)
     _calibrate_parser(sub)
@@ -144,6 +145,28 @@ def _trace_parser(sub) -> None:
     g.add_argument("--seed", type=int, default=None, help="master seed (replaces the scenario's seed:)")
     g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key before generating (repeatable)")
+
+
+def _serve_parser(sub) -> None:
+    s = sub.add_parser("serve", help="an OpenAI-compatible stand-in for vLLM: tokens at the times a real-time "
+                       "simulation of the scenario gives, vLLM's /metrics (docs/observe-serve.md)")
+    s.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name; its workload is "
+                   "ignored (requests come from HTTP clients)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8000, help="port of the fleet (default 8000; 0: any free port)")
+    s.add_argument("--replica-ports", action="store_true",
+                   help="also one port per replica (port+1, port+2, ...), each one replica without the router")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key (repeatable)")
+    s.add_argument("--speed", type=float, default=1.0,
+                   help="simulated seconds per wall second (default 1: real time; 2: latencies halved)")
+    s.add_argument("--max-concurrency", type=int, default=256,
+                   help="requests in flight over all ports; more get 429 (default 256)")
+    s.add_argument("--max-prompt-tokens", type=int, default=32768,
+                   help="longer prompts get 400 (default 32768; prompt + max_tokens must also fit max_model_len)")
+    s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger bodies get 413 (default 1 MiB)")
+    s.add_argument("--default-max-tokens", type=int, default=16,
+                   help="output tokens of a request without max_tokens (default 16, as OpenAI's completions)")
 
 
 def _trace(args) -> int:
@@ -499,7 +522,7 @@ def _main(argv=None) -> int:
             from .config.schema import reference
             sys.stdout.write(reference.markdown() if args.markdown else reference.json_text())
             return 0
-        if args.cmd in ("run", "validate", "sweep", "capacity", "plan"):
+        if args.cmd in ("run", "validate", "sweep", "capacity", "plan", "serve"):
             from .shipped import resolve
             args.scenario = resolve(args.scenario)
         if args.cmd == "bench":
@@ -527,6 +550,9 @@ def _main(argv=None) -> int:
             return 0
         if args.cmd == "trace":
             return _trace(args)
+        if args.cmd == "serve":
+            from .serve import serve_cli
+            return serve_cli(args)
         if args.cmd == "profile":
             return _profile(args)
         if args.cmd == "observe":

@@ -193,14 +193,19 @@ class Fleet:
     def done(self) -> bool:
         return self.arrivals_done and self.arrived == self.n_completed + self.n_rejected
 
-    def arrive(self, r) -> None:
+    def arrive(self, r, replica: Replica | None = None) -> None:
+        """r reaches the gateway now: the routers pick its replica, or ``replica`` is given (a client
+        that talks to one replica directly: ``dsim serve --replica-ports``)."""
         self.arrived += 1
         self.live[r.rid] = r
-        if self.global_router is not None:
+        if replica is not None:
+            cluster, rep = replica.pool.cluster, replica
+        elif self.global_router is not None:
             cluster = self.global_router.choose(r, self._live_clusters()).cluster
+            rep = cluster.choose_entry(r)
         else:
             cluster = self.clusters[0]
-        rep = cluster.choose_entry(r)
+            rep = cluster.choose_entry(r)
         check(rep.pool.role != "decode", "pool isolation: an arrival routed to a decode pool")
         reason = self.admission.reject(r, rep, self.sim.now)
         if reason is not None:
