@@ -169,7 +169,8 @@ class Frontend:
                    "finish_reason": "length"} if chat else
                   {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None})
         return JSONResponse({**meta, "object": "chat.completion" if chat else "text_completion",
-                             "choices": [choice], "usage": _usage(st)}, headers={"x-request-id": ident})
+                             "choices": [choice], "usage": _usage(st), "dsim": sim_times(st)},
+                            headers={"x-request-id": ident})
 
     async def _released(self, st):
         """The stream's items, each when the wall clock reaches its simulated time."""
@@ -197,7 +198,8 @@ class Frontend:
                     return
                 if kind == "done":
                     if usage_chunk:
-                        yield f"data: {json.dumps({**meta, 'object': obj, 'choices': [], 'usage': _usage(st)})}\n\n"
+                        last = {**meta, "object": obj, "choices": [], "usage": _usage(st), "dsim": sim_times(st)}
+                        yield f"data: {json.dumps(last)}\n\n"
                     yield "data: [DONE]\n\n"
                     return
                 out = []
@@ -230,6 +232,15 @@ def _usage(st) -> dict:
     r = st.req
     return {"prompt_tokens": r.prompt_len, "completion_tokens": st.sent, "total_tokens": r.prompt_len + st.sent,
             "prompt_tokens_details": {"cached_tokens": r.cached_tokens}}
+
+
+def sim_times(st) -> dict:
+    """The request's simulated timings, in seconds (an extra field beside OpenAI's: clients ignore it):
+    arrival (simulated time since the server started), ttft, e2e, queue (queued until first scheduled),
+    the replica that served it."""
+    r = st.req
+    return {"arrival_s": r.arrival, "ttft_s": r.t_first_token - r.arrival, "e2e_s": r.t_completion - r.arrival,
+            "queue_s": r.t_scheduled - r.t_queued, "replica": r.replica}
 
 
 def build_app(front: Frontend, replica=None) -> Starlette:

@@ -2,7 +2,7 @@
 
 Simulated time is ``speed x`` the wall-clock seconds since ``start()``.  Everything runs in one asyncio
 loop: ``drive()`` sleeps until the simulation's next event is due (``env.peek()``) or something new
-happens, then runs the SimPy environment up to the current time (``env.run(until=now)``); an HTTP
+happens, then runs the SimPy environment up to the current time (each event due, then the clock); an HTTP
 request calls ``submit`` (the simulation is first brought to now, then the request arrives at the
 gateway, whose routers pick its replica, or at the replica behind the port it came in on) and a
 ``/metrics`` scrape calls ``advance`` before it reads the replicas.
@@ -34,6 +34,8 @@ from ..core.request import COMPLETED, REJECTED, Request
 # the workload's requests never arrive (cut): a one-request stand-in keeps the build cheap
 _NO_WORKLOAD = ("workload={type: poisson, rate: 1, num_requests: 1, prompt_tokens: {dist: constant, value: 1}, "
                 "output_tokens: {dist: constant, value: 1}}")
+
+RECENT = 100_000     # finished requests whose simulated times RealtimeSim.recent keeps (tests, measurements)
 
 # vLLM's histogram buckets (vllm/v1/metrics/loggers.py)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -143,25 +145,30 @@ class RealtimeSim:
             rep.inst.tracer = obs
         fleet.tracer_factory = lambda inst: obs     # replicas the autoscaler adds later
         fleet.done_hooks.append(self._done)
+        self.recent: dict = {}                  # rid -> (arrival, first token, completion), the last RECENT finished
         self.t0 = None
-        self._kick = None
-        self.lag_max = 0.0                      # largest wall delay of a simulation advance behind its due time
+        self._wakeup = None                     # the future drive() sleeps on
 
     # ---- clock ---------------------------------------------------------------------------------
     def start(self) -> None:
         self.t0 = time.monotonic()
-        self._kick = asyncio.Event()
 
     def now(self) -> float:
         """Simulated time now: speed x wall seconds since start."""
         return (time.monotonic() - self.t0) * self.speed
 
     def advance(self) -> float:
-        """Run the simulation up to now; returns the simulated time reached."""
+        """Run the simulation up to now; returns the simulated time reached.  Not ``env.run(until=t)``:
+        SimPy leaves its stop event queued at t, which ``env.peek()`` would then report as due."""
         t = self.now()
-        if t > self.env.now:
-            self.env.run(until=t)
-        return self.env.now
+        env = self.env
+        q = env._queue
+        step = env.step
+        while q and q[0][0] <= t:
+            step()
+        if t > env._now:
+            env._now = t                    # no event before t: the clock moves on, as run(until=t) does
+        return env._now
 
     def wall_delay(self, t_sim: float) -> float:
         """Wall seconds until simulated time t_sim (<= 0: due)."""
@@ -170,19 +177,21 @@ class RealtimeSim:
     async def drive(self) -> None:
         """Keep the simulation at the wall clock until cancelled."""
         env = self.env
-        kick = self._kick
+        loop = asyncio.get_running_loop()
         while True:
             self.advance()
             nxt = env.peek()
             delay = 0.5 if nxt == float("inf") else min(0.5, max(0.0, self.wall_delay(nxt)))
-            kick.clear()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(kick.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
-            else:
-                await asyncio.sleep(0)          # let handlers run between bursts of events
+            fut = self._wakeup = loop.create_future()
+            timer = loop.call_later(delay, _wake, fut)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+
+    def kick(self) -> None:
+        """Something was added to the simulation: its next event may be sooner than drive() thinks."""
+        _wake(self._wakeup)
 
     async def sleep_until(self, t_sim: float) -> None:
         d = self.wall_delay(t_sim)
@@ -202,8 +211,7 @@ class RealtimeSim:
         if r.state == REJECTED:                 # at the door: admission, too long, no KV room
             self.streams.pop(r.rid, None)
             return r.reject_reason or "rejected"
-        if self._kick is not None:
-            self._kick.set()                    # the next event may be sooner now
+        self.kick()                             # the next event may be sooner now
         return st
 
     def _step_end(self, inst, t_end: float) -> None:
@@ -258,6 +266,10 @@ class RealtimeSim:
             stats.prompt_tokens += r.prompt_len
             stats.generation_tokens += r.n_out
             st.push(("done", r.t_completion, None))
+            rec = self.recent
+            rec[r.rid] = (r.arrival, r.t_first_token, r.t_completion)
+            if len(rec) > RECENT:
+                del rec[next(iter(rec))]
         else:
             st.push(("error", self.env.now, r.reject_reason or "rejected"))
 
@@ -280,6 +292,11 @@ class RealtimeSim:
 
     def max_model_len(self) -> int:
         return min(p.engine.max_model_len for p in self.fleet.pools.values())
+
+
+def _wake(fut) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
 
 
 class _Named:

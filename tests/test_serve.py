@@ -1,0 +1,272 @@
+"""dsim serve: the OpenAI-compatible server over a wall-clock-driven simulation (docs/observe-serve.md).
+
+Each test starts the server in-process on 127.0.0.1 (free ports, uvicorn in a thread) and talks to
+it over real sockets with httpx."""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
+
+from dsim.serve.app import Limits, Server  # noqa: E402
+from dsim.serve.realtime import build  # noqa: E402
+
+# one Llama-3.1-8B replica on an H100 that runs at most 4 requests at once
+SMALL = ["engine.max_num_seqs=4"]
+
+
+class Running:
+    def __init__(self, overrides=(), speed=1.0, replica_ports=False, limits=None, scenario="scenarios/quickstart.yaml"):
+        self.rt = build(scenario, list(overrides), speed)
+        self.server = Server(self.rt, "127.0.0.1", 0, replica_ports, limits)
+        ready = threading.Event()
+        self.server.started = ready.set
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self.server.serve(),), daemon=True)
+        self.thread.start()
+        assert ready.wait(20), "the server did not start"
+        self.url = f"http://127.0.0.1:{self.server.ports[0]}"
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+
+    def close(self):
+        self.client.close()
+        self.loop.call_soon_threadsafe(self.server.shutdown)
+        self.thread.join(10)
+
+    def metrics(self, port=None) -> dict:
+        """/metrics as {name: value} of the unlabelled-by-us series (one replica) or summed."""
+        url = f"http://127.0.0.1:{port}/metrics" if port else "/metrics"
+        text = (_CLIENT.get(url) if port else self.client.get(url)).text
+        out: dict = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line:
+                continue
+            name_labels, value = line.rsplit(" ", 1)
+            name = name_labels.split("{", 1)[0]
+            out[name] = out.get(name, 0.0) + float(value)
+        return out
+
+
+@pytest.fixture
+def server(request):
+    s = Running(*getattr(request, "param", ((), 1.0)))
+    yield s
+    s.close()
+
+
+_CLIENT = httpx.Client(timeout=60)       # made once: a new client costs ~0.1 s (its TLS context)
+
+
+def stream_ttft(url: str, body: dict) -> tuple[float, list, dict]:
+    """Client-side TTFT of a streaming request, every chunk and the usage chunk."""
+    t0 = time.perf_counter()
+    ttft, chunks, usage = None, [], None
+    with _CLIENT.stream("POST", url, json={**body, "stream": True, "stream_options": {"include_usage": True}}) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[6:]
+            if data == "[DONE]":
+                break
+            obj = json.loads(data)
+            if obj.get("usage"):
+                usage = obj
+            if obj["choices"]:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                chunks.append(obj)
+    return ttft, chunks, usage
+
+
+def until(read, ok, timeout=5.0):
+    """read() until ok(value) (the requests of a thread pool take a moment to arrive)."""
+    end = time.monotonic() + timeout
+    while True:
+        v = read()
+        if ok(v) or time.monotonic() > end:
+            return v
+        time.sleep(0.01)
+
+
+def test_completion_and_stream_shapes(server):
+    c = server.client
+    assert c.get("/health").status_code == 200
+    models = c.get("/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["meta-llama/Llama-3.1-8B"]
+    r = c.post("/v1/completions", json={"model": "meta-llama/Llama-3.1-8B", "prompt": "one two three", "max_tokens": 7})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
+    assert len(body["choices"][0]["text"].split()) == 7 and body["choices"][0]["finish_reason"] == "length"
+    r = c.post("/v1/completions", json={"prompt": [1, 2, 3, 4, 5], "max_tokens": 2})
+    assert r.json()["usage"]["prompt_tokens"] == 5
+    ttft, chunks, usage = stream_ttft(server.url + "/v1/chat/completions",
+                                      {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5})
+    text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks)
+    assert len(text.split()) == 5
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert usage["usage"]["completion_tokens"] == 5 and usage["choices"] == []
+    assert 0 < usage["dsim"]["ttft_s"] < usage["dsim"]["e2e_s"] and usage["dsim"]["replica"] == "replica0"
+
+
+def test_tokens_come_at_the_simulated_times(server):
+    """The client's TTFT and end-to-end time are the simulation's, give or take the HTTP path."""
+    rt = server.rt
+    prompt = " ".join(f"w{i}" for i in range(1500))     # a prefill long enough to measure (~tens of ms)
+    stream_ttft(server.url + "/v1/completions", {"prompt": "warm up the connection", "max_tokens": 2})
+    for _ in range(5):
+        t0 = time.perf_counter()
+        ttft, chunks, usage = stream_ttft(server.url + "/v1/completions", {"prompt": f"{_} {prompt}", "max_tokens": 40})
+        e2e = time.perf_counter() - t0
+        rid = int(chunks[0]["id"].rsplit("-", 1)[1])
+        arrival, first, done = rt.recent[rid]
+        assert ttft == pytest.approx(first - arrival, abs=0.03)
+        assert ttft >= (first - arrival) - 0.002            # never before the simulation says
+        assert e2e == pytest.approx(done - arrival, abs=0.03)
+        assert len(chunks) == 40                             # one chunk per decode step
+
+
+@pytest.mark.parametrize("server", [(SMALL, 1.0)], indirect=True)
+def test_metrics_match_the_simulation_at_a_quiet_moment(server):
+    """10 requests on a replica that runs 4: once all arrived and admitted, /metrics shows 4 running and
+    6 waiting, the KV cache in use; after they finish, 0 and 0 and 10 successes."""
+    c = server.client
+    body = {"prompt": "a b c d e f g h", "max_tokens": 100}
+    with ThreadPoolExecutor(10) as pool:
+        futs = [pool.submit(c.post, "/v1/completions", json=body) for _ in range(10)]
+        # all arrived (the first 4 decode for ~0.65 s): a quiet moment, nothing changes but counters
+        m = until(server.metrics, lambda m: m["vllm:num_requests_running"] + m["vllm:num_requests_waiting"] == 10)
+        assert m["vllm:num_requests_running"] == 4
+        assert m["vllm:num_requests_waiting"] == 6
+        assert 0 < m["vllm:gpu_cache_usage_perc"] < 1
+        inst = server.rt.replicas()[0].inst
+        assert (len(inst.running), len(inst.waiting)) == (4, 6)
+        assert all(f.result().status_code == 200 for f in futs)
+    m = server.metrics()
+    assert m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
+    assert m["vllm:request_success_total"] == 10
+    assert m["vllm:generation_tokens_total"] == 1000
+    assert m["vllm:time_to_first_token_seconds_count"] == 10
+
+
+@pytest.mark.parametrize("server", [(SMALL, 1.0)], indirect=True)
+def test_burst_beyond_capacity_queues(server):
+    """A burst of 12 on a replica that runs 4: waiting > 0 in /metrics, and the queued requests' TTFT is
+    longer than a lone request's."""
+    url = server.url + "/v1/completions"
+    body = {"prompt": "the quick brown fox jumps over the lazy dog", "max_tokens": 60}
+    single, _, _ = stream_ttft(url, body)
+    with ThreadPoolExecutor(12) as pool:
+        futs = [pool.submit(stream_ttft, url, body) for _ in range(12)]
+        m = until(server.metrics, lambda m: m["vllm:num_requests_waiting"] > 0)
+        ttfts = sorted(f.result()[0] for f in futs)
+    assert m["vllm:num_requests_waiting"] > 0
+    assert m["vllm:num_requests_running"] == 4
+    assert ttfts[-1] > single + 0.2            # waited for a batch of 60-token requests to finish
+    assert ttfts[-1] > 3 * ttfts[0]
+
+
+def test_prefix_cache_hits_reach_usage_and_metrics(server):
+    prompt = " ".join(f"sys{i}" for i in range(300))
+    c = server.client
+    first = c.post("/v1/completions", json={"prompt": prompt + " first question", "max_tokens": 2}).json()
+    second = c.post("/v1/completions", json={"prompt": prompt + " second question", "max_tokens": 2}).json()
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= 288      # 300 shared tokens, 16-token blocks
+    assert server.metrics()["vllm:prefix_cache_hits_total"] >= 288
+
+
+def test_malformed_requests_get_4xx_and_the_server_keeps_serving():
+    s = Running(SMALL, 1.0, limits=Limits(max_concurrency=2, max_prompt_tokens=1000, max_body_bytes=20_000))
+    try:
+        c = s.client
+        good = {"prompt": "hello", "max_tokens": 2}
+        cases = [
+            (dict(content=b"{not json"), 400),
+            (dict(content=b"[1, 2]"), 400),
+            (dict(json={"max_tokens": 3}), 400),                                  # no prompt
+            (dict(json={"prompt": "x", "max_tokens": 0}), 400),
+            (dict(json={"prompt": "x", "max_tokens": "ten"}), 400),
+            (dict(json={"prompt": 5}), 400),
+            (dict(json={"prompt": [1, -2]}), 400),
+            (dict(json={"prompt": "x", "n": 2}), 400),
+            (dict(json={"prompt": "x", "stream": "yes"}), 400),
+            (dict(json={"prompt": "x", "model": "no-such-model"}), 404),
+            (dict(json={"prompt": " ".join(["w"] * 1001)}), 400),                  # over --max-prompt-tokens
+            (dict(json={"prompt": "x", "max_tokens": 9000}), 400),                 # over max_model_len
+            (dict(content=b"x" * 30_000), 413),
+        ]
+        for kw, status in cases:
+            r = c.post("/v1/completions", headers={"content-type": "application/json"}, **kw)
+            assert r.status_code == status, (kw, r.text)
+            err = r.json()["error"]
+            assert set(err) == {"message", "type", "param", "code"} and err["message"]
+            assert c.post("/v1/completions", json=good).status_code == 200
+        r = c.post("/v1/chat/completions", json={"messages": "hi"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+        assert c.get("/v1/completions").status_code == 405
+        assert c.get("/nowhere").json()["error"]["type"] == "NotFoundError"
+        # the concurrency cap: two long requests in flight, the third gets 429
+        with ThreadPoolExecutor(2) as pool:
+            futs = [pool.submit(c.post, "/v1/completions", json={"prompt": "x", "max_tokens": 100}) for _ in range(2)]
+            until(s.metrics, lambda m: m["vllm:num_requests_running"] == 2)
+            r = c.post("/v1/completions", json=good)
+            assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_exceeded"
+            assert all(f.result().status_code == 200 for f in futs)
+        assert c.post("/v1/completions", json=good).status_code == 200
+        assert s.metrics()["vllm:num_requests_running"] == 0
+    finally:
+        s.close()
+
+
+def test_one_port_per_replica(tmp_path):
+    scn = tmp_path / "two.yaml"
+    scn.write_text("name: two\nmodel: meta-llama/Llama-3.1-8B\nhardware: H100-SXM\n"
+                   "engine: {max_num_seqs: 8}\nlatency: {model: roofline}\n"
+                   "cluster: {router: {policy: round_robin}, pools: [{name: h100, replicas: 2}]}\n"
+                   "workload: {type: poisson, rate: 1, num_requests: 1}\n")
+    s = Running(scenario=str(scn), replica_ports=True)
+    try:
+        (p0, fleet), (p1, a), (p2, b) = s.server.endpoints()
+        assert fleet is None and {a, b} == {r.name for r in s.rt.replicas()}
+        body = {"prompt": "x y z", "max_tokens": 100}
+        with ThreadPoolExecutor(3) as pool:
+            futs = [pool.submit(_CLIENT.post, f"http://127.0.0.1:{p1}/v1/completions", json=body)
+                    for _ in range(3)]
+            until(lambda: s.metrics(p1), lambda m: m["vllm:num_requests_running"] == 3)
+            assert s.metrics(p1)["vllm:num_requests_running"] == 3      # all on replica a
+            assert s.metrics(p2)["vllm:num_requests_running"] == 0
+            assert s.metrics()["vllm:num_requests_running"] == 3         # the fleet's port sees both
+            assert all(f.result().status_code == 200 for f in futs)
+    finally:
+        s.close()
+
+
+def test_cli_errors_and_lazy_imports():
+    bad = subprocess.run([sys.executable, "-m", "dsim.cli", "serve", "no_such_scenario.yaml"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("dsim: error:")
+    bad = subprocess.run([sys.executable, "-m", "dsim.cli", "serve", "quickstart", "--set", "engine.max_num_seqs=0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "max_num_seqs" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "dsim.cli", "serve", "quickstart", "--port", "70000"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--port" in bad.stderr
+    mods = subprocess.run([sys.executable, "-c", "import dsim, dsim.cli, dsim.runner, sys; "
+                           "print(sorted(m for m in ('starlette', 'uvicorn', 'prometheus_client') if m in sys.modules))"],
+                          capture_output=True, text=True)
+    assert mods.stdout.strip() == "[]"
