@@ -18,7 +18,8 @@ Files (all written at once, atomically):
   ``chunk_tokens`` (tokens per chunk, from the server's running usage when it reports one),
   ``prompt_tokens`` / ``completion_tokens`` as the server reported them (null when it did not),
   ``sent_prompt_tokens``, ``max_tokens``, ``status`` (HTTP), ``error`` (text or null),
-  ``cancelled`` (stopped by Ctrl-C or the end of ``--duration``).
+  ``cancelled`` (stopped by Ctrl-C or the end of ``--duration``), and from ``dsim serve`` its own
+  simulated timings of the request (``server_timing``: the ``dsim`` field of its last chunk).
 
 Client-side metrics (ms), shared by the writer's summary and the reader:
 TTFT = first content chunk - send; TPOT = (last - first) / (n_out - 1); ITL = gaps between

@@ -117,5 +117,6 @@ def observe_cli(args) -> int:
         out = drive(workload, opts)
         doc = write_capture(ao, out, opts, scn, workload, cap)
     print("\n".join(summary_lines(doc, out.records)))
-    print(f"capture: {ao.out}  (dsim cosim {ao.out} --scenario {args.scenario}; dsim calibrate {ao.out})")
+    print(f"capture: {ao.out}  (replay: dsim cosim {ao.out} --scenario {ao.out / fmt.SCENARIO}; "
+          f"fit: dsim calibrate {ao.out})")
     return 130 if out.ended == "interrupted" else 0

@@ -112,6 +112,8 @@ class _Stream:
         if obj.get("error"):
             self.rec["error"] = json.dumps(obj["error"])[:ERROR_TEXT]
             return False
+        if isinstance(obj.get("dsim"), dict):      # dsim serve's own simulated timings of this request
+            self.rec["server_timing"] = obj["dsim"]
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
         choices = obj.get("choices") or []
         if usage:
