@@ -41,6 +41,8 @@ class FakeServer:
         fake = self
 
         class H(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True      # else a chunk can wait for the client's delayed ACK (40-200 ms)
+
             def log_message(self, *a):
                 pass
 

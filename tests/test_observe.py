@@ -22,8 +22,11 @@ from dsim.cli import main  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TTFT, ITL = 0.05, 0.02
 # the fake's delays are sleeps in a server thread; the client adds its event loop, HTTP parsing and
-# the machine's scheduling on top (a few ms on an idle 2-core machine, more under load)
-SLACK_MS = 25.0
+# the machine's scheduling on top: ~2 ms at the median, but a loaded 2-core machine (other test
+# processes) can stall a single read by tens of ms, so single readings get a loose bound (STALL_MS)
+# and medians a tight one (SLACK_MS)
+SLACK_MS = 10.0
+STALL_MS = 150.0
 
 SCENARIO = {
     "name": "observe_small", "seed": 3, "model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
@@ -66,24 +69,26 @@ def test_timings_match_the_servers_known_delays(captured):
     d, _, _ = captured
     recs = _lines(d / "cap" / "requests.jsonl")
     assert len(recs) == 12 and all(r["status"] == 200 and r["error"] is None for r in recs)
+    ttfts = [(r["first_token_s"] - r["sent_s"]) * 1e3 for r in recs]
+    assert min(ttfts) >= TTFT * 1e3 and np.median(ttfts) <= TTFT * 1e3 + SLACK_MS, ttfts
     for r in recs:
         ttft = (r["first_token_s"] - r["sent_s"]) * 1e3
-        assert TTFT * 1e3 <= ttft <= TTFT * 1e3 + SLACK_MS, ttft
+        assert TTFT * 1e3 <= ttft <= TTFT * 1e3 + STALL_MS, ttft
         # chunk k leaves the server TTFT + k ITL after the request came in: never read earlier than that
         since_send = (np.asarray(r["chunk_s"]) - r["sent_s"]) * 1e3
         assert len(since_send) == 5 and np.all(since_send >= (TTFT + ITL * np.arange(5)) * 1e3 - 0.5), since_send
         gaps = np.diff(r["chunk_s"]) * 1e3
-        assert np.all(gaps <= ITL * 1e3 + SLACK_MS) and abs(np.median(gaps) - ITL * 1e3) < 5, gaps
+        assert np.all(gaps <= ITL * 1e3 + STALL_MS) and abs(np.median(gaps) - ITL * 1e3) < 5, gaps
         assert r["chunk_tokens"] == [1] * 5 and r["completion_tokens"] == 5
         assert r["prompt_tokens"] == r["sent_prompt_tokens"]           # token ids: the server counts what was drawn
         # sent at the drawn time (open loop), not before it
-        assert 0 <= r["sent_s"] - r["scheduled_s"] < SLACK_MS / 1e3
+        assert 0 <= r["sent_s"] - r["scheduled_s"] < STALL_MS / 1e3
     run = load_real(d / "cap")
     st = run.stages[0]
     assert run.source == "dsim-observe" and run.meta["clock"] == "client"
     assert st.real["ttft"]["p50"] == pytest.approx(TTFT * 1e3, abs=SLACK_MS)
-    assert st.real["tpot"]["p50"] == pytest.approx(ITL * 1e3, abs=SLACK_MS / 4)
-    assert st.real["itl"]["p50"] == pytest.approx(ITL * 1e3, abs=SLACK_MS / 4)
+    assert st.real["tpot"]["p50"] == pytest.approx(ITL * 1e3, abs=SLACK_MS / 2)
+    assert st.real["itl"]["p50"] == pytest.approx(ITL * 1e3, abs=SLACK_MS / 2)
 
 
 def test_the_server_received_the_drawn_prompts_with_their_shared_prefixes(captured):
@@ -163,7 +168,7 @@ def test_concurrency_cap_bounds_the_server_and_the_replay(tmp_path):
     assert run.scenario["workload"] == {"type": "trace", "max_concurrency": 2}
     recs = _lines(tmp_path / "cap" / "requests.jsonl")
     # each TTFT from its send time, not from the drawn arrival the slot made it miss
-    assert max((r["first_token_s"] - r["sent_s"]) * 1e3 for r in recs) < 20 + SLACK_MS
+    assert max((r["first_token_s"] - r["sent_s"]) * 1e3 for r in recs) < 20 + STALL_MS
 
 
 def test_duration_stops_sending_and_keeps_what_was_captured(tmp_path):
@@ -229,3 +234,23 @@ def test_an_unreachable_server_is_a_user_error_and_writes_nothing(tmp_path, caps
 def test_import_dsim_does_not_import_aiohttp():
     code = "import sys, dsim, dsim.cli; assert 'aiohttp' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+@pytest.mark.parametrize("flag,value", [("--max-concurrency", "0"), ("--duration", "-1"), ("--duration", "nan"),
+                                        ("--grace", "-1"), ("--timeout", "0")])
+def test_bad_flags_are_refused_before_anything_is_sent(tmp_path, capsys, flag, value):
+    scn = _scenario(tmp_path)
+    with FakeServer() as f:
+        assert _observe(f, scn, tmp_path / "cap", flag, value) == 2
+        assert f.received == []
+    assert capsys.readouterr().err.startswith(f"dsim: error: {flag}") and not (tmp_path / "cap").exists()
+
+
+def test_a_foreign_out_folder_is_refused_before_anything_is_sent(tmp_path, capsys):
+    scn = _scenario(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("not dsim's")
+    with FakeServer() as f:
+        assert _observe(f, scn, tmp_path / "mine") == 2
+        assert f.received == []
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "not dsim's"

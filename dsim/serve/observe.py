@@ -158,7 +158,7 @@ async def _one(session, url: str, body: bytes, rec: dict, chat: bool, clock) -> 
     except asyncio.CancelledError:
         rec["cancelled"] = True
         raise
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:   # ValueError: a line too long
         rec["error"] = f"{type(e).__name__}: {e}"[:ERROR_TEXT] or type(e).__name__
 
 
@@ -263,9 +263,9 @@ async def _drive(workload: list, opts: Options) -> Outcome:
             task.add_done_callback(lambda t, r=rec: finished(t, r))
         if stop.is_set():
             ended = "interrupted"
-        # the rest: wait for requests in flight (Ctrl-C: none; --duration: up to grace_s)
-        limit = None if opts.duration_s is None else opts.grace_s
-        t_end = loop.time() + limit if limit is not None else None
+        # the rest: wait for requests in flight (Ctrl-C: none; --duration: until grace_s after it)
+        t_end = None if opts.duration_s is None else max(opts.duration_s - clock(), 0.0) + opts.grace_s
+        t_end = None if t_end is None else loop.time() + t_end
         while tasks and not stop.is_set():
             left = None if t_end is None else t_end - loop.time()
             if left is not None and left <= 0:
