@@ -62,6 +62,28 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def lag(url):
+    """The server's token release lag so far: (count, mean ms, share over 5 ms) from its /metrics."""
+    text = httpx.get(url.replace("/v1/completions", "/metrics")).text
+    b = {}
+    tot = n = 0.0
+    for line in text.splitlines():
+        if line.startswith("dsim:token_release_lag_seconds_bucket"):
+            b[line.split('le="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("dsim:token_release_lag_seconds_sum"):
+            tot = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("dsim:token_release_lag_seconds_count"):
+            n = float(line.rsplit(" ", 1)[1])
+    return n, tot, b.get("0.005", 0.0)
+
+
+def lag_line(url, before):
+    n0, s0, u0 = before
+    n, s, u = lag(url)
+    return (f"server release lag: mean {(s - s0) / max(1, n - n0) * 1e3:.2f} ms, "
+            f"{100 * (1 - (u - u0) / max(1, n - n0)):.1f} % of {n - n0:.0f} releases over 5 ms")
+
+
 def stats(errs):
     a = np.abs(np.array(errs)) * 1e3
     return f"median {np.median(a):.2f} ms, p99 {np.percentile(a, 99):.2f} ms, max {a.max():.2f} ms"
@@ -69,6 +91,7 @@ def stats(errs):
 
 async def sequential(url, n=50):
     rng = random.Random(1)
+    before = lag(url)
     async with httpx.AsyncClient(timeout=120) as c:
         await one(c, url, "warm up", 2)
         dt, de = [], []
@@ -80,10 +103,12 @@ async def sequential(url, n=50):
             de.append(e2e - sim["e2e_s"])
     print(f"sequential x{n}: |client TTFT - sim TTFT| {stats(dt)}; mean signed {np.mean(dt) * 1e3:+.2f} ms")
     print(f"               |client E2E - sim E2E|   {stats(de)}; mean signed {np.mean(de) * 1e3:+.2f} ms")
+    print("               " + lag_line(url, before))
 
 
 async def load(url, rate, seconds, pid):
     cpu0 = cpu_s(pid) if pid else 0.0
+    before = lag(url)
     rng = random.Random(2)
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
     async with httpx.AsyncClient(timeout=300, limits=limits) as c:
@@ -109,7 +134,7 @@ async def load(url, rate, seconds, pid):
     print(f"rate {rate:g}/s x {seconds:g} s: {len(ok)}/{len(res)} ok, {len(ok) / wall:.1f} req/s completed, "
           f"{chunks / wall:.0f} chunks/s; sim TTFT p50 {np.median(sim_ttft):.1f} ms; "
           f"|client - sim TTFT| {stats(dt)}; server CPU {cpu:.1f} s = {cpu / max(1, len(ok)) * 1e3:.2f} ms per "
-          f"request, {cpu / max(1, chunks) * 1e6:.0f} us per chunk")
+          f"request, {cpu / max(1, chunks) * 1e6:.0f} us per chunk; " + lag_line(url, before))
 
 
 def main():

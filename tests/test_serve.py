@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +23,13 @@ pytest.importorskip("prometheus_client")
 from dsim.serve.app import Limits, Server  # noqa: E402
 from dsim.serve.realtime import build  # noqa: E402
 
-# one Llama-3.1-8B replica on an H100 that runs at most 4 requests at once
-SMALL = ["engine.max_num_seqs=4"]
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = str(ROOT / "scenarios" / "quickstart.yaml")     # one Llama-3.1-8B replica on an H100
+SMALL = ["engine.max_num_seqs=4"]                              # ... that runs at most 4 requests at once
 
 
 class Running:
-    def __init__(self, overrides=(), speed=1.0, replica_ports=False, limits=None, scenario="scenarios/quickstart.yaml"):
+    def __init__(self, overrides=(), speed=1.0, replica_ports=False, limits=None, scenario=QUICKSTART):
         self.rt = build(scenario, list(overrides), speed)
         self.server = Server(self.rt, "127.0.0.1", 0, replica_ports, limits)
         ready = threading.Event()
@@ -206,6 +208,7 @@ def test_malformed_requests_get_4xx_and_the_server_keeps_serving():
             (dict(json={"prompt": "x", "n": 2}), 400),
             (dict(json={"prompt": "x", "stream": "yes"}), 400),
             (dict(json={"prompt": "x", "model": "no-such-model"}), 404),
+            (dict(json={"prompt": "x", "slo_class": "gold"}), 400),                # quickstart has no slo.classes
             (dict(json={"prompt": " ".join(["w"] * 1001)}), 400),                  # over --max-prompt-tokens
             (dict(json={"prompt": "x", "max_tokens": 9000}), 400),                 # over max_model_len
             (dict(content=b"x" * 30_000), 413),
@@ -266,7 +269,7 @@ def test_cli_errors_and_lazy_imports():
     bad = subprocess.run([sys.executable, "-m", "dsim.cli", "serve", "quickstart", "--port", "70000"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--port" in bad.stderr
+    web = "('starlette', 'uvicorn', 'prometheus_client')"
     mods = subprocess.run([sys.executable, "-c", "import dsim, dsim.cli, dsim.runner, sys; "
-                           "print(sorted(m for m in ('starlette', 'uvicorn', 'prometheus_client') if m in sys.modules))"],
-                          capture_output=True, text=True)
+                           f"print(sorted(m for m in {web} if m in sys.modules))"], capture_output=True, text=True)
     assert mods.stdout.strip() == "[]"

@@ -121,6 +121,12 @@ class Frontend:
         key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = self._int(body, key, lim.default_max_tokens, 1, 1 << 30)
         priority = self._int(body, "priority", 0, -(1 << 31), 1 << 31)
+        slo_class = body.get("slo_class") or ""
+        classes = self.rt.scn.slo_classes
+        if slo_class and slo_class not in classes:
+            known = ", ".join(sorted(classes)) or "it has none"
+            raise APIError(400, f"slo_class must be one of the scenario's slo.classes ({known}), got {slo_class!r}",
+                           param="slo_class")
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise APIError(400, "stream must be true or false", param="stream")
@@ -143,7 +149,7 @@ class Frontend:
         if self.in_flight >= lim.max_concurrency:
             raise APIError(429, f"too many requests in flight (the limit is {lim.max_concurrency})",
                            "rate_limit_exceeded", code="rate_limit_exceeded")
-        st = self.rt.submit(n_prompt, max_tokens, segments(toks), replica, priority)
+        st = self.rt.submit(n_prompt, max_tokens, segments(toks), replica, priority, slo_class)
         if isinstance(st, str):
             status, kind = _REJECT.get(st, (429, "rate_limit_exceeded"))
             raise APIError(status, f"the simulated server rejected the request ({st})", kind, code=st)
@@ -178,7 +184,7 @@ class Frontend:
         while True:
             while st.items:
                 kind, t, v = st.items.popleft()
-                await rt.sleep_until(t)
+                await rt.release_at(t)
                 yield kind, t, v
                 if kind != "tokens":
                     return

@@ -6,7 +6,8 @@ and its newer name ``vllm:kv_cache_usage_perc``), counters from its totals (pref
 hits in tokens, preemptions, finished requests, prompt and generated tokens) and histograms of the
 requests of this server (TTFT, inter-token latency, end-to-end latency, queue time), in simulated
 seconds.  Labels: ``model_name`` (as vLLM) and ``engine`` (the replica's name; vLLM numbers its engines),
-plus ``pool``.
+plus ``pool``.  And one of dsim's own: ``dsim:token_release_lag_seconds``, how late the server sent
+each token after its simulated time (if it grows, the server does not keep up with its load).
 """
 from __future__ import annotations
 
@@ -66,6 +67,10 @@ class SimCollector:
             for k, hist in (("time_to_first_token_seconds", st.ttft), ("inter_token_latency_seconds", st.itl),
                             ("e2e_request_latency_seconds", st.e2e), ("request_queue_time_seconds", st.queue)):
                 h[k].add_metric(lab, [(_le(b), n) for b, n in hist.buckets()], hist.sum)
+        lag = self.rt.lag
+        yield HistogramMetricFamily("dsim:token_release_lag_seconds", "How late (wall seconds) this server sent "
+                                    "tokens after their simulated time, over all ports: the real-time path's error.",
+                                    [(_le(b), n) for b, n in lag.buckets()], lag.sum)
         yield from g.values()
         yield from c.values()
         yield success

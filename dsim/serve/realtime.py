@@ -30,6 +30,7 @@ from collections import deque
 from ..config.errors import ConfigError
 from ..config.scenario import Scenario, load_scenario
 from ..core.request import COMPLETED, REJECTED, Request
+from ..workload.generator import apply_slo_targets
 
 # the workload's requests never arrive (cut): a one-request stand-in keeps the build cheap
 _NO_WORKLOAD = ("workload={type: poisson, rate: 1, num_requests: 1, prompt_tokens: {dist: constant, value: 1}, "
@@ -67,6 +68,9 @@ class Hist:
             c += k
             out.append((b, c))
         return out
+
+
+LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 class ReplicaStats:
@@ -118,6 +122,10 @@ class _StepObserver:
 def load_serve_scenario(source, overrides=()) -> Scenario:
     """The scenario as dsim serve simulates it: its workload replaced (arrivals come from HTTP)."""
     scn = load_scenario(source, list(overrides) + [_NO_WORKLOAD])
+    if scn.slo_classes:                       # the stand-in request has a class (an edf policy asks for targets)
+        one = _NO_WORKLOAD.split("=", 1)[1][1:-1]
+        scn = load_scenario(source, list(overrides) + [
+            f"workload={{type: mix, classes: [{{name: http, slo_class: {next(iter(scn.slo_classes))}, {one}}}]}}"])
     if scn.spec is not None:
         raise ConfigError("speculation", None, "no speculation section with dsim serve (speculative decoding "
                           "binds its conversations to the workload up front)", show_value=False)
@@ -148,6 +156,7 @@ class RealtimeSim:
         self.recent: dict = {}                  # rid -> (arrival, first token, completion), the last RECENT finished
         self.t0 = None
         self._wakeup = None                     # the future drive() sleeps on
+        self.lag = Hist(LAG_BUCKETS)            # wall seconds a token went out after its simulated time
 
     # ---- clock ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -193,17 +202,24 @@ class RealtimeSim:
         """Something was added to the simulation: its next event may be sooner than drive() thinks."""
         _wake(self._wakeup)
 
-    async def sleep_until(self, t_sim: float) -> None:
+    async def release_at(self, t_sim: float) -> None:
+        """Return at simulated time t_sim (at once if it is past); how late is recorded in ``lag``."""
         d = self.wall_delay(t_sim)
         if d > 0:
             await asyncio.sleep(d)
+            d = self.wall_delay(t_sim)
+        self.lag.observe(max(0.0, -d))
 
     # ---- requests ------------------------------------------------------------------------------
-    def submit(self, prompt_len: int, max_tokens: int, segments=None, replica=None, priority: int = 0):
-        """A request arrives now; returns its Stream, or the simulation's reject reason (a str)."""
+    def submit(self, prompt_len: int, max_tokens: int, segments=None, replica=None, priority: int = 0,
+               slo_class: str = ""):
+        """A request arrives now; returns its Stream, or the simulation's reject reason (a str).  Its SLO
+        targets are its class's (``slo.classes``), else the scenario's ``slo``."""
         self.advance()
         r = Request(self.next_rid, self.env.now, prompt_len, max_tokens, segments=segments)
         r.priority = priority
+        r.slo_class = slo_class
+        apply_slo_targets((r,), self.scn.slo_classes, self.scn.slo_ttft_ms, self.scn.slo_tpot_ms)
         self.next_rid += 1
         st = Stream(r)
         self.streams[r.rid] = st
