@@ -224,12 +224,11 @@ async def _drive(workload: list, opts: Options) -> Outcome:
             bar.set_postfix(in_flight=len(tasks), failed=counts["failed"], late=counts["late"], refresh=False)
 
         async def wait_stop(seconds):
-            """True when Ctrl-C came within ``seconds``."""
+            """Sleep ``seconds``, or less when Ctrl-C comes."""
             try:
                 await asyncio.wait_for(stop.wait(), seconds)
-                return True
             except asyncio.TimeoutError:
-                return False
+                pass
 
         for i, w in enumerate(workload):
             at = float(w["arrival_s"])
@@ -238,7 +237,9 @@ async def _drive(workload: list, opts: Options) -> Outcome:
                 break
             body = request_body(w, i, opts, model)          # built before its time comes
             rec = _new_record(i, w)
-            if at - clock() > 0 and await wait_stop(at - clock()):
+            while at - clock() > 0 and not stop.is_set():     # never before its time (a timer may fire early)
+                await wait_stop(at - clock())
+            if stop.is_set():
                 break
             if slots is not None:
                 acquire = asyncio.ensure_future(slots.acquire())
@@ -280,6 +281,9 @@ async def _drive(workload: list, opts: Options) -> Outcome:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
     bar.close()
+    for r in records:
+        if r["sent_s"] is None:              # cancelled before its coroutine ran: never sent
+            r["cancelled"] = True
     late = [r["sent_s"] - r["scheduled_s"] for r in records if r["sent_s"] is not None]
     from importlib.metadata import version
     return Outcome(records, ended, model, url, f"aiohttp {version('aiohttp')}", started,
