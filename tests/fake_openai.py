@@ -3,7 +3,8 @@
 Each completion streams one token a chunk: the first after ``ttft_s``, the next ones ``itl_s``
 apart, then a usage chunk and ``[DONE]``.  A request whose ``max_tokens`` is in ``fail_500`` or
 ``fail_400`` gets that status instead.  Every request received is kept (arrival time on the
-server's clock, parsed body), so a test can check what the client sent, when, and how many at once.
+server's clock, parsed body, when each content chunk was written), so a test can check what the client
+sent, when, how many at once, and how far its timings are from the server's.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class FakeServer:
         self.ttft_s, self.itl_s = ttft_s, itl_s
         self.fail_500, self.fail_400 = set(fail_500), set(fail_400)
         self.model = model
-        self.received: list = []           # (server time, path, body)
+        self.received: list = []           # (server time, path, body, [server time each content chunk was written])
         self.in_flight = 0
         self.peak = 0
         self.lock = threading.Lock()
@@ -63,8 +64,9 @@ class FakeServer:
             def do_POST(self):
                 t = time.perf_counter()
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                writes = []
                 with fake.lock:
-                    fake.received.append((t, self.path, body))
+                    fake.received.append((t, self.path, body, writes))
                 chat = self.path == "/v1/chat/completions"
                 n = int(body["max_tokens"])
                 if n in fake.fail_500:
@@ -80,6 +82,13 @@ class FakeServer:
                 with fake.lock:
                     fake.in_flight += 1
                     fake.peak = max(fake.peak, fake.in_flight)
+                counted = [True]
+
+                def done():            # before the last bytes: a client that saw them may send its next request
+                    if counted[0]:
+                        counted[0] = False
+                        with fake.lock:
+                            fake.in_flight -= 1
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -94,7 +103,9 @@ class FakeServer:
                         doc = {"choices": [c]}
                         if cont:
                             doc["usage"] = {"prompt_tokens": prompt, "completion_tokens": k + 1}
+                        writes.append(time.perf_counter())
                         self._send(doc)
+                    done()
                     self._send({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": n,
                                                          "total_tokens": prompt + n}})
                     self.wfile.write(b"data: [DONE]\n\n")
@@ -102,8 +113,7 @@ class FakeServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 finally:
-                    with fake.lock:
-                        fake.in_flight -= 1
+                    done()
 
             def _send(self, doc):
                 self.wfile.write(b"data: " + json.dumps(doc).encode() + b"\n\n")

@@ -19,14 +19,13 @@ from fake_openai import CHAT_TEMPLATE_TOKENS, FakeServer  # noqa: E402
 from dsim.calibrate.realrun import load_real  # noqa: E402
 from dsim.cli import main  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 TTFT, ITL = 0.05, 0.02
-# the fake's delays are sleeps in a server thread; the client adds its event loop, HTTP parsing and
-# the machine's scheduling on top: ~2 ms at the median, but a loaded 2-core machine (other test
-# processes) can stall a single read by tens of ms, so single readings get a loose bound (STALL_MS)
-# and medians a tight one (SLACK_MS)
+# the fake's delays are sleeps in a server thread (they may run long on a loaded machine: the tests
+# compare with when the fake really wrote); the client adds its event loop and HTTP parsing, ~2 ms at
+# the median, but a loaded 2-core machine can stall a single reading by tens of ms, so single readings
+# get a loose bound (STALL_MS) and medians a tight one (SLACK_MS)
 SLACK_MS = 10.0
-STALL_MS = 150.0
+STALL_MS = 500.0
 
 SCENARIO = {
     "name": "observe_small", "seed": 3, "model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
@@ -66,40 +65,48 @@ def captured(tmp_path_factory):
 
 
 def test_timings_match_the_servers_known_delays(captured):
-    d, _, _ = captured
+    """Each client reading against the server's own clock (same process: one perf_counter): a chunk is
+    never read before it was written and is read soon after; TTFT and the gaps are the server's."""
+    d, _, received = captured
     recs = _lines(d / "cap" / "requests.jsonl")
     assert len(recs) == 12 and all(r["status"] == 200 and r["error"] is None for r in recs)
-    ttfts = [(r["first_token_s"] - r["sent_s"]) * 1e3 for r in recs]
-    assert min(ttfts) >= TTFT * 1e3 and np.median(ttfts) <= TTFT * 1e3 + SLACK_MS, ttfts
+    server = {tuple(b["prompt"]): (t, writes) for t, _, b, writes in received}
+    drawn = _lines(d / "cap" / "workload.jsonl")
+    ttft_over, gap_err, late = [], [], []
+    from dsim.serve import prompts
     for r in recs:
-        ttft = (r["first_token_s"] - r["sent_s"]) * 1e3
-        assert TTFT * 1e3 <= ttft <= TTFT * 1e3 + STALL_MS, ttft
-        # chunk k leaves the server TTFT + k ITL after the request came in: never read earlier than that
-        since_send = (np.asarray(r["chunk_s"]) - r["sent_s"]) * 1e3
-        assert len(since_send) == 5 and np.all(since_send >= (TTFT + ITL * np.arange(5)) * 1e3 - 0.5), since_send
-        gaps = np.diff(r["chunk_s"]) * 1e3
-        assert np.all(gaps <= ITL * 1e3 + STALL_MS) and abs(np.median(gaps) - ITL * 1e3) < 5, gaps
-        assert r["chunk_tokens"] == [1] * 5 and r["completion_tokens"] == 5
+        t_recv, writes = server[tuple(prompts.token_ids(prompts.segments_of(drawn[r["index"]], r["index"])))]
+        assert r["chunk_tokens"] == [1] * 5 and r["completion_tokens"] == 5 and len(writes) == 5
         assert r["prompt_tokens"] == r["sent_prompt_tokens"]           # token ids: the server counts what was drawn
-        # sent at the drawn time (open loop), not before it
-        assert 0 <= r["sent_s"] - r["scheduled_s"] < STALL_MS / 1e3
+        # the fake slept TTFT before its first chunk and ITL between chunks (a sleep may run long, never short)
+        assert writes[0] - t_recv >= TTFT and min(np.diff(writes)) >= ITL - 1e-3
+        chunks = np.asarray(r["chunk_s"])
+        ttft = r["first_token_s"] - r["sent_s"]
+        assert ttft >= writes[0] - t_recv                                # sent before received, read after written
+        ttft_over.append((ttft - (writes[0] - t_recv)) * 1e3)
+        gap_err += list((np.diff(chunks) - np.diff(writes)) * 1e3)
+        late.append((r["sent_s"] - r["scheduled_s"]) * 1e3)
+    # sent at the drawn time (never before it), read soon after written: the client's own overhead is
+    # ~2 ms at the median; a loaded machine can stall a single reading
+    assert min(late) >= 0 and np.median(late) < SLACK_MS and max(late) < STALL_MS, late
+    assert np.median(ttft_over) < SLACK_MS and max(ttft_over) < STALL_MS, ttft_over
+    assert abs(np.median(gap_err)) < SLACK_MS / 2 and max(np.abs(gap_err)) < STALL_MS, gap_err
     run = load_real(d / "cap")
     st = run.stages[0]
     assert run.source == "dsim-observe" and run.meta["clock"] == "client"
-    assert st.real["ttft"]["p50"] == pytest.approx(TTFT * 1e3, abs=SLACK_MS)
-    assert st.real["tpot"]["p50"] == pytest.approx(ITL * 1e3, abs=SLACK_MS / 2)
-    assert st.real["itl"]["p50"] == pytest.approx(ITL * 1e3, abs=SLACK_MS / 2)
+    assert st.real["ttft"]["count"] == 12 and st.real["ttft"]["p50"] >= TTFT * 1e3
+    assert st.real["tpot"]["p50"] >= ITL * 1e3 - 1 and st.real["itl"]["p50"] >= ITL * 1e3 - 1
 
 
 def test_the_server_received_the_drawn_prompts_with_their_shared_prefixes(captured):
     d, _, received = captured
     drawn = _lines(d / "drawn.jsonl")
-    bodies = sorted((b for _, _, b in received), key=lambda b: len(b["prompt"]))
+    bodies = sorted((b for _, _, b, _ in received), key=lambda b: len(b["prompt"]))
     assert sorted(len(b["prompt"]) for b in bodies) == sorted(w["prompt_tokens"] for w in drawn)
     assert all(b["max_tokens"] == 5 and b["ignore_eos"] and b["min_tokens"] == 5 and b["stream"]
                and b["stream_options"]["include_usage"] for b in bodies)
     # requests of one prefix group share their 32-token system prompt, and only that
-    by_time = [b for _, _, b in sorted(received, key=lambda x: x[0])]
+    by_time = [b for _, _, b, _ in sorted(received, key=lambda x: x[0])]
     heads = {}
     for w, b in zip(drawn, by_time):           # sent in drawn order (arrivals 10+ ms apart but for a few)
         heads.setdefault(w["prefix_group"], set()).add(tuple(b["prompt"][:32]))
@@ -124,7 +131,7 @@ def test_cosim_and_calibrate_read_a_capture(captured, tmp_path):
     rep = json.loads((tmp_path / "c" / "cosim.json").read_text())
     assert rep["source"] == "dsim-observe"
     m = rep["stages"][0]["metrics"]
-    assert m["ttft"]["real"]["p50"] == pytest.approx(TTFT * 1e3, abs=SLACK_MS)
+    assert m["ttft"]["real"]["p50"] >= TTFT * 1e3
     assert rep["stages"][0]["requests"] == {"real": 12, "sim_completed": 12, "sim_arrived": 12}
     replay = _lines(tmp_path / "c" / "replay.jsonl")
     assert [r["segments"] for r in replay] == [w["segments"] for w in _lines(d / "drawn.jsonl")]
@@ -185,22 +192,24 @@ def test_duration_stops_sending_and_keeps_what_was_captured(tmp_path):
 
 
 def test_ctrl_c_cancels_in_flight_and_writes_the_capture(tmp_path):
+    """dsim observe in a process of its own, the fake server here: SIGINT once a few requests are done."""
     scn = _scenario(tmp_path, rate=4, num_requests=40, output_tokens=40)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from fake_openai import FakeServer; from dsim.cli import main\n"
-            "with FakeServer(0.01, 0.05) as f:\n"
-            "    sys.exit(main(['-q', 'observe', f.url, '--scenario', sys.argv[2], '--out', sys.argv[3]]))\n")
-    p = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests"), str(scn), str(tmp_path / "cap")],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3.5)            # imports, then a few requests done (2 s each) and some in flight
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    with FakeServer(0.01, 0.05) as f:           # 2 s a request, one sent every 0.25 s
+        p = subprocess.Popen([sys.executable, "-m", "dsim.cli", "-q", "observe", f.url, "--scenario", str(scn),
+                              "--out", str(tmp_path / "cap")], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)                     # cwd: the installed dsim
+        t_end = time.monotonic() + 120
+        while len(f.received) < 12 and time.monotonic() < t_end and p.poll() is None:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err.decode()
     doc = json.loads((tmp_path / "cap" / "capture.json").read_text())
     assert doc["ended"] == "interrupted" and doc["requests"]["not_sent"] > 0 and doc["requests"]["cancelled"] > 0
     recs = _lines(tmp_path / "cap" / "requests.jsonl")
     assert any(r["cancelled"] and r["chunk_s"] for r in recs)        # its chunks so far are kept
-    if doc["requests"]["succeeded"]:
-        assert len(load_real(tmp_path / "cap").trace_rows) == doc["requests"]["succeeded"]
+    assert doc["requests"]["succeeded"] > 0
+    assert len(load_real(tmp_path / "cap").trace_rows) == doc["requests"]["succeeded"]
     assert not [x for x in tmp_path.iterdir() if x.name.startswith(".cap.tmp")]
 
 
@@ -208,7 +217,7 @@ def test_chat_api_replays_the_servers_prompt_counts(tmp_path):
     scn = _scenario(tmp_path, num_requests=4)
     with FakeServer(0.01, 0.005) as f:
         assert _observe(f, scn, tmp_path / "cap", "--api", "chat") == 0
-        bodies = [b for _, path, b in f.received]
+        bodies = [b for _, _, b, _ in f.received]
     drawn = _lines(tmp_path / "cap" / "workload.jsonl")
     assert sorted(len(b["messages"][0]["content"].split()) for b in bodies) == sorted(w["prompt_tokens"] for w in drawn)
     assert all(b["messages"][0]["role"] == "user" and "prompt" not in b for b in bodies)
@@ -231,9 +240,9 @@ def test_an_unreachable_server_is_a_user_error_and_writes_nothing(tmp_path, caps
     assert main(["-q", "observe", "ftp://x", "--scenario", str(scn), "--out", str(tmp_path / "cap")]) == 2
 
 
-def test_import_dsim_does_not_import_aiohttp():
+def test_import_dsim_does_not_import_aiohttp(tmp_path):
     code = "import sys, dsim, dsim.cli; assert 'aiohttp' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True)
 
 
 @pytest.mark.parametrize("flag,value", [("--max-concurrency", "0"), ("--duration", "-1"), ("--duration", "nan"),

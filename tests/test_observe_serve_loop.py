@@ -4,24 +4,25 @@ simulation of S gives, so the replay must agree with what the client measured, u
 time path adds (HTTP, the server's event loop, the client's, the machine's scheduling).
 
 Tolerance, measured on the 2-core development machine on 2026-11-26 (a fresh server per capture, other
-jobs running: load average 6 to 8), real - sim over 8 captures of this workload (dsim serve at d0e50a2):
-TPOT p50 and p90 within 0.1 ms of 7.2 / 8.3 ms (1.3 %); TTFT p50 +4.5 to +10.4 ms and p90 +7.0 to
-+22.6 ms of 32.8 / 40.7 ms.  The real-time path only adds time: the client's TTFT minus the server's own
-simulated TTFT of the same request (its ``dsim`` field) was 4.5 to 8.9 ms at p50 and 10.6 to 27.2 ms
-at p90 (HTTP, JSON, the server's and the client's event loops, the machine's scheduling; against a
-server that answers after a fixed sleep the client alone measures ~2 ms over it, tests/test_observe.py).
-The test allows TPOT within 5 % and TTFT within [-5, +50] ms.  Replaying the same capture with its
-arrivals moved (all at once, or twice as dense) puts TPOT 14 % or more off: the tolerance catches a
-replay that lost the arrival times.
+jobs running: load average 6 to 11), real - sim over 11 captures of this workload (dsim serve at
+d0e50a2 and later): TPOT p50 and p90 within 0.2 ms of 7.2 / 8.3 ms (2 %); TTFT p50 +4.5 to +10.8 ms
+and p90 +7.0 to +22.6 ms of 32.8 / 40.7 ms.  The simulation side agrees: dsim serve's own simulated
+TTFT of the same requests (its ``dsim`` field) had p50 31.2 to 33.0 ms and p90 40.0 to 42.0 ms, within
+5 % of the replay's (the server saw each request a few ms after its drawn time); the rest is the
+real-time path, which only adds time: client TTFT minus served simulated TTFT 4.5 to 9.6 ms at p50, 10.6
+to 27.2 ms at p90 (HTTP, JSON, the server's and the client's event loops, the machine's scheduling;
+tests/test_observe.py measures the client alone at ~2 ms).  One capture taken at load average 12 had a
+TTFT p90 85 ms over the replay.  The test allows: served vs replayed simulated TTFT within 10 %, TPOT
+within 5 %, TTFT p50 within [-5, +50] ms and p90 within [-5, +100] ms.  Replaying the same capture with
+its arrivals moved (all at once, or twice as dense) puts TPOT 14 % or more off: the tolerance catches
+a replay that lost the arrival times.
 """
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,9 +36,9 @@ from dsim.calibrate.cosim import cosim_report, simulate_run  # noqa: E402
 from dsim.calibrate.realrun import load_real  # noqa: E402
 from dsim.cli import main  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 TPOT_REL = 0.05
-TTFT_MS = (-5.0, 50.0)
+TTFT_MS = {"p50": (-5.0, 50.0), "p90": (-5.0, 100.0)}
+SERVED_REL = 0.10
 SCENARIO = {
     "name": "loop", "seed": 3, "model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
     "engine": {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
@@ -52,9 +53,8 @@ def server(tmp_path):
     """``dsim serve`` of the scenario on a free port of 127.0.0.1, stopped (SIGINT) after the test."""
     scn = tmp_path / "loop.yaml"
     scn.write_text(yaml.safe_dump(SCENARIO))
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     log = open(tmp_path / "serve.log", "w")          # a file, not a pipe nobody reads (it could fill and block)
-    p = subprocess.Popen([sys.executable, "-m", "dsim.cli", "serve", str(scn), "--port", "0"], cwd=ROOT, env=env,
+    p = subprocess.Popen([sys.executable, "-m", "dsim.cli", "serve", str(scn), "--port", "0"], cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         url, t_end = None, time.monotonic() + 60
@@ -89,19 +89,26 @@ def test_observe_dsim_serve_then_cosim_agrees(server, tmp_path):
     recs = [json.loads(x) for x in (cap / "requests.jsonl").read_text().splitlines()]
     assert all(r["completion_tokens"] == r["max_tokens"] and r["prompt_tokens"] == r["sent_prompt_tokens"]
                for r in recs)                    # the server counted what was drawn (token ids)
-    # dsim serve says when its simulation produced each first token: the rest is the real-time path
-    path_ms = [(r["first_token_s"] - r["sent_s"] - r["server_timing"]["ttft_s"]) * 1e3 for r in recs]
-    print("client TTFT - served simulated TTFT (ms): p50 %.2f p90 %.2f" % tuple(np.percentile(path_ms, [50, 90])))
-    assert 0 <= np.percentile(path_ms, 50) <= TTFT_MS[1]
     assert main(["-q", "cosim", str(cap), "--scenario", str(scn), "--no-plots", "--out", str(out)]) == 0
     m = json.loads((out / "cosim.json").read_text())["stages"][0]["metrics"]
+    # the simulation side: dsim serve says when its own simulation produced each first token; the
+    # replay of the capture must give the same (up to the arrivals the server saw, a few ms late)
+    served = [r["server_timing"]["ttft_s"] * 1e3 for r in recs]
+    path_ms = [(r["first_token_s"] - r["sent_s"]) * 1e3 - x for r, x in zip(recs, served)]
+    print("served simulated TTFT p50/p90 (ms):", np.percentile(served, [50, 90]).round(2), "replay:",
+          [round(m["ttft"]["sim"][q], 2) for q in ("p50", "p90")], "real-time path p50/p90:",
+          np.percentile(path_ms, [50, 90]).round(2))
+    for q, pct in (("p50", 50), ("p90", 90)):
+        assert abs(np.percentile(served, pct) - m["ttft"]["sim"][q]) <= SERVED_REL * m["ttft"]["sim"][q]
+    assert np.percentile(path_ms, 50) >= 0
+    # client vs replay: the real-time path on top
     print("real - sim (ms):", {f"{k} {q}": round(_p(m, k, q)[0] - _p(m, k, q)[1], 2) for k in ("ttft", "tpot")
                                for q in ("p50", "p90")})
     for q in ("p50", "p90"):
         real, sim = _p(m, "tpot", q)
         assert abs(real - sim) <= TPOT_REL * sim, (q, real, sim)
         real, sim = _p(m, "ttft", q)
-        assert TTFT_MS[0] <= real - sim <= TTFT_MS[1], (q, real, sim)
+        assert TTFT_MS[q][0] <= real - sim <= TTFT_MS[q][1], (q, real, sim)
 
     # the same capture replayed with its arrivals moved falls outside the tolerance
     run = load_real(cap)

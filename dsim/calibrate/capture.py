@@ -8,14 +8,13 @@ and every latency is timed from when the request was sent, as the client measure
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..config.errors import ConfigError
 from ..config.files import parse_json, read_text
 from ..config.limits import MAX_TOKENS
 from ..metrics import capture as fmt
-from .realrun import RealRun, _set_throughput, _trace_stage, _yaml_mapping
+from .realrun import RealRun, _set_throughput, _trace_stage, _yaml_mapping, jsonl_records
 
 _ANSWER = 1 << 60         # segment id of the filler sent for request i's answer: (1 << 60) + i
 _EXTRA = 1 << 61          # tokens the server counted beyond the drawn prompt (a chat template): own to request i
@@ -25,17 +24,7 @@ DEPLOYMENT = ("model", "hardware", "engine", "cluster")
 def _lines(p: Path) -> list:
     if not p.is_file():
         raise ConfigError(str(p), None, "an existing file (a dsim observe capture has it)", show_value=False)
-    out = []
-    for i, line in enumerate(read_text(p).split("\n"), 1):
-        if line.strip():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{p}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise ConfigError(f"{p}:{i}", type(rec).__name__, "a JSON object, one record a line")
-            out.append((f"{p}:{i}", rec))
-    return out
+    return jsonl_records(p, "record")
 
 
 def _segments(w: dict, prompt: int, index: int) -> list | None:

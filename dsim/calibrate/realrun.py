@@ -125,6 +125,23 @@ def _read_json(p: Path, where: str):
     return parse_json(read_text(p), str(p))
 
 
+def jsonl_records(p: Path, what: str = "request") -> list:
+    """[(``file:line``, object)] of a JSONL file, read bounded (bad bytes and a non-object line name
+    the file and line)."""
+    out = []
+    for i, line in enumerate(read_text(p).split("\n"), 1):
+        if line.strip():
+            where = f"{p}:{i}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise ConfigError(where, type(rec).__name__, f"a JSON object, one {what} a line")
+            out.append((where, rec))
+    return out
+
+
 def _num(rec: dict, key: str, where: str) -> float:
     v = rec.get(key)
     if isinstance(v, bool):
@@ -180,17 +197,7 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
     p = folder / "requests.jsonl"
     if not p.is_file():
         raise ConfigError(str(folder), "requests.jsonl", "a folder with requests.jsonl")
-    raw = []
-    for i, line in enumerate(read_text(p).split("\n"), 1):      # bounded; bad bytes name the file
-        if line.strip():
-            where = f"{p}:{i}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise ConfigError(where, type(rec).__name__, "a JSON object, one request a line")
-            raw.append((where, rec))
+    raw = jsonl_records(p)
     if not raw:
         raise ConfigError(str(p), None, "at least one request", show_value=False)
     q0 = min(_num(r, "queued_ts", w) for w, r in raw)
@@ -494,16 +501,7 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
         raise ConfigError(str(p), None, "an existing file", show_value=False)
     recs = []
     if p.suffix in (".jsonl", ".json"):
-        with p.open() as f:
-            for i, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise ConfigError(f"{p}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
-                    if not isinstance(rec, dict):
-                        raise ConfigError(f"{p}:{i}", type(rec).__name__, "a JSON object, one request a line")
-                    recs.append((f"{p}:{i}", rec))
+        recs = jsonl_records(p)
     else:
         with p.open(newline="") as f:
             recs = [(f"{p}:{i}", r) for i, r in enumerate(csv.DictReader(f), 2)]
