@@ -145,10 +145,12 @@ def main():
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--port", type=int, default=None, help="measure a dsim serve already running on this port")
     ap.add_argument("--pid", type=int, default=None, help="... whose process id is this (for its CPU time)")
+    ap.add_argument("--skip-sequential", action="store_true", help="only the load phases (several clients at once)")
     a = ap.parse_args()
     if a.port is not None:
         url = f"http://127.0.0.1:{a.port}/v1/completions"
-        asyncio.run(sequential(url))
+        if not a.skip_sequential:
+            asyncio.run(sequential(url))
         for r in a.rates.split(","):
             asyncio.run(load(url, float(r), a.seconds, a.pid))
         return

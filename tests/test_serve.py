@@ -136,9 +136,9 @@ def test_tokens_come_at_the_simulated_times(server):
         e2e = time.perf_counter() - t0
         rid = int(chunks[0]["id"].rsplit("-", 1)[1])
         arrival, first, done = rt.recent[rid]
-        assert ttft == pytest.approx(first - arrival, abs=0.03)
-        assert ttft >= (first - arrival) - 0.002            # never before the simulation says
-        assert e2e == pytest.approx(done - arrival, abs=0.03)
+        # never before the simulation says, and not much after it (a loaded machine delays the client)
+        assert (first - arrival) - 0.002 <= ttft <= (first - arrival) + 0.1
+        assert (done - arrival) - 0.002 <= e2e <= (done - arrival) + 0.1
         assert len(chunks) == 40                             # one chunk per decode step
 
 
@@ -171,15 +171,19 @@ def test_burst_beyond_capacity_queues(server):
     longer than a lone request's."""
     url = server.url + "/v1/completions"
     body = {"prompt": "the quick brown fox jumps over the lazy dog", "max_tokens": 60}
-    single, _, _ = stream_ttft(url, body)
+    single, _, usage = stream_ttft(url, body)
     with ThreadPoolExecutor(12) as pool:
         futs = [pool.submit(stream_ttft, url, body) for _ in range(12)]
         m = until(server.metrics, lambda m: m["vllm:num_requests_waiting"] > 0)
-        ttfts = sorted(f.result()[0] for f in futs)
+        res = [f.result() for f in futs]
     assert m["vllm:num_requests_waiting"] > 0
     assert m["vllm:num_requests_running"] == 4
-    assert ttfts[-1] > single + 0.2            # waited for a batch of 60-token requests to finish
-    assert ttfts[-1] > 3 * ttfts[0]
+    # the last 4 waited for two batches of 60 decode steps (~0.4 s each): in the simulation and at the client
+    sim = sorted(u["dsim"]["ttft_s"] for _, _, u in res)
+    assert sim[-1] > usage["dsim"]["ttft_s"] + 0.5
+    # a client never sees a token before its simulated time, so the wait shows at the client too
+    assert max(t for t, _, _ in res) > usage["dsim"]["ttft_s"] + 0.5
+    assert single >= usage["dsim"]["ttft_s"] - 0.002
 
 
 def test_prefix_cache_hits_reach_usage_and_metrics(server):
@@ -231,7 +235,16 @@ def test_malformed_requests_get_4xx_and_the_server_keeps_serving():
             assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_exceeded"
             assert all(f.result().status_code == 200 for f in futs)
         assert c.post("/v1/completions", json=good).status_code == 200
-        assert s.metrics()["vllm:num_requests_running"] == 0
+        # clients that leave mid-stream or before the first token give their slots back
+        for n_lines in (0, 2, 0, 3):
+            with c.stream("POST", "/v1/completions", json={**good, "max_tokens": 100, "stream": True}) as r:
+                assert r.status_code == 200
+                for i, _ in enumerate(r.iter_lines()):
+                    if i >= n_lines:
+                        break
+        assert until(lambda: s.server.front.in_flight, lambda n: n == 0) == 0
+        assert c.post("/v1/completions", json=good).status_code == 200
+        assert until(s.metrics, lambda m: m["vllm:num_requests_running"] == 0)["vllm:num_requests_running"] == 0
     finally:
         s.close()
 

@@ -3,6 +3,12 @@
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with ``stream``, and
 ``stream_options.include_usage`` for a last chunk with the usage), ``GET /v1/models``, ``GET /health``,
 ``GET /metrics``.  Errors are OpenAI's JSON ``{"error": {"message", "type", "param", "code"}}``.
+
+Why Starlette on uvicorn: Starlette is the small, maintained ASGI toolkit FastAPI is built on, and all
+this server needs (routes, streaming responses, exception handlers); FastAPI's request models would
+answer bad requests with its own 422 format, not OpenAI's errors, so the bodies are checked by hand
+here.  uvicorn is the usual ASGI server (vLLM's too); several of its servers share one event loop, and
+the simulation runs in that loop, so nothing is shared between threads.
 """
 from __future__ import annotations
 
@@ -158,8 +164,8 @@ class Frontend:
         ident = f"{'chatcmpl' if chat else 'cmpl'}-dsim-{rid}"
         meta = dict(id=ident, created=int(time.time()), model=model)
         if stream:
-            return StreamingResponse(self._sse(st, chat, meta, usage_chunk), media_type="text/event-stream",
-                                     headers={"x-request-id": ident})
+            return _Streamed(self, st, self._sse(st, chat, meta, usage_chunk), media_type="text/event-stream",
+                             headers={"x-request-id": ident})
         try:
             n = 0
             async for kind, _t, v in self._released(st):
@@ -169,7 +175,7 @@ class Frontend:
                     status, typ = _REJECT.get(v, (429, "rate_limit_exceeded"))
                     return error_response(status, f"the simulated server rejected the request ({v})", typ, code=v)
         finally:
-            self.in_flight -= 1
+            self.release(st)
         text = filler(0, n)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                    "finish_reason": "length"} if chat else
@@ -221,6 +227,12 @@ class Frontend:
                                    "stop_reason": None}))
                 yield "".join(out)
         finally:
+            self.release(st)
+
+    def release(self, st) -> None:
+        """st no longer counts against --max-concurrency (once, however its response ended)."""
+        if not st.released:
+            st.released = True
             self.in_flight -= 1
 
     # ---- other routes ----------------------------------------------------------------------------
@@ -228,6 +240,21 @@ class Frontend:
         return JSONResponse({"object": "list", "data": [
             {"id": m, "object": "model", "created": self.created, "owned_by": "dsim", "root": m, "parent": None,
              "max_model_len": self.max_model_len} for m in self.models]})
+
+
+class _Streamed(StreamingResponse):
+    """A streaming response that releases its request's concurrency slot however it ends: a client that
+    leaves before the first chunk leaves the generator unstarted (its ``finally`` never runs)."""
+
+    def __init__(self, front: Frontend, st, *args, **kw):
+        super().__init__(*args, **kw)
+        self.front, self.st = front, st
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.front.release(self.st)
 
 
 def _chunk(meta: dict, obj: str, choice: dict) -> str:
@@ -292,6 +319,9 @@ def bind(host: str, port: int) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind((host, port))
+    except socket.gaierror as e:
+        s.close()
+        raise ConfigError("--host", host, f"an address of this machine ({e.strerror})") from None
     except OSError as e:
         s.close()
         raise ConfigError("--port", port, f"a free port on {host} ({e.strerror})") from None
@@ -302,13 +332,15 @@ def bind(host: str, port: int) -> socket.socket:
 
 class Server:
     """The ports of one dsim serve: the fleet's port, and with ``replica_ports`` one per replica after it
-    (port + 1 + i for the i-th replica; with port 0, free ports)."""
+    (port + 1 + i for the i-th replica that takes arrivals, i.e. not a P/D decode replica; with port 0,
+    free ports)."""
 
     def __init__(self, rt, host: str = "127.0.0.1", port: int = 8000, replica_ports: bool = False,
                  limits: Limits | None = None):
         self.rt = rt
         self.front = Frontend(rt, limits or Limits())
-        targets = [None] + (list(rt.replicas()) if replica_ports else [])
+        # a decode replica (P/D) takes requests from prefill replicas only: no port of its own
+        targets = [None] + ([r for r in rt.replicas() if r.pool.role != "decode"] if replica_ports else [])
         self.sockets, self.apps = [], []
         for i, rep in enumerate(targets):
             self.sockets.append(bind(host, 0 if port == 0 else port + i))
@@ -317,6 +349,7 @@ class Server:
         self.ports = [s.getsockname()[1] for s in self.sockets]
         self.servers = []
         self.started = None
+        self.failure = None             # the simulation's exception, if it stopped with one
 
     def endpoints(self) -> list:
         """(port, replica name or None for the fleet's port)."""
@@ -326,6 +359,7 @@ class Server:
         import uvicorn
         self.rt.start()
         drive = asyncio.get_running_loop().create_task(self.rt.drive())
+        drive.add_done_callback(self._drive_ended)
         for sock, (_rep, app) in zip(self.sockets, self.apps):
             cfg = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
                                  timeout_graceful_shutdown=1)
@@ -345,6 +379,14 @@ class Server:
             drive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drive
+        if self.failure is not None:
+            raise self.failure
+
+    def _drive_ended(self, task) -> None:
+        """The simulation stopped with an error (a bug): stop serving rather than hang every client."""
+        if not task.cancelled() and task.exception() is not None:
+            self.failure = task.exception()
+            self.shutdown()
 
     def shutdown(self) -> None:
         for srv in self.servers:

@@ -17,6 +17,10 @@ side releases each item when the wall clock reaches its simulated time, so a cli
 of the simulation, queueing, batching, KV pressure, prefix hits and preemption included.  Decode steps
 are milliseconds long, so one event per step costs little at real-time speed.
 
+Not SimPy's ``RealtimeEnvironment``: it sleeps with ``time.sleep`` between events, so arrivals at
+arbitrary wall times would need a second thread and locks; advancing the ordinary environment from the
+event loop gives the same event times with one thread.
+
 Scenario parts that need arrivals known in advance are refused: the workload is replaced by HTTP
 clients, speculative decoding binds its conversations up front.
 """
@@ -90,7 +94,7 @@ class Stream:
     """One HTTP request's simulated request and the items its handler releases, in time order:
     ("tokens", t, n) n new tokens at simulated time t; ("done", t, None) the request ended at t;
     ("error", t, reason) the simulation rejected it."""
-    __slots__ = ("req", "items", "event", "sent", "t_last", "ttft_seen")
+    __slots__ = ("req", "items", "event", "sent", "t_last", "ttft_seen", "released")
 
     def __init__(self, req: Request):
         self.req = req
@@ -99,6 +103,7 @@ class Stream:
         self.sent = 0              # tokens queued so far
         self.t_last = None         # simulated time of the last queued token
         self.ttft_seen = False
+        self.released = False      # the HTTP side no longer counts it in flight
 
     def push(self, item) -> None:
         self.items.append(item)
