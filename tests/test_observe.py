@@ -263,3 +263,28 @@ def test_a_foreign_out_folder_is_refused_before_anything_is_sent(tmp_path, capsy
         assert _observe(f, scn, tmp_path / "mine") == 2
         assert f.received == []
     assert (tmp_path / "mine" / "notes.txt").read_text() == "not dsim's"
+
+
+def test_without_vllm_extras_chunks_count_by_text_and_usage_gives_the_total(tmp_path):
+    scn = _scenario(tmp_path, num_requests=3)
+    with FakeServer(0.01, 0.005) as f:
+        assert _observe(f, scn, tmp_path / "cap", "--no-vllm-extras") == 0
+        bodies = [b for _, _, b, _ in f.received]
+    assert all("ignore_eos" not in b and "min_tokens" not in b and b["stream_options"] == {"include_usage": True}
+               for b in bodies)
+    recs = _lines(tmp_path / "cap" / "requests.jsonl")
+    assert all(r["chunk_tokens"] == [1] * 5 and r["completion_tokens"] == 5 for r in recs)
+
+
+def test_filler_prompts_are_deterministic_prefix_stable_and_in_range(tmp_path):
+    from dsim.serve import prompts
+    a = prompts.token_ids([(1, 32), (1 << 32, 50)])
+    b = prompts.token_ids([(1, 32), ((1 << 32) + 1, 50)])
+    assert a[:32] == b[:32] and a[32:] != b[32:] and len(a) == 82
+    assert prompts.token_ids([(7, 10)]) == prompts.token_ids([(7, 25)])[:10]     # a cut segment is a prefix
+    assert prompts.token_ids([(-3, 5)]) != prompts.token_ids([(3, 5)])            # an answer's id is its own
+    assert all(prompts.TOKEN_LO <= t < prompts.TOKEN_HI for t in a)
+    assert len(prompts.text([(1, 40), (-2, 7)]).split()) == 47
+    code = "from dsim.serve import prompts; print(prompts.token_ids([(123456789, 8)]))"
+    other = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert json.loads(other) == prompts.token_ids([(123456789, 8)])               # the same in every process
