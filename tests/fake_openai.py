@@ -2,13 +2,14 @@
 
 Each completion streams one token a chunk: the first after ``ttft_s``, the next ones ``itl_s``
 apart, then a usage chunk and ``[DONE]``.  A request whose ``max_tokens`` is in ``fail_500`` or
-``fail_400`` gets that status instead.  Every request received is kept (arrival time on the
+``fail_400`` gets that status instead; one in ``cut`` gets two tokens, then the connection is closed.  Every request received is kept (arrival time on the
 server's clock, parsed body, when each content chunk was written), so a test can check what the client
 sent, when, how many at once, and how far its timings are from the server's.
 """
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,9 +18,9 @@ CHAT_TEMPLATE_TOKENS = 5          # tokens a chat prompt counts beyond its words
 
 
 class FakeServer:
-    def __init__(self, ttft_s=0.05, itl_s=0.02, fail_500=(), fail_400=(), model="fake-model"):
+    def __init__(self, ttft_s=0.05, itl_s=0.02, fail_500=(), fail_400=(), cut=(), model="fake-model"):
         self.ttft_s, self.itl_s = ttft_s, itl_s
-        self.fail_500, self.fail_400 = set(fail_500), set(fail_400)
+        self.fail_500, self.fail_400, self.cut = set(fail_500), set(fail_400), set(cut)
         self.model = model
         self.received: list = []           # (server time, path, body, [server time each content chunk was written])
         self.in_flight = 0
@@ -103,6 +104,11 @@ class FakeServer:
                         doc = {"choices": [c]}
                         if cont:
                             doc["usage"] = {"prompt_tokens": prompt, "completion_tokens": k + 1}
+                        if n in fake.cut and k == 2:        # the server dies mid-stream
+                            done()
+                            self.wfile.flush()
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            return
                         writes.append(time.perf_counter())
                         self._send(doc)
                     done()

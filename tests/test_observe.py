@@ -145,23 +145,24 @@ def test_cosim_and_calibrate_read_a_capture(captured, tmp_path):
 
 def test_server_errors_are_recorded_and_not_replayed(tmp_path):
     trace = tmp_path / "t.jsonl"
-    rows = [(0.0, 40, 4), (0.01, 40, 7), (0.02, 41, 4), (0.03, 42, 9), (0.04, 43, 4)]
+    rows = [(0.0, 40, 4), (0.01, 40, 7), (0.02, 41, 4), (0.03, 42, 9), (0.04, 43, 4), (0.05, 44, 11)]
     trace.write_text("".join(json.dumps({"arrival_s": a, "prompt_tokens": p, "output_tokens": o}) + "\n"
                              for a, p, o in rows))
     scn = tmp_path / "s.yaml"
     scn.write_text(yaml.safe_dump({**{k: SCENARIO[k] for k in ("model", "hardware", "seed")}, "name": "errs",
                                    "workload": {"type": "trace", "path": str(trace)}}))
-    with FakeServer(0.01, 0.005, fail_500={7}, fail_400={9}) as f:
+    with FakeServer(0.01, 0.005, fail_500={7}, fail_400={9}, cut={11}) as f:
         assert _observe(f, scn, tmp_path / "cap") == 0
     recs = {r["index"]: r for r in _lines(tmp_path / "cap" / "requests.jsonl")}
     assert recs[1]["status"] == 500 and "boom" in recs[1]["error"]
     assert recs[3]["status"] == 400 and "prompt too long" in recs[3]["error"]
     assert recs[1]["first_token_s"] is None and recs[1]["chunk_s"] == []
+    assert recs[5]["status"] == 200 and recs[5]["error"] and len(recs[5]["chunk_s"]) == 2    # cut mid-stream
     doc = json.loads((tmp_path / "cap" / "capture.json").read_text())
-    assert doc["requests"] == {"drawn": 5, "sent": 5, "succeeded": 3, "failed": 2, "cancelled": 0, "not_sent": 0}
+    assert doc["requests"] == {"drawn": 6, "sent": 6, "succeeded": 3, "failed": 3, "cancelled": 0, "not_sent": 0}
     run = load_real(tmp_path / "cap")
     assert [r["arrival_s"] for r in run.trace_rows] == [0.0, 0.02, 0.04]
-    assert run.stages[0].failures == 2 and run.stages[0].overloaded
+    assert run.stages[0].failures == 3 and run.stages[0].overloaded
 
 
 def test_concurrency_cap_bounds_the_server_and_the_replay(tmp_path):

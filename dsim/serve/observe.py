@@ -93,6 +93,7 @@ class _Stream:
     def __init__(self, rec: dict, chat: bool):
         self.rec, self.chat = rec, chat
         self.seen = 0                      # completion tokens counted so far
+        self.done = False                  # data: [DONE] came
 
     def line(self, raw: bytes, t: float) -> bool:
         """One line read at time t; False at ``data: [DONE]``."""
@@ -101,6 +102,7 @@ class _Stream:
             return True
         payload = s[5:].strip()
         if payload == b"[DONE]":
+            self.done = True
             return False
         try:
             obj = json.loads(payload)
@@ -155,6 +157,8 @@ async def _one(session, url: str, body: bytes, rec: dict, chat: bool, clock) -> 
                     break
         if rec["first_token_s"] is None and not rec["error"]:
             rec["error"] = "the stream ended without a token"
+        elif not parse.done and not rec["error"]:      # a connection closed mid-stream reads as a clean end
+            rec["error"] = "the stream ended before data: [DONE]"
     except asyncio.CancelledError:
         rec["cancelled"] = True
         raise
