@@ -25,6 +25,9 @@ import httpx
 import numpy as np
 
 
+NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]    # else a body's last segment waits for a delayed ACK
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -92,7 +95,7 @@ def stats(errs):
 async def sequential(url, n=50):
     rng = random.Random(1)
     before = lag(url)
-    async with httpx.AsyncClient(timeout=120) as c:
+    async with httpx.AsyncClient(timeout=120, transport=httpx.AsyncHTTPTransport(socket_options=NODELAY)) as c:
         await one(c, url, "warm up", 2)
         dt, de = [], []
         for i in range(n):
@@ -111,7 +114,8 @@ async def load(url, rate, seconds, pid):
     before = lag(url)
     rng = random.Random(2)
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as c:
+    async with httpx.AsyncClient(timeout=300, transport=httpx.AsyncHTTPTransport(socket_options=NODELAY,
+                                                                                 limits=limits)) as c:
         tasks = []
         t0 = time.perf_counter()
         t = 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -67,7 +68,10 @@ def server(request):
     s.close()
 
 
-_CLIENT = httpx.Client(timeout=60)       # made once: a new client costs ~0.1 s (its TLS context)
+# made once (a new client costs ~0.1 s: its TLS context), without Nagle (a body's last segment would wait
+# for the server's delayed ACK)
+_CLIENT = httpx.Client(timeout=60, transport=httpx.HTTPTransport(
+    socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]))
 
 
 def stream_ttft(url: str, body: dict) -> tuple[float, list, dict]:

@@ -315,8 +315,11 @@ def bind(host: str, port: int) -> socket.socket:
     """A listening socket (port 0: any free port); an address in use is the user's error."""
     from ..config.errors import ConfigError
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    s = socket.socket(fam, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP, not 0: asyncio turns Nagle off only on sockets that say they are TCP, and with Nagle
+    # a token's chunk after the headers waited for the client's delayed ACK (~20 ms on the first token)
+    s = socket.socket(fam, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         s.bind((host, port))
     except socket.gaierror as e:
