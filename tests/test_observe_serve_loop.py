@@ -3,19 +3,20 @@
 simulation of S gives, so the replay must agree with what the client measured, up to what the real
 time path adds (HTTP, the server's event loop, the client's, the machine's scheduling).
 
-Tolerance, measured on the 2-core development machine on 2026-11-26 (a fresh server per capture, other
-jobs running: load average 6 to 11), real - sim over 11 captures of this workload (dsim serve at
-d0e50a2 and later): TPOT p50 and p90 within 0.2 ms of 7.2 / 8.3 ms (2 %); TTFT p50 +4.5 to +10.8 ms
-and p90 +7.0 to +22.6 ms of 32.8 / 40.7 ms.  The simulation side agrees: dsim serve's own simulated
-TTFT of the same requests (its ``dsim`` field) had p50 31.2 to 33.0 ms and p90 40.0 to 42.0 ms, within
-5 % of the replay's (the server saw each request a few ms after its drawn time); the rest is the
-real-time path, which only adds time: client TTFT minus served simulated TTFT 4.5 to 9.6 ms at p50, 10.6
-to 27.2 ms at p90 (HTTP, JSON, the server's and the client's event loops, the machine's scheduling;
-tests/test_observe.py measures the client alone at ~2 ms).  One capture taken at load average 12 had a
-TTFT p90 85 ms over the replay.  The test allows: served vs replayed simulated TTFT within 10 %, TPOT
-within 5 %, TTFT p50 within [-5, +50] ms and p90 within [-5, +100] ms.  Replaying the same capture with
-its arrivals moved (all at once, or twice as dense) puts TPOT 14 % or more off: the tolerance catches
-a replay that lost the arrival times.
+Tolerance, measured on the 2-core development machine on 2026-11-26 with other jobs running (a fresh
+server per capture), real - sim of this workload: with dsim serve at d8e95c6 (4 captures, load average
+9) TPOT p50 and p90 within 0.2 ms of 7.2 / 8.3 ms (2 %), TTFT p50 +4.0 to +6.6 ms and p90 +6.8 to
++13.5 ms of 32.8 / 40.7 ms; at d0e50a2, before serve turned Nagle's algorithm off (11 captures, load 6
+to 11), TTFT p50 +4.5 to +10.8 ms and p90 +7.0 to +22.6 ms; one capture at load 12 had TTFT p90 85 ms
+over the replay.  The simulation side agrees: dsim serve's own simulated TTFT of the same requests (its
+``dsim`` field) is within 5 % of the replay's at p50 and p90 (the server saw each request a few ms after
+its drawn time); the rest is the real-time path, which only adds time: client TTFT minus served
+simulated TTFT 3.8 to 6.1 ms at p50, 9.0 to 14.8 ms at p90 (HTTP, JSON, the server's and the client's
+event loops, the machine's scheduling; tests/test_observe.py measures the client alone at ~2 ms).
+The test allows: served vs replayed simulated TTFT within 10 %, TPOT within 5 %, TTFT p50 within
+[-5, +50] ms and p90 within [-5, +100] ms.  Replaying the same capture with its arrivals moved (all at
+once, or twice as dense) puts TPOT 14 % or more off: the tolerance catches a replay that lost the
+arrival times.
 """
 import json
 import re
