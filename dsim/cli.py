@@ -1,4 +1,4 @@
-"""Command line: ``dsim run | validate | examples | serve | bench | sweep | capacity | plan | baseline | compare | lut | cosim | report | plot | trace | calibrate | fit | acceptance | specdec``.  User mistakes print one line and exit 2."""
+"""Command line: ``dsim run | validate | examples | serve | observe | bench | sweep | capacity | plan | baseline | compare | lut | cosim | report | plot | trace | calibrate | fit | acceptance | specdec``.  User mistakes print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -119,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default=None, help="a new (or empty) folder for the PNGs (default: FOLDER/plots)")
     _trace_parser(sub)
     _serve_parser(sub)
+    _observe_parser(sub)
     _fit_parser(sub)
     _calibrate_parser(sub)
     from .explore.cli import add_compare_parsers, add_parsers, add_plan_parser
@@ -199,6 +200,31 @@ def _profile(args) -> int:
             raise ConfigError("--out", str(out), f"a file that can be written ({e.strerror})") from None
         print(f"wrote the profiles of {len(tables)} pool(s) to {out}")
     return 0
+
+
+def _observe_parser(sub) -> None:
+    o = sub.add_parser("observe", help="drive a live OpenAI-compatible server with a scenario's workload and capture "
+                       "per-chunk timings in the folder dsim cosim / dsim calibrate read (pip install dsim[observe])")
+    o.add_argument("url", help="the server (http://HOST:PORT, .../v1, or the completions endpoint itself)")
+    o.add_argument("--scenario", required=True, help="scenario whose workload is sent (drawn with its seed, as "
+                   "dsim run draws it), or a shipped scenario's name")
+    o.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key first (repeatable)")
+    o.add_argument("--seed", type=int, default=None, help="master seed (replaces the scenario's seed:)")
+    o.add_argument("--out", default=None, help="capture folder (default: results/capture-<scenario>-<UTC time>)")
+    o.add_argument("--api", default="completions", choices=("completions", "chat"),
+                   help="completions (prompt as token ids: exact counts; default) or chat (text prompts)")
+    o.add_argument("--model", default=None, help="model name sent to the server (default: the first of GET /v1/models)")
+    o.add_argument("--max-concurrency", type=int, default=None,
+                   help="requests in flight at most (default: the workload's max_concurrency, else unbounded)")
+    o.add_argument("--duration", type=float, default=None, help="send no request after this many seconds")
+    o.add_argument("--grace", type=float, default=30.0, help="with --duration: seconds to wait for requests in "
+                   "flight before cancelling them (default 30)")
+    o.add_argument("--timeout", type=float, default=600.0, help="seconds of silence in one response before it "
+                   "counts as failed (default 600)")
+    o.add_argument("--text-prompts", action="store_true", help="completions: send text instead of token ids")
+    o.add_argument("--no-vllm-extras", action="store_true", help="do not send vLLM's ignore_eos, min_tokens and "
+                   "continuous usage stats (servers that refuse unknown fields)")
 
 
 def _calibrate_parser(sub) -> None:
@@ -529,6 +555,9 @@ def _main(argv=None) -> int:
             return serve_cli(args)
         if args.cmd == "profile":
             return _profile(args)
+        if args.cmd == "observe":
+            from .serve.capture import observe_cli
+            return observe_cli(args)
         if args.cmd == "lut":
             return _lut(args)
         if args.cmd == "cosim":

@@ -582,6 +582,8 @@ BASES = {      # a working invocation of each subcommand; {o} = output path
     ("compare",): lambda d: ["compare", str(_run_dir(d)), str(_run_dir(d)), "--tolerance", "0.05"],
     ("trace", "generate"): lambda d: ["trace", "generate", QUICK, "--out", str(d / "o.jsonl")] + N30,
     ("profile",): lambda d: ["profile", QUICK, "--out", str(d / "o.json")],
+    # no server on port 9: flags are checked, then the unreachable URL is refused (exit 2, nothing written)
+    ("observe",): lambda d: ["observe", "http://127.0.0.1:9", "--scenario", QUICK, "--out", str(d / "o")] + N30,
     ("plan",): lambda d: ["plan", QUICK, "--gpus", "2", "--space", str(SCN / "spaces" / "small.yaml"), "--no-band",
                           "--out", str(d / "o")] + SLO + N30,
 }

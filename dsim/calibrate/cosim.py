@@ -118,9 +118,13 @@ def replay_scenario(run: RealRun, base: dict | None, overrides=(), seed: int | N
     return scn
 
 
+TRACE_KEYS = ("arrival_s", "prompt_tokens", "output_tokens", "request_id")
+TRACE_OPTIONAL = ("prefix_group", "session", "tenant", "segments")      # a capture's prompt structure
+
+
 def trace_text(rows) -> str:
-    """Replay rows as a dsim JSONL trace."""
-    return "".join(json.dumps({k: r[k] for k in ("arrival_s", "prompt_tokens", "output_tokens", "request_id")})
+    """Replay rows as a dsim JSONL trace (the prompt-structure columns when a row has them)."""
+    return "".join(json.dumps({**{k: r[k] for k in TRACE_KEYS}, **{k: r[k] for k in TRACE_OPTIONAL if k in r}})
                    + "\n" for r in rows)
 
 

@@ -5,6 +5,8 @@ Formats (``load_real`` picks one from the path's contents):
   * inference-perf output folder: ``exp-config.yaml`` + ``profile.yaml`` + ``results/stage_N_lifecycle_metrics.json``
     (aggregates only; arrivals are regenerated from the load stages with the seed; the client's
     resolved ``results/config.yaml``, when present, says what was really sent);
+  * a ``dsim observe`` capture: ``capture.json`` + ``scenario.yaml`` + ``workload.jsonl`` + ``requests.jsonl``
+    (client-side per-chunk times; arrivals and prompt structure replayed exactly: ``capture.py``);
   * LLMServingSim-style folder: ``meta.json`` + ``requests.jsonl`` with engine timestamps per request
     (queued, scheduled, first token, last token): arrivals are replayed exactly;
   * the JSON saved by ``vllm bench serve --save-result --save-detailed`` (input_lens, output_lens,
@@ -123,6 +125,23 @@ def _read_json(p: Path, where: str):
     return parse_json(read_text(p), str(p))
 
 
+def jsonl_records(p: Path, what: str = "request") -> list:
+    """[(``file:line``, object)] of a JSONL file, read bounded (bad bytes and a non-object line name
+    the file and line)."""
+    out = []
+    for i, line in enumerate(read_text(p).split("\n"), 1):
+        if line.strip():
+            where = f"{p}:{i}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise ConfigError(where, type(rec).__name__, f"a JSON object, one {what} a line")
+            out.append((where, rec))
+    return out
+
+
 def _num(rec: dict, key: str, where: str) -> float:
     v = rec.get(key)
     if isinstance(v, bool):
@@ -178,17 +197,7 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
     p = folder / "requests.jsonl"
     if not p.is_file():
         raise ConfigError(str(folder), "requests.jsonl", "a folder with requests.jsonl")
-    raw = []
-    for i, line in enumerate(read_text(p).split("\n"), 1):      # bounded; bad bytes name the file
-        if line.strip():
-            where = f"{p}:{i}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise ConfigError(where, type(rec).__name__, "a JSON object, one request a line")
-            raw.append((where, rec))
+    raw = jsonl_records(p)
     if not raw:
         raise ConfigError(str(p), None, "at least one request", show_value=False)
     q0 = min(_num(r, "queued_ts", w) for w, r in raw)
@@ -492,16 +501,7 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
         raise ConfigError(str(p), None, "an existing file", show_value=False)
     recs = []
     if p.suffix in (".jsonl", ".json"):
-        with p.open() as f:
-            for i, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise ConfigError(f"{p}:{i}", line.strip()[:60], f"a JSON object ({e.msg})") from None
-                    if not isinstance(rec, dict):
-                        raise ConfigError(f"{p}:{i}", type(rec).__name__, "a JSON object, one request a line")
-                    recs.append((f"{p}:{i}", rec))
+        recs = jsonl_records(p)
     else:
         with p.open(newline="") as f:
             recs = [(f"{p}:{i}", r) for i, r in enumerate(csv.DictReader(f), 2)]
@@ -560,9 +560,13 @@ def load_real(path, **opts) -> RealRun:
     if p.is_dir():
         if (p / "profile.yaml").is_file():
             return read_inference_perf(p, opts.get("hardware"))
+        if (p / "capture.json").is_file():              # dsim observe (dsim.metrics.capture)
+            from .capture import read_capture
+            return read_capture(p, opts.get("hardware"))
         if (p / "meta.json").is_file():
             return read_llmservingsim(p, opts.get("hardware"))
-        raise ConfigError(str(p), None, "an inference-perf folder (profile.yaml) or a meta.json + requests.jsonl folder",
+        raise ConfigError(str(p), None, "an inference-perf folder (profile.yaml), a dsim observe capture "
+                          "(capture.json) or a meta.json + requests.jsonl folder",
                           show_value=False)
     if not p.is_file():
         raise ConfigError(str(p), None, "an existing run folder or file", show_value=False)

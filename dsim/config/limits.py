@@ -22,6 +22,7 @@ MAX_FILE_BYTES = 2 * 1024**3  # data files read whole (LUTs, bundles)
 MAX_SCENARIO_BYTES = 4 * 1024**2  # scenario/space files: a few KB; PyYAML parses ~1 MB/s
 MAX_POINTS = 100_000          # runs of one sweep (points x seeds): each is a simulation
 MAX_SEEDS = 10_000            # seeds per sweep point
+MAX_CONCURRENCY = 100_000     # requests dsim observe keeps open at once (one connection each)
 MAX_JOBS = 1_024              # parallel simulations of one command
 MAX_GPUS = 4_096              # a plan's GPU budget (candidates grow with it)
 MAX_FLOW_WORK = 1_000_000     # flows the network re-solves in one run (~15 s) before it must be

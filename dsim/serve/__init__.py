@@ -1,5 +1,8 @@
 """Real-time front ends: ``dsim serve``, an OpenAI-compatible stand-in for vLLM whose tokens come out at
-the times a wall-clock-driven simulation of the scenario gives, with vLLM's Prometheus metrics.
+the times a wall-clock-driven simulation of the scenario gives, with vLLM's Prometheus metrics; and
+``dsim observe`` (``observe.py``, ``capture.py``), a load generator that drives any OpenAI-compatible
+server with a scenario's workload and captures its timings in the folder ``dsim cosim`` reads
+(aiohttp, ``pip install 'dsim[observe]'``, imported only by ``observe.py``).
 
 The web stack (starlette, uvicorn, prometheus-client: ``pip install 'dsim[serve]'``) is imported only
 by ``dsim.serve.app``; ``dsim.serve.text`` and ``dsim.serve.realtime`` need nothing beyond dsim.
