@@ -584,6 +584,9 @@ BASES = {      # a working invocation of each subcommand; {o} = output path
     ("profile",): lambda d: ["profile", QUICK, "--out", str(d / "o.json")],
     # no server on port 9: flags are checked, then the unreachable URL is refused (exit 2, nothing written)
     ("observe",): lambda d: ["observe", "http://127.0.0.1:9", "--scenario", QUICK, "--out", str(d / "o")] + N30,
+    # a speculative scenario: flags are checked, then serve refuses it (exit 2) before binding a port, so
+    # no mutated case leaves a server running
+    ("serve",): lambda d: ["serve", str(_spec_scn(d)), "--port", "0"],
     ("plan",): lambda d: ["plan", QUICK, "--gpus", "2", "--space", str(SCN / "spaces" / "small.yaml"), "--no-band",
                           "--out", str(d / "o")] + SLO + N30,
 }
