@@ -42,8 +42,10 @@ class OwnTimeout(Timeout):
 
 def _horizon(queue, me, inf=float("inf")) -> float:
     """The time of the first queued event that ``me``'s stretch must stop at: any event but the
-    quiet stretch ends of other replicas that are still quiet and other replicas' own timeouts (a
-    short queue only: a long one is scanned no further than its head)."""
+    quiet stretch ends and own timeouts of other replicas whose steps reach no one else (``_solo``:
+    they stretch, hand nothing off, share no CPU tier) and whose completions are still quiet (a
+    short queue only: a long one is scanned no further than its head).  Processing such an event,
+    and everything its owner does after it, changes and reads nothing of ``me``."""
     if len(queue) > 64:
         return queue[0][0]
     h = inf
@@ -54,8 +56,11 @@ def _horizon(queue, me, inf=float("inf")) -> float:
             if tp is QuietEnd:
                 if ev.owner.quiet_done():
                     continue
-            elif tp is OwnTimeout and ev.owner is not me:
-                continue
+            elif tp is OwnTimeout:
+                # what the owner does next must stay with it: a prefill replica hands its requests on
+                own = ev.owner
+                if own is not me and own._solo and own.quiet_done():
+                    continue
             h = e[0]
     return h
 
