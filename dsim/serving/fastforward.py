@@ -36,8 +36,14 @@ class OwnTimeout(Timeout):
     __slots__ = ("owner",)
 
     def __init__(self, env, delay: float, owner):
+        # Timeout.__init__ inlined (as SimPy inlines Event's): one per request; delay > 0 here
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._delay = delay
+        self._ok = True
         self.owner = owner
-        super().__init__(env, delay)
+        env.schedule(self, NORMAL, delay)
 
 
 def _horizon(queue, me, inf=float("inf")) -> float:
