@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import os
-import platform
 import re
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from ._version import __version__
@@ -39,11 +39,19 @@ class Result:
     scenario: Scenario
     requests: "RequestLedger"
     summary: dict
-    manifest: dict
+    _manifest: object = field(repr=False)      # the manifest, or the function that builds it on first read
     instance: Instance = field(repr=False)     # the first replica (the only one without cluster:)
     fleet: Fleet = field(default=None, repr=False)
     out_dir: Path | None = None
     recorders: list = field(default_factory=list, repr=False)
+
+    @property
+    def manifest(self) -> dict:
+        """Provenance (manifest.json): versions, data file hashes, the resolved scenario."""
+        m = self._manifest
+        if callable(m):
+            m = self._manifest = m()
+        return m
 
     def write_vllm_traces(self, path) -> None:
         """The run as vLLM's journey, step and snapshot tracing streams (OTLP JSON lines)."""
@@ -435,32 +443,11 @@ def inputs_out_dir(kind: str, name: str, inputs, settings: dict) -> str:
     return f"results/{kind}-{safe}-{h.hexdigest()[:8]}"
 
 
-def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutput | None = None,
-           spread: dict | None = None) -> Result:
-    """Summarise a finished session into a Result (and write the report when out_dir is set)."""
-    scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet
-    summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
-    for c in ses.controllers:
-        if callable(getattr(c, "report", None)):
-            summary["planner"] = c.report(reqs)
-    lat_warn = sorted({p.latency_desc["warning"] for p in fleet.pools.values()
-                       if isinstance(p.latency_desc, dict) and p.latency_desc.get("warning")})
-    speculating = ses.spec is not None and ses.spec.cfg.mode != "off"
-    lat_warn += sorted({w for p in fleet.pools.values() if isinstance(p.latency_desc, dict)
-                        for w in outside_design(p.latency_desc.get("model"), speculation=speculating,
-                                                pipeline=p.engine.pipeline_parallel_size,
-                                                expert_parallel=p.engine.enable_expert_parallel)})
-    if lat_warn:
-        summary["warnings"] = summary.get("warnings", []) + lat_warn
-    deps = band.deployments(scn, fleet, summary)
-    band.annotate(summary, *band.run_band(deps, validation_rows()), deps)
-    if spread is not None:
-        summary["model_spread"] = spread
-    if ses.spec is not None:
-        from .metrics.speculation import spec_summary
-        summary["speculation"] = spec_summary(ses.spec, reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
-                                                                       "tpot_ms": scn.slo_tpot_ms,
-                                                                       "tvt_ms": scn.slo_tvt_ms})
+def _manifest(ses: Session) -> dict:
+    """The run's provenance: versions (with the git commit of an editable install, two git
+    processes), data file hashes and the resolved scenario."""
+    import platform
+    scn, desc, fleet = ses.scn, ses.desc, ses.fleet
     m = scn.model
     manifest = {
         "dsim_version": __version__,
@@ -492,7 +479,39 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
                                       "replicas": p.spec.replicas, "kv_blocks": p.kv_blocks,
                                       "latency": p.latency_desc}
                              for p in fleet.pools.values()}
-    res = Result(scn, reqs, summary, manifest, fleet.replicas()[0].inst, fleet, recorders=ses.recorders)
+    return manifest
+
+
+def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutput | None = None,
+           spread: dict | None = None) -> Result:
+    """Summarise a finished session into a Result (and write the report when out_dir is set)."""
+    scn, reqs, desc, fleet = ses.scn, ses.reqs, ses.desc, ses.fleet
+    summary = summarize(scn, fleet, reqs, ses.end, ses.action_log)
+    for c in ses.controllers:
+        if callable(getattr(c, "report", None)):
+            summary["planner"] = c.report(reqs)
+    lat_warn = sorted({p.latency_desc["warning"] for p in fleet.pools.values()
+                       if isinstance(p.latency_desc, dict) and p.latency_desc.get("warning")})
+    speculating = ses.spec is not None and ses.spec.cfg.mode != "off"
+    lat_warn += sorted({w for p in fleet.pools.values() if isinstance(p.latency_desc, dict)
+                        for w in outside_design(p.latency_desc.get("model"), speculation=speculating,
+                                                pipeline=p.engine.pipeline_parallel_size,
+                                                expert_parallel=p.engine.enable_expert_parallel)})
+    if lat_warn:
+        summary["warnings"] = summary.get("warnings", []) + lat_warn
+    deps = band.deployments(scn, fleet, summary)
+    band.annotate(summary, *band.run_band(deps, validation_rows()), deps)
+    if spread is not None:
+        summary["model_spread"] = spread
+    if ses.spec is not None:
+        from .metrics.speculation import spec_summary
+        summary["speculation"] = spec_summary(ses.spec, reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
+                                                                       "tpot_ms": scn.slo_tpot_ms,
+                                                                       "tvt_ms": scn.slo_tvt_ms})
+    # the manifest is built when first read (write_report reads it at once): a run that writes
+    # nothing, such as `dsim bench` or a sweep's point, does not ask git or hash data files
+    res = Result(scn, reqs, summary, partial(_manifest, ses), fleet.replicas()[0].inst, fleet,
+                 recorders=ses.recorders)
     if out_dir is not None:
         res.out_dir = write_report(res, Path(out_dir), scn.plots if plots is None else plots, ao)
     return res

@@ -73,3 +73,36 @@ def test_generated_scenarios_are_the_same_with_and_without_stretches(capsys):
     assert fastforward_fuzz.main(["--cases", "12", "--seed", "11"]) == 0
     out = capsys.readouterr().out
     assert "differ 0" in out and " (0 of them with stretches)" not in out, out
+
+
+def _replicas_state(ses) -> tuple:
+    """Every request column and every replica's step series, counters and KV state."""
+    led = ses.reqs
+    cols = tuple(led.col(name).tobytes() for name in ("arrival", "t_queued", "t_scheduled", "t_first_token",
+                                                      "t_completion", "t_last_token", "n_out", "state", "replica",
+                                                      "energy_j", "kv_peak_bytes"))
+    reps = []
+    for rep in ses.fleet.replicas():
+        inst, log = rep.inst, rep.inst.log
+        reps.append((tuple(np.asarray(getattr(log, k)).tobytes() for k in log.SERIES), inst.num_steps,
+                     inst.busy_time, inst.D, inst.ecum, inst.kv.free_count, tuple(inst.kv.free_q.items())))
+    return cols, tuple(reps)
+
+
+@pytest.mark.parametrize("alpha", [False, True])
+def test_replicas_run_past_each_other_and_change_nothing(alpha, monkeypatch):
+    """Four replicas behind JSQ: a stretch runs past other replicas' quiet stretch ends (and their
+    arrival-to-queue delays), and finishing steps end inside it; the run is the one stepping one
+    step at a time, byte for byte, and it takes fewer SimPy events than stopping at every event."""
+    from helpers import bench_scenario as bench4
+    extra = {"latency": {"model": "roofline", "alpha": [300, 0.5, 0]}} if alpha else {}
+    make = lambda: load_scenario({**bench4(1200, replicas=4), "seed": 5, **extra})    # noqa: E731
+    fast = _run(make, True, monkeypatch)
+    monkeypatch.setattr(FastForward, "_can_stretch", _stretch_on)
+    monkeypatch.setattr("dsim.serving.fastforward._horizon", lambda queue, me: queue[0][0])
+    every = simulate(make())                       # stretches stop at every event
+    slow = _run(make, False, monkeypatch)
+    assert sum(r.inst.ff_steps for r in fast.fleet.replicas()) > 0.5 * sum(r.inst.num_steps
+                                                                          for r in fast.fleet.replicas())
+    assert _replicas_state(fast) == _replicas_state(slow) == _replicas_state(every)
+    assert next(fast.sim.env._eid) < next(every.sim.env._eid)

@@ -101,6 +101,7 @@ class Window:
 
     def __init__(self, fleet):
         self.fleet = fleet
+        fleet.order_watchers += 1        # it reads rows in finish order: replicas keep same-time order
         self.t = fleet.sim.now
         self.n_seen = 0                  # ledger rows already observed
         self.n_rej = 0

@@ -159,6 +159,7 @@ class Fleet:
         self.keep_steps = keep_steps or scn.timeline     # timeline.json lists every step of every replica
         self.migrations = 0           # live migrations (Rebalance with migrate)
         self.migrated_bytes = 0.0
+        self.order_watchers = 0      # readers of the ledger's finish order (controllers' windows)
         self.extra_actors = 0        # draft devices, controllers: processes besides the replicas (BC-14)
         self._version = 0
         self.clusters = [Cluster(self, c, i, network) for i, c in enumerate(self.spec.clusters)]

@@ -49,6 +49,14 @@ _ARCH = (
 _OWN = {"h100": r"^H100", "a100": r"^A10080", "a40": r"^A40(?!\d)"}
 
 
+def _positive(x) -> bool:
+    """No value of x <= 0 (as numpy says it: NaN passes); a Python number without numpy, since a
+    step model asks once per new batch size and numpy's scalar path costs microseconds."""
+    if type(x) is float or type(x) is int:
+        return not x <= 0
+    return not np.any(np.asarray(x) <= 0)
+
+
 def _sat(x: float, a: float) -> float:
     """x^a / (1 + x^a), rising from 0 to 1."""
     xa = x ** a
@@ -74,13 +82,13 @@ class GemmCurve:
     def compute_efficiency(self, m, nk):
         """Achieved fraction of peak FLOP/s for m tokens against an n x k weight (0 < e < c_max < 1);
         scalars or numpy arrays."""
-        if np.any(np.asarray(m) <= 0) or np.any(np.asarray(nk) <= 0):
+        if not (_positive(m) and _positive(nk)):
             raise ValueError(f"GEMM shape must be positive: m={m}, n*k={nk}")
         return self.c_max * _sat(m / self.m_half, self.a) * _sat(nk / self.w_half, 1.0)
 
     def memory_efficiency(self, nbytes):
         """Achieved fraction of HBM bandwidth streaming ``nbytes`` in one kernel (0 < e < b_max < 1)."""
-        if np.any(np.asarray(nbytes) <= 0):
+        if not _positive(nbytes):
             raise ValueError(f"GEMM bytes must be positive: {nbytes}")
         return self.b_max * _sat(nbytes / self.b_half, 1.0)
 

@@ -240,6 +240,31 @@ class RooflineModel:
             t += self._ar_fixed + self._ar_per_token * tokens
         return t
 
+    def decode_curve_plus(self, n: int, running: int, fixed: float, seq: float, pre: float):
+        """``decode_curve(n, running)`` with the host layer's sum after it (dsim.latency.host):
+        ``max(curve(ctx) + fixed + seq + pre, 1e-9)`` in one function, the same float operations."""
+        if self.gemm is None or type(self).decode_curve is not RooflineModel.decode_curve:
+            gpu = self.decode_curve(n, running)
+
+            def plus_flat(ctx: int) -> float:
+                t = gpu(ctx) + fixed + seq + pre
+                return t if t > 1e-9 else 1e-9
+            return plus_flat
+        pair, kv_tok = self._flops_pair, self._kv_tok
+        inv_flops, inv_bw, serial, over = self._inv_flops, self._inv_bw, self._serial, self._overhead
+        ar = self._ar_fixed + self._ar_per_token * n if self._ar_fixed else 0.0
+        base = self.linear_time(n) + self.head_time(n)
+
+        def plus(ctx: int) -> float:
+            tc = pair * ctx * inv_flops
+            tm = kv_tok * (ctx + n) * inv_bw
+            t = base + (tc + serial * tm if tc > tm else tm + serial * tc) + over
+            if ar:
+                t += ar
+            t = t + fixed + seq + pre
+            return t if t > 1e-9 else 1e-9
+        return plus
+
     def decode_curve(self, n: int, running: int):
         """``step_time`` of n decoders as a function of their context sum (dsim.latency.base)."""
         if n == 0:

@@ -11,8 +11,6 @@ import functools
 import hashlib
 import json
 import os
-import platform
-import subprocess
 from importlib import metadata
 from urllib.parse import unquote, urlparse
 
@@ -35,6 +33,7 @@ def git_commit() -> str | None:
     if not (info.get("dir_info") or {}).get("editable"):
         return None
     src = unquote(urlparse(info.get("url", "")).path)
+    import subprocess               # here: a run that writes no manifest never needs it
     try:
         head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=5, check=True).stdout.strip()
@@ -75,6 +74,8 @@ def data_file_hashes(paths) -> list[dict]:
 def software_versions() -> dict:
     import numpy
     import simpy
+
+    import platform
 
     from .._version import __version__
     return {"dsim": __version__, "git_commit": git_commit(), "python": platform.python_version(),

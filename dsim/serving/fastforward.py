@@ -19,9 +19,56 @@ from __future__ import annotations
 
 from heapq import heappush
 
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL, Event, Timeout
 
 from ..latency.base import decode_curve
+
+
+class QuietEnd(Event):
+    """The end of a stretch of a replica whose steps nothing else sees (``_solo`` and ``quiet_done``):
+    other replicas' stretches may run past it (``_horizon``)."""
+    __slots__ = ("owner",)
+
+
+class OwnTimeout(Timeout):
+    """A timeout whose callbacks change only ``owner`` (a request entering its queue after the
+    arrival-to-queue delay): other replicas' stretches may run past it."""
+    __slots__ = ("owner",)
+
+    def __init__(self, env, delay: float, owner):
+        # Timeout.__init__ inlined (as SimPy inlines Event's): one per request; delay > 0 here
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._delay = delay
+        self._ok = True
+        self.owner = owner
+        env.schedule(self, NORMAL, delay)
+
+
+def _horizon(queue, me, inf=float("inf")) -> float:
+    """The time of the first queued event that ``me``'s stretch must stop at: any event but the
+    quiet stretch ends and own timeouts of other replicas whose steps reach no one else (``_solo``:
+    they stretch, hand nothing off, share no CPU tier) and whose completions are still quiet (a
+    short queue only: a long one is scanned no further than its head).  Processing such an event,
+    and everything its owner does after it, changes and reads nothing of ``me``."""
+    if len(queue) > 64:
+        return queue[0][0]
+    h = inf
+    for e in queue:
+        if e[0] < h:
+            ev = e[3]
+            tp = type(ev)
+            if tp is QuietEnd:
+                if ev.owner.quiet_done():
+                    continue
+            elif tp is OwnTimeout:
+                # what the owner does next must stay with it: a prefill replica hands its requests on
+                own = ev.owner
+                if own is not me and own._solo and own.quiet_done():
+                    continue
+            h = e[0]
+    return h
 
 
 class FastForward:
@@ -33,7 +80,13 @@ class FastForward:
     def _stretch(self, now: float):
         """Run the quiet decode steps from ``now`` and start the tail; return an event at the end of
         the last step started, or None when the first step is not quiet (the normal loop takes it).
-        A stretch without a tail stopped before a step that needs blocks it cannot get."""
+        A stretch without a tail stopped before a step that needs blocks it cannot get, or after its
+        last decoder finished.
+
+        A step that finishes requests strictly before the next event is ended in place (as
+        ``_end_tail`` would at its end) when ``quiet_done()`` says the replica's owner neither reads
+        the clock nor schedules anything when told of a completion: nothing else runs between that
+        step's end and the next event, so applying it before the clock gets there changes nothing."""
         if (self.waiting or self.n_prefilling or self.n_gap or self.stall_n or self.spec_dec or self._leaving
                 or self._load_wait or self._load_blocks or self.n_dec != len(self.running) or not self.n_dec
                 or self.swapped or self._swap_wait):
@@ -42,22 +95,33 @@ class FastForward:
         if n_dec > self.engine.max_num_batched_tokens:
             return None
         env = self.env
-        horizon = env.peek()
-        log = self.log
+        inline = self.quiet_done is not None and self.quiet_done()
+        queue = env._queue
+        if not queue:
+            horizon = float("inf")
+        elif self.alone is not None and self.alone():
+            horizon = _horizon(queue, self)
+        else:
+            horizon = queue[0][0]
+        append = self.log.append
         bs = self.bs
         boundary = self.boundary
         finish = self.finish
         kv = self.kv
-        curve = self._curves.get(n_dec)            # n_dec decoders, all running: step time of a context sum
+        curves = self._curves
+        curve = curves.get(n_dec)                  # n_dec decoders, all running: step time of a context sum
         if curve is None:
-            curve = self._curves[n_dec] = decode_curve(self.step_model, n_dec, n_dec)
+            curve = curves[n_dec] = decode_curve(self.step_model, n_dec, n_dec)
         lazy = self.lazy_sum
         t = now
         k = 0
         D = self.D
-        free = kv.free_count
-        w_tok = self.watts / n_dec                 # the loop's energy per token is dur * w_tok, bit for bit
+        total = kv.total
+        free0 = free = kv.free_count
+        watts = self.watts
+        w_tok = watts / n_dec                      # the loop's energy per token is dur * w_tok, bit for bit
         ecum = self.ecum
+        busy = self.busy_time
         while True:
             nb = boundary[D % bs]
             if nb > free:
@@ -66,26 +130,53 @@ class FastForward:
             t_end = t + dur
             free -= nb
             if D + 1 in finish or not t_end < horizon:
-                self._tail = (dur, n_dec)              # ended by _end_tail once the replica wakes
+                if not (inline and t_end < horizon):
+                    self._tail = (dur, n_dec)          # ended by _end_tail once the replica wakes
+                    t = t_end
+                    break
+                # a step that finishes requests before the next event: end it here, as _end_tail does
+                D += 1
+                k += 1
+                busy += dur
+                ecum += dur * w_tok
+                self.D, self.ecum, self.busy_time = D, ecum, busy
+                kv.allocate(free0 - free)
+                self._step_t0, self._step_t1 = t, t_end
+                self._finish_decoders(finish.pop(D), t_end + self.token_overhead)
+                free0 = free = kv.free_count
+                append(t_end, dur, 0, n_dec, n_dec, len(self.running), len(self.waiting), total - free)
                 t = t_end
-                break
+                n_dec = self.n_dec
+                if not n_dec:
+                    break
+                lazy = self.lazy_sum
+                curve = curves.get(n_dec)
+                if curve is None:
+                    curve = curves[n_dec] = decode_curve(self.step_model, n_dec, n_dec)
+                w_tok = watts / n_dec
+                continue
             D += 1
-            self.num_steps += 1
-            self.busy_time += dur
+            busy += dur
             ecum += dur * w_tok
-            log.append(t_end, dur, 0, n_dec, n_dec, n_dec, 0, kv.total - free)
+            append(t_end, dur, 0, n_dec, n_dec, n_dec, 0, total - free)
             t = t_end
             k += 1
-        if free != kv.free_count:
+        if free != free0:
             # the stretch's blocks in one call: the free queue hands them out and evicts in the
             # same order as one call per step would
-            kv.allocate(kv.free_count - free)
+            kv.allocate(free0 - free)
         self.D = D
         self.ecum = ecum
+        self.busy_time = busy
+        self.num_steps += k
         self.ff_steps += k
         if not k and self._tail is None:
             return None
-        ev = Event(env)
+        if inline and self._solo:
+            ev = QuietEnd(env)
+            ev.owner = self
+        else:
+            ev = Event(env)
         ev._ok, ev._value = True, None
         # at exactly t: a timeout's now + (t - now) may differ from t by an ulp
         heappush(env._queue, (t, NORMAL, next(env._eid), ev))
@@ -100,9 +191,9 @@ class FastForward:
         self.num_steps += 1
         self.ff_steps += 1
         self.busy_time += dur
-        self.D += 1
+        self.D = D = self.D + 1
         self.ecum += dur * (self.watts / n_dec)
-        done = self.finish.pop(self.D, None)
+        done = self.finish.pop(D, None)
         if done:
             self._finish_decoders(done, t_end + self.token_overhead)
         kv = self.kv

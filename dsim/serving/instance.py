@@ -58,7 +58,7 @@ from .offload import TierAdmission
 from .scheduling import SchedulerIteration
 from .swap import SwapPreemption
 from .speculative import SpeculativeSteps
-from .fastforward import FastForward
+from .fastforward import FastForward, OwnTimeout
 from .steplog import StepLog
 from .prefix import block_hashes, may_be_cached
 from .policies import make_policy
@@ -135,6 +135,11 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self.ff_steps = 0                # steps run inside quiet stretches (dsim.serving.fastforward)
         self._tail = None                # (duration, decoders) of a stretch's last step, under way
         self._curves: dict = {}          # decoders -> the step model's decode_curve (stretches)
+        self.quiet_done = None           # () -> True while on_done neither reads the clock nor schedules
+                                         # anything: stretches then end finishing steps in place
+        self.alone = None                # () -> True while nothing reads the order of same-time events of
+                                         # different replicas: stretches run past other quiet stretch ends
+        self._solo = False               # set at the first step: this replica's steps reach no other replica
         self.stall_t = 0.0
         self.num_preemptions = 0
         self.num_steps = 0
@@ -184,7 +189,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         d = self.queueing.delay(r, self.load_view(r) if self.alpha_state else None)
         if d > 0:
             self.in_alpha += 1
-            ev = self.env.timeout(d)
+            ev = OwnTimeout(self.env, d, self)       # env.timeout's scheduling, seen by this replica only
             ev.callbacks.append(lambda _ev, r=r: self._enqueue(r, True))
         else:
             self._enqueue(r)
@@ -261,6 +266,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         tok_over = self.token_overhead
         bs = self.bs
         ff = self._can_stretch()
+        self._solo = ff and self.tier is None and self.swap is None
         sm = self.step_model
         lut = getattr(sm, "energy_mj", None) is not None      # the model gives each step's energy
         ej = 0.0

@@ -38,6 +38,12 @@ class KVCache:
             return True
         self.free_count -= n
         q = self.free_q
+        for key in q:                     # the head, read in place: a run longer than n just shrinks
+            cnt = q[key]
+            if cnt > n:
+                q[key] = cnt - n
+                return True
+            break
         cached = self.cached
         while n:
             key, cnt = q.popitem(last=False)
