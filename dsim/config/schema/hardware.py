@@ -6,7 +6,7 @@ profile file and an inline device accept the same keys with the same bounds and 
 """
 from __future__ import annotations
 
-from pydantic import model_validator
+from .base import model_validator
 
 from ..errors import ConfigError
 from .base import Float, Section, Str

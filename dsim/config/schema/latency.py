@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
+from .base import TypeAdapter, ValidationError
 
 from ..errors import ConfigError
 from ..fields import check_number

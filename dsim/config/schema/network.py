@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from .base import BeforeValidator, Field, field_validator, model_validator
 
 from ..errors import ConfigError
 from ..fields import check_number

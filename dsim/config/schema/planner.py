@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator, model_validator
+from .base import field_validator, model_validator
 
 from ..errors import ConfigError
 from ..limits import MAX_REPLICAS, MIN_TIMER_S

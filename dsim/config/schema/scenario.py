@@ -6,7 +6,7 @@ model's JSON Schema and ``docs/scenario-reference.md`` is generated from it.
 """
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from .base import Field, field_validator, model_validator
 
 from ..errors import ConfigError
 from .base import Bool, Float, Int, Lazy, Section, Str, parse

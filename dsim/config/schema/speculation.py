@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, Discriminator, Tag,
-                      field_validator, model_validator)
+from .base import BeforeValidator, Discriminator, Tag, field_validator, model_validator
 
 from ..errors import ConfigError
 from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
@@ -119,7 +118,7 @@ def _acceptance_kind(v) -> str:
 def _acceptance_shape(v):
     if v is None:
         return {}
-    if isinstance(v, BaseModel):
+    if isinstance(v, Section):
         return v
     if not isinstance(v, dict):
         raise ConfigError("", v, "a mapping")
@@ -230,7 +229,7 @@ _PROFILE = {"a name": Str, "inline": InlineDraftProfile}
 
 
 def _profile_shape(v):
-    if not isinstance(v, (str, dict, BaseModel)):
+    if not isinstance(v, (str, dict, Section)):
         raise ConfigError("", v, "a draft device profile name or a mapping")
     return v
 
@@ -364,7 +363,7 @@ def _portfolio_kind(v) -> str:
 
 def _portfolio_shape(v):
     """base.Tagged's checks, for a choice whose tags collide with keys (see _one_of)."""
-    if isinstance(v, BaseModel):
+    if isinstance(v, Section):
         return v
     if not isinstance(v, dict):
         raise ConfigError("", v, "a mapping")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import field_validator, model_validator
+from .base import field_validator, model_validator
 
 from ..errors import ConfigError
 from ..limits import MAX_SPEC_K

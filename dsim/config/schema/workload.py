@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BeforeValidator, Discriminator, Tag, TypeAdapter, ValidationError,
-                      field_validator, model_validator)
+from .base import (BeforeValidator, Discriminator, Tag, TypeAdapter, ValidationError, field_validator,
+                   model_validator)
 
 from ..errors import ConfigError
 from ..fields import check_number
