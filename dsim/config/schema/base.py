@@ -68,6 +68,10 @@ class Section(msgspec.Struct, metaclass=SectionMeta, frozen=True, kw_only=True, 
         except ConfigError as e:
             raise ValidationError(e.path, e.value, e.expected, show_value=e.show_value) from None
 
+    def __reduce__(self):
+        """Pickled and copied as its fields and given keys (no second validation)."""
+        return _restore, (type(self), {k: getattr(self, k) for k in self.__struct_fields__}, self.model_fields_set)
+
     @property
     def model_fields_set(self) -> frozenset:
         return self.__dict__.get("_given", frozenset())
@@ -86,6 +90,12 @@ class Section(msgspec.Struct, metaclass=SectionMeta, frozen=True, kw_only=True, 
         given = self.model_fields_set
         return {k: _dump(getattr(self, k), exclude_unset) for k in type(self).model_fields
                 if not exclude_unset or k in given}
+
+
+def _restore(cls, values: dict, given: frozenset) -> Any:
+    obj = super(type(cls), cls).__call__(**values)
+    msgspec.structs.force_setattr(obj, "_given", given)
+    return obj
 
 
 def _dump(v: Any, exclude_unset: bool) -> Any:

@@ -32,9 +32,8 @@ def _one_of(members: dict, pick, check):
     """One of several shapes, told apart by ``pick(value) -> tag`` after ``check`` has refused
     anything that is none of them (the JSON Schema lists every shape).
 
-    Tags here are phrases ("by prompt_tokens"), never a key a user writes: base.translate drops the
-    parts of pydantic's error location that are not keys of the user's mapping, so a tag equal to
-    one of its keys (choose: prompt_tokens beside prompt_tokens: [...]) would be read as that key."""
+    Tags here are phrases ("by prompt_tokens"), never a key a user writes, so no tag can be
+    mistaken for a key of the user's mapping (choose: prompt_tokens beside prompt_tokens: [...])."""
     union = Union[tuple(Annotated[m, Tag(t)] for t, m in members.items())]
     return Annotated[union, Discriminator(pick), BeforeValidator(check)]
 

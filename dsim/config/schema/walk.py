@@ -160,6 +160,10 @@ class SectionMeta(type(msgspec.Struct)):
         kw.setdefault("kw_only", True)            # msgspec applies it to the class's own fields only
         return super().__new__(mcls, name, bases, ns, **kw)
 
+    def __call__(cls, **values):
+        """``Section(key=value, ...)`` in code is validated like a scenario's mapping."""
+        return cls.model_validate(values)
+
     @property
     def model_fields(cls) -> dict:
         """{name: FieldInfo} in declaration order (base classes' fields first)."""
@@ -206,6 +210,7 @@ def _compile_section(cls):
             default = None                 # msgspec fills it
         fields.append((name, check, info.is_required(), default))
     force = msgspec.structs.force_setattr
+    make = super(SectionMeta, cls).__call__          # the struct itself, without validation
 
     def run(data):
         for b in befores:
@@ -225,7 +230,7 @@ def _compile_section(cls):
                 vals[name] = check(v)
             except ConfigError as e:
                 raise under(name, e) from None
-        obj = cls(**vals)
+        obj = make(**vals)
         force(obj, "_given", frozenset(given))
         for a in afters:
             r = a(obj)
