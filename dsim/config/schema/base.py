@@ -20,7 +20,7 @@ Rules for a section model (subclass :class:`Section`):
 from __future__ import annotations
 
 import numbers
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any
 
 import msgspec
 

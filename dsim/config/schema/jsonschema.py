@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Annotated, Any, Literal, Union
 
-from .walk import _MISSING, BeforeValidator, Discriminator, Field, Tag
+from .walk import BeforeValidator, Discriminator, Field, Tag
 
 _NULL = {"type": "null"}
 

@@ -203,11 +203,8 @@ def _compile_section(cls):
         check = compile_type(info.annotation)
         if fb or fa:
             check = _with_field_checks(check, fb, fa)
-        default = _MISSING
-        if info.validate_default:
-            default = info.default
-        elif not info.is_required():
-            default = None                 # msgspec fills it
+        # a default is validated only when declared so (else msgspec fills it in, a fresh copy)
+        default = info.default if info.validate_default else _MISSING
         fields.append((name, check, info.is_required(), default))
     force = msgspec.structs.force_setattr
     make = super(SectionMeta, cls).__call__          # the struct itself, without validation
@@ -222,7 +219,7 @@ def _compile_section(cls):
                 given.append(name)
             elif required:
                 raise ConfigError(name, None, "this key to be set", show_value=False)
-            elif default is _MISSING or default is None:
+            elif default is _MISSING:
                 continue
             else:
                 v = default
