@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from .base import Field, field_validator, model_validator
-
 from ..errors import ConfigError
 from ..names import ROUTERS
 from ..limits import MAX_REPLICAS, MIN_BW_MBPS, MIN_TIMER_S
-from .base import Choice, Float, Int, Section, Str, Tagged
+from .base import Choice, Field, Float, Int, Section, Str, Tagged, field_validator, model_validator
 from .engine import EngineField
 from .hardware import HardwareField
 from .latency import LatencyField

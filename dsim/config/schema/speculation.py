@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from .base import BeforeValidator, Discriminator, Tag, field_validator, model_validator
-
 from ..errors import ConfigError
 from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
-from .base import Bool, Choice, Float, Int, Raw, Section, Str, checked, one_of
+from .base import (BeforeValidator, Bool, Choice, Discriminator, Float, Int, Raw, Section, Str, Tag, checked,
+                   field_validator, model_validator, one_of)
 from .speculation_gamma import GammaField, K, StaticGamma
 
 MODES = ("off", "fused", "distributed", "hybrid")
