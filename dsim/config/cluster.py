@@ -114,8 +114,7 @@ def _pool(p, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
 
 def _merge(shared, own, path: str):
     """``merged(shared, own)`` with a problem of the combination reported at the pool's ``path``."""
-    from pydantic import ValidationError
-    from .schema.base import merged, translate
+    from .schema.base import ValidationError, merged, translate
     try:
         return merged(shared, own)
     except ValidationError as e:

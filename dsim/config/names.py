@@ -1,5 +1,5 @@
 """Names the declared schema and the builders below it share: one list, read by both (this module
-stays free of pydantic so a builder imports it for nothing)."""
+stays free of the schema so a builder imports it for nothing)."""
 
 # the routing policies dsim.cluster.routers implements
 ROUTERS = ("random", "round_robin", "least_outstanding", "jsq", "jiq", "power_of_two", "weighted_power_of_two",

@@ -25,7 +25,7 @@ from ..config.limits import FLOW_WORK_PER_MSG, MAX_FLOW_WORK
 from ..cluster.transfer import TransferRecord
 from .topology import Topology, build_topology
 
-if TYPE_CHECKING:                       # pydantic is imported when a scenario is loaded, not with dsim
+if TYPE_CHECKING:                       # the schema is imported when a scenario is loaded, not with dsim
     from ..config.schema.network import NetworkConfig
 
 

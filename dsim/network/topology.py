@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..config.errors import ConfigError
 
-if TYPE_CHECKING:                       # pydantic is imported when a scenario is loaded, not with dsim
+if TYPE_CHECKING:                       # the schema is imported when a scenario is loaded, not with dsim
     from ..config.schema.network import NetworkConfig
 
 MBPS = 1e6 / 8          # bytes/s per Mb/s

@@ -78,8 +78,8 @@ def _build(name: str, d, path: str) -> DraftProfile:
 def load_draft_profile(value, path: str) -> DraftProfile:
     """A profile name from device_profiles/drafts/, or an inline profile: a validated
     ``InlineDraftProfile`` (a scenario's, parsed at the door) or a mapping with the same keys."""
-    from pydantic import BaseModel
-    if isinstance(value, BaseModel):
+    from ..config.schema.base import Section
+    if isinstance(value, Section):
         return _from_spec(value.name, value)
     if isinstance(value, dict):
         from ..config.schema.base import parse

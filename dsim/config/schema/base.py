@@ -1,10 +1,12 @@
 """The building blocks every declared scenario section uses.
 
-Why pydantic: it turns one class per concern into a validator, typed defaults-filled objects and a
-JSON Schema for editors, from the same declaration.  What it does not give us is dsim's error
-form (``engine.max_num_seqs: got 0, expected a number >= 1``, unknown keys with did-you-mean, YAML
-1.1 quirks, numpy scalars); the field types below and :func:`parse` provide that, so every message
-a user sees still comes from :class:`~dsim.config.errors.ConfigError`.
+Why msgspec and our own walk (not pydantic): a section is a frozen ``msgspec.Struct`` (cheap to
+create: about a hundred classes cost a few ms, where pydantic's import, class creation and
+validator compilation cost a 100-request run a third of its time), and every value is checked by
+dsim's own functions, which raise :class:`~dsim.config.errors.ConfigError` with a path relative to
+the value: the walk here (:func:`compile_type`) prefixes the keys and indices, so every message a
+user sees (``engine.max_num_seqs: got 0, expected a number >= 1``, unknown keys with did-you-mean)
+comes from one place.  The JSON Schema is generated from the same declarations (jsonschema.py).
 
 Rules for a section model (subclass :class:`Section`):
 - every field has a type from this module (or a nested Section / list / mapping of them), a
@@ -18,21 +20,22 @@ Rules for a section model (subclass :class:`Section`):
 from __future__ import annotations
 
 import numbers
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+import msgspec
 
 from ..errors import ConfigError
 from ..fields import check_number, unknown_key_hint
+from .walk import (BeforeValidator, Discriminator, Field, SectionMeta, Tag, ValidationError, compile_type,
+                   field_validator, model_validator, under)
+
+__all__ = ["Section", "parse", "translate", "merged", "checked", "Int", "Float", "Bool", "Str", "Choice",
+           "Raw", "Tagged", "Lazy", "is_number", "check_str", "one_of", "BeforeValidator", "Discriminator",
+           "Field", "Tag", "ValidationError", "field_validator", "model_validator", "TypeAdapter"]
 
 
-class Section(BaseModel):
+class Section(msgspec.Struct, metaclass=SectionMeta, frozen=True, kw_only=True, dict=True):
     """One mapping of the scenario: unknown keys are errors (with did-you-mean), None means {}."""
-
-    # defer_build: a model's validator is compiled when first used (most sections' models are only
-    # reached through ScenarioConfig's), not when the class is created
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=(), populate_by_name=True,
-                              defer_build=True, arbitrary_types_allowed=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -49,8 +52,29 @@ class Section(BaseModel):
 
     @classmethod
     def keys(cls) -> list[str]:
-        """The YAML keys this section accepts (aliases where a field has one)."""
-        return [f.alias or name for name, f in cls.model_fields.items()]
+        """The YAML keys this section accepts."""
+        return list(cls.model_fields)
+
+    @classmethod
+    def model_validate(cls, data: Any) -> Any:
+        """``data`` as this section; the first problem is a ValidationError (a ConfigError) with a
+        path relative to ``data``."""
+        if isinstance(data, cls):
+            return data
+        try:
+            return cls.__dsim_plan__()(data)
+        except ValidationError:
+            raise
+        except ConfigError as e:
+            raise ValidationError(e.path, e.value, e.expected, show_value=e.show_value) from None
+
+    def __reduce__(self):
+        """Pickled and copied as its fields and given keys (no second validation)."""
+        return _restore, (type(self), {k: getattr(self, k) for k in self.__struct_fields__}, self.model_fields_set)
+
+    @property
+    def model_fields_set(self) -> frozenset:
+        return self.__dict__.get("_given", frozenset())
 
     def given(self, key: str) -> bool:
         """Was ``key`` written in the scenario (as opposed to taking its default)?"""
@@ -58,85 +82,63 @@ class Section(BaseModel):
 
     def to_dict(self) -> dict:
         """The keys as written (unset ones left out): what a builder hands on to old-style code."""
-        return self.model_dump(by_alias=True, exclude_unset=True)
+        return self.model_dump(exclude_unset=True)
+
+    def model_dump(self, *, by_alias: bool = False, exclude_unset: bool = False) -> dict:
+        """The fields as plain Python values (sections as dicts); ``exclude_unset``: only the keys
+        written, at every level."""
+        given = self.model_fields_set
+        return {k: _dump(getattr(self, k), exclude_unset) for k in type(self).model_fields
+                if not exclude_unset or k in given}
+
+
+def _restore(cls, values: dict, given: frozenset) -> Any:
+    obj = super(type(cls), cls).__call__(**values)
+    msgspec.structs.force_setattr(obj, "_given", given)
+    return obj
+
+
+def _dump(v: Any, exclude_unset: bool) -> Any:
+    if isinstance(v, Section):
+        return v.model_dump(exclude_unset=exclude_unset)
+    if isinstance(v, list):
+        return [_dump(x, exclude_unset) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_dump(x, exclude_unset) for x in v)
+    if isinstance(v, dict):
+        return {k: _dump(x, exclude_unset) for k, x in v.items()}
+    return v
+
+
+class TypeAdapter:
+    """Validation of a value of any declared type (a Tagged union, a list, ...) outside a section."""
+
+    def __init__(self, tp: Any):
+        self.tp = tp
+        self._check = None
+
+    def validate_python(self, v: Any) -> Any:
+        if self._check is None:
+            self._check = compile_type(self.tp)
+        try:
+            return self._check(v)
+        except ValidationError:
+            raise
+        except ConfigError as e:
+            raise ValidationError(e.path, e.value, e.expected, show_value=e.show_value) from None
 
 
 def parse(model: type[Section], data: Any, path: str) -> Any:
     """Validate ``data`` (the mapping at ``path``) into ``model``; the first problem is a ConfigError."""
     try:
         return model.model_validate(data if data is not None else {})
-    except ValidationError as e:
+    except ConfigError as e:
         raise translate(e, data, path) from None
 
 
-def translate(err: ValidationError, data: Any, path: str) -> ConfigError:
-    """The first of pydantic's errors, in dsim's form, with a path that follows the user's keys."""
-    first = err.errors(include_url=False)[0]
-    loc, node = _walk(first["loc"], data, first["type"] == "missing")
-    where = _join(path, loc)
-    cause = (first.get("ctx") or {}).get("error")
-    if isinstance(cause, ConfigError):
-        return ConfigError(_join_key(where, cause.path), cause.value, cause.expected,
-                           show_value=cause.show_value)
-    if isinstance(cause, ValidationError):            # a nested parse() inside a validator
-        return translate(cause, node, where)
-    kind, ctx, given = first["type"], first.get("ctx") or {}, first.get("input")
-    if kind == "missing":
-        return ConfigError(where, None, "this key to be set", show_value=False)
-    if kind in ("union_tag_invalid", "union_tag_not_found"):
-        tag = ctx.get("discriminator", "type").strip("'")
-        if kind == "union_tag_not_found":
-            return ConfigError(_join_key(where, tag), None, "this key to be set", show_value=False)
-        return ConfigError(_join_key(where, tag), ctx.get("tag"), "one of " + str(ctx.get("expected_tags", ""))
-                           .replace("'", ""))
-    expected = _EXPECTED.get(kind)
-    if expected is None:
-        expected = first["msg"][0].lower() + first["msg"][1:]
-    elif callable(expected):
-        expected = expected(ctx)
-    return ConfigError(where, given, expected)
-
-
-_EXPECTED = {
-    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
-    "list_type": "a list", "tuple_type": "a list", "string_type": "a string", "bool_type": "true or false",
-    "int_type": "an integer", "float_type": "a number", "int_from_float": "an integer",
-    "literal_error": lambda c: "one of " + str(c.get("expected", "")).replace("'", "").replace(" or ", ", "),
-    "too_short": lambda c: f"at least {c.get('min_length')} item(s)",
-    "too_long": lambda c: f"at most {c.get('max_length')} item(s)",
-}
-
-
-def _walk(loc: tuple, data: Any, missing: bool) -> tuple[list, Any]:
-    """Keep the parts of pydantic's location that are the user's keys and indices (drop union tags)."""
-    out, node = [], data
-    for i, part in enumerate(loc):
-        last = i == len(loc) - 1
-        if isinstance(node, dict) and part in node:
-            out.append(str(part))          # a mapping's key, even a number (`devices: {1: ...}`) is `.1`
-            node = node[part]
-        elif isinstance(node, (list, tuple)) and isinstance(part, int) and -len(node) <= part < len(node):
-            out.append(part)
-            node = node[part]
-        elif last and missing:
-            out.append(part)
-            node = None
-        # else: a union member's tag or a validator's name, not part of the user's file
-    return out, node
-
-
-def _join(path: str, loc: Iterable) -> str:
-    for part in loc:
-        path = f"{path}[{part}]" if isinstance(part, int) else _join_key(path, str(part))
-    return path
-
-
-def _join_key(path: str, key: str) -> str:
-    if not key:
-        return path
-    if not path:
-        return key
-    return f"{path}{key}" if key.startswith("[") else f"{path}.{key}"
+def translate(err: ConfigError, data: Any, path: str) -> ConfigError:
+    """A ConfigError with a path relative to ``data`` (the value at ``path``), made absolute."""
+    return under(path, err, ConfigError)
 
 
 # ---- field types: dsim's own checks, with the JSON Schema an editor needs ------------------------
@@ -150,25 +152,12 @@ def _schema_bounds(js: dict, lo, hi, lo_open) -> dict:
 
 
 class _Checked:
-    """A field type checked by one of dsim's functions: pydantic calls ``check`` directly (a plain
-    validator core schema), and editors get ``js``.
-
-    Why not ``Annotated[int, PlainValidator(check), WithJsonSchema(js)]``: pydantic applies such
-    metadata through its generic annotation machinery on every field, a few hundred microseconds a
-    field when a section's validator is first compiled.  The core schema is made anew for each use:
-    pydantic writes into it (its metadata), so one shared dict would grow with every model."""
+    """A field type checked by one of dsim's functions (``check``), shown to editors as ``js``."""
 
     __slots__ = ("check", "js")
 
     def __init__(self, check, js: dict):
         self.check, self.js = check, js
-
-    def __get_pydantic_core_schema__(self, _source, _handler):
-        from pydantic_core import core_schema
-        return core_schema.no_info_plain_validator_function(self.check)
-
-    def __get_pydantic_json_schema__(self, _schema, _handler):
-        return dict(self.js)
 
 
 def checked(py_type, check, js: dict):
@@ -256,19 +245,15 @@ def is_number(v) -> bool:
 
 
 class _TaggedUnion:
-    """Validation of a ``Tagged`` value: the member named by the tag validates it with its own
-    validator, compiled the first time that member is met.
-
-    Why not pydantic's discriminated union: it compiles every member (and their members) when the
-    enclosing model is built, and a scenario's sections have about a hundred models; a run needs the
-    few it uses, and ``dsim schema`` alone needs them all (``__get_pydantic_json_schema__``)."""
+    """Validation of a ``Tagged`` value: the member named by the tag validates it (each member's
+    walk is compiled the first time that member is met, so a run compiles the few it uses)."""
 
     def __init__(self, key: str, members: dict, default: str | None):
         self.key, self.members, self.default = key, dict(members), default
         self.names = tuple(members)
 
     def validate(self, v: Any) -> Any:
-        if isinstance(v, BaseModel) and type(v) in self.members.values():
+        if isinstance(v, Section) and type(v) in self.members.values():
             return v
         if v is None:
             v = {}
@@ -286,17 +271,6 @@ class _TaggedUnion:
             v = {**v, self.key: tag}
         return self.members[tag].model_validate(v)
 
-    def __get_pydantic_core_schema__(self, _source, _handler):
-        from pydantic_core import core_schema
-        return core_schema.no_info_plain_validator_function(self.validate)
-
-    def __get_pydantic_json_schema__(self, _schema, handler):
-        from pydantic import TypeAdapter
-        unique = dict.fromkeys(self.members.values())        # several tags may share one model
-        # anyOf, not oneOf: the tag tells members apart, and a section may be null ({}), which
-        # every member accepts
-        return {"anyOf": [handler(TypeAdapter(m).core_schema) for m in unique]}
-
 
 def Tagged(key: str, members: dict, default: str | None = None):
     """One of several section models chosen by the value of ``key`` (``type: poisson``, ``model: lut``).
@@ -307,12 +281,12 @@ def Tagged(key: str, members: dict, default: str | None = None):
 
 
 class _Lazy:
-    """Validation by ``tp``'s own validator, compiled the first time a value is met (a scenario
+    """Validation by ``tp``'s own walk, compiled the first time a value is met (a scenario
     without a cluster never compiles the cluster's models); the JSON Schema is ``tp``'s."""
 
     def __init__(self, tp: Any):
         self._tp = tp
-        self._adapter = None
+        self._check = None
 
     @property
     def tp(self) -> Any:
@@ -325,21 +299,9 @@ class _Lazy:
         return self._tp
 
     def validate(self, v: Any) -> Any:
-        if self._adapter is None:
-            from pydantic import TypeAdapter
-            self._adapter = TypeAdapter(self.tp)
-        return self._adapter.validate_python(v)
-
-    def __get_pydantic_core_schema__(self, _source, _handler):
-        from pydantic_core import core_schema
-        return core_schema.no_info_plain_validator_function(self.validate)
-
-    def __get_pydantic_json_schema__(self, _schema, handler):
-        from pydantic import TypeAdapter
-        tagged = [m for m in getattr(self.tp, "__metadata__", ()) if isinstance(m, _TaggedUnion)]
-        if tagged:                          # a Tagged section: its members' schemas
-            return tagged[0].__get_pydantic_json_schema__(None, handler)
-        return handler(TypeAdapter(self.tp).core_schema)
+        if self._check is None:
+            self._check = compile_type(self.tp)
+        return self._check(v)
 
 
 def Lazy(tp: Any):
@@ -357,6 +319,14 @@ def merged(shared: Any, own: Any) -> Any:
         return shared
     if shared is None:
         return own
-    if isinstance(own, BaseModel):
+    if isinstance(own, Section):
         return type(own).model_validate({**shared.to_dict(), **own.to_dict()})
     return {**shared, **own}                 # sections still declared as Raw (a mapping)
+
+
+def _join_key(path: str, key: str) -> str:
+    if not key:
+        return path
+    if not path:
+        return key
+    return f"{path}{key}" if key.startswith("[") else f"{path}.{key}"

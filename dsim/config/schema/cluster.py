@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, Field, field_validator, model_validator
-
 from ..errors import ConfigError
 from ..names import ROUTERS
 from ..limits import MAX_REPLICAS, MIN_BW_MBPS, MIN_TIMER_S
-from .base import Choice, Float, Int, Section, Str, Tagged
+from .base import Choice, Field, Float, Int, Section, Str, Tagged, field_validator, model_validator
 from .engine import EngineField
 from .hardware import HardwareField
 from .latency import LatencyField
@@ -35,20 +33,17 @@ class NameOrMapping:
         """``what``: the value's name with its article ("a router", "an admission policy")."""
         self.key, self.names, self.what = key, tuple(names), what
 
-    def __get_pydantic_core_schema__(self, source, handler):
-        from pydantic_core import core_schema
+    def before(self, v):
+        """A bare string is the mapping ``{key: v}``; anything but a mapping or null is refused."""
+        if isinstance(v, str):
+            return {self.key: v}
+        if v is not None and not isinstance(v, (dict, Section)):
+            raise ConfigError("", v, f"{self.what} name (one of {', '.join(self.names)}) or a mapping "
+                              f"with {self.key}: ...")
+        return v
 
-        def to_mapping(v):
-            if isinstance(v, str):
-                return {self.key: v}
-            if v is not None and not isinstance(v, (dict, BaseModel)):
-                raise ConfigError("", v, f"{self.what} name (one of {', '.join(self.names)}) or a mapping "
-                                  f"with {self.key}: ...")
-            return v
-        return core_schema.no_info_before_validator_function(to_mapping, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema, handler):
-        inner = handler(schema)
+    def json_schema(self, inner: dict) -> dict:
+        """The names as well as the mappings ``inner`` describes."""
         members = inner["anyOf"] if list(inner) == ["anyOf"] else [inner]     # Optional: ..., null
         return {"anyOf": [{"type": "string", "enum": list(self.names)}, *members]}
 

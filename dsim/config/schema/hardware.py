@@ -6,10 +6,8 @@ profile file and an inline device accept the same keys with the same bounds and 
 """
 from __future__ import annotations
 
-from pydantic import model_validator
-
 from ..errors import ConfigError
-from .base import Float, Section, Str
+from .base import Float, Section, Str, model_validator
 from .named import NameOr
 
 _POSITIVE = Float(0, lo_open=True)

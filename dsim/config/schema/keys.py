@@ -9,8 +9,6 @@ import types
 import typing
 from typing import Any
 
-from pydantic import BaseModel
-
 from ..errors import ConfigError
 from ..fields import unknown_key_hint
 
@@ -20,6 +18,7 @@ _ANY = "any"             # a value whose inside the schema does not declare (a b
 
 def check_key(key: str, flag: str = "--set") -> None:
     """Raise ConfigError (with did-you-mean) when ``key`` names nothing in the scenario schema."""
+    from .base import Section
     from .scenario import ScenarioConfig
     here: list = [ScenarioConfig]
     walked = ""
@@ -35,11 +34,11 @@ def check_key(key: str, flag: str = "--set") -> None:
                     return
                 if isinstance(leaf, tuple) and leaf[0] == "map":
                     nxt.append(leaf[1])
-                elif isinstance(leaf, type) and issubclass(leaf, BaseModel):
-                    fields = {(f.alias or n): f for n, f in leaf.model_fields.items()}
+                elif isinstance(leaf, type) and issubclass(leaf, Section):
+                    fields = leaf.model_fields
                     known.update(fields)
                     if name in fields:
-                        nxt.append(_annotation(fields[name]))
+                        nxt.append(fields[name].annotation)
         if not nxt:
             where = f"{walked}.{name}" if walked else name
             raise ConfigError(f"{flag} {key}", None, f"a key of the scenario ({where}: "
@@ -55,14 +54,10 @@ def check_key(key: str, flag: str = "--set") -> None:
         walked = f"{walked}.{part}" if walked else part
 
 
-def _annotation(field) -> Any:
-    return field.annotation if not field.metadata else typing.Annotated[tuple([field.annotation, *field.metadata])]
-
-
 def _expand(t: Any) -> list:
     """What a value of annotation ``t`` may be: section models, ("list", item), ("map", value), _ANY
     (undeclared inside) or nothing (a scalar)."""
-    from .base import _Lazy, _TaggedUnion
+    from .base import Section, _Lazy, _TaggedUnion
     origin = typing.get_origin(t)
     if origin is typing.Annotated:
         for meta in getattr(t, "__metadata__", ()):
@@ -83,6 +78,6 @@ def _expand(t: Any) -> list:
         return [_ANY]
     if t is list:
         return [("list", Any)]
-    if isinstance(t, type) and issubclass(t, BaseModel):
+    if isinstance(t, type) and issubclass(t, Section):
         return [t]
     return []

@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
-
 from ..errors import ConfigError
 from ..fields import check_number
 from ..names import BAND_COLUMNS, N_ALPHA, N_BETA
-from .base import Bool, Choice, Float, Int, Section, Str, Tagged, translate, checked
+from .base import (Bool, Choice, Float, Int, Section, Str, Tagged, TypeAdapter, ValidationError, checked,
+                   translate)
 
 
 def Coefficients(n: int, unit: str = "microseconds"):

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Union
 
-from pydantic import BaseModel, BeforeValidator, Discriminator, Tag
 
 from ..errors import ConfigError
-from .base import check_str, checked
+from .base import BeforeValidator, Discriminator, Section, Tag, check_str, checked
 
 # tags of the two alternatives: never a YAML key, so parse() does not mistake them for the user's path
 _NAME, _MAPPING = "<name>", "<mapping>"
@@ -23,7 +22,7 @@ def NameOr(section: type, expected: str, names: str):
     ``section`` mapping; anything else is refused with ``expected`` (e.g. "a device profile name or
     a mapping")."""
     def pick(v: Any) -> str:
-        return _MAPPING if isinstance(v, (dict, BaseModel)) else _NAME
+        return _MAPPING if isinstance(v, (dict, Section)) else _NAME
 
     def check(v: Any) -> Any:
         if isinstance(v, (str, dict, section)):

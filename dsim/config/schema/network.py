@@ -10,12 +10,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
-
 from ..errors import ConfigError
 from ..fields import check_number
 from ..limits import MAX_NODES, MAX_TIME_S, MIN_BW_MBPS
-from .base import Choice, Float, Int, Section, Str, checked
+from .base import (BeforeValidator, Choice, Field, Float, Int, Section, Str, checked, field_validator,
+                   model_validator)
 
 KINDS = ("links", "clos", "complete")
 BW_RULE = f"a bandwidth >= {MIN_BW_MBPS:g} Mb/s (1 kbit/s)"

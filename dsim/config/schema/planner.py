@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator, model_validator
-
 from ..errors import ConfigError
 from ..limits import MAX_REPLICAS, MIN_TIMER_S
-from .base import Bool, Choice, Float, Int, Section
+from .base import Bool, Choice, Float, Int, Section, field_validator, model_validator
 
 
 class PlannerPoolSpace(Section):

@@ -6,10 +6,8 @@ model's JSON Schema and ``docs/scenario-reference.md`` is generated from it.
 """
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
-
 from ..errors import ConfigError
-from .base import Bool, Float, Int, Lazy, Section, Str, parse
+from .base import Bool, Field, Float, Int, Lazy, Section, Str, field_validator, model_validator, parse
 from .workload import WorkloadField
 
 

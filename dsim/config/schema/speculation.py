@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, Discriminator, Tag,
-                      field_validator, model_validator)
-
 from ..errors import ConfigError
 from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
-from .base import Bool, Choice, Float, Int, Raw, Section, Str, checked, one_of
+from .base import (BeforeValidator, Bool, Choice, Discriminator, Float, Int, Raw, Section, Str, Tag, checked,
+                   field_validator, model_validator, one_of)
 from .speculation_gamma import GammaField, K, StaticGamma
 
 MODES = ("off", "fused", "distributed", "hybrid")
@@ -33,9 +31,8 @@ def _one_of(members: dict, pick, check):
     """One of several shapes, told apart by ``pick(value) -> tag`` after ``check`` has refused
     anything that is none of them (the JSON Schema lists every shape).
 
-    Tags here are phrases ("by prompt_tokens"), never a key a user writes: base.translate drops the
-    parts of pydantic's error location that are not keys of the user's mapping, so a tag equal to
-    one of its keys (choose: prompt_tokens beside prompt_tokens: [...]) would be read as that key."""
+    Tags here are phrases ("by prompt_tokens"), never a key a user writes, so no tag can be
+    mistaken for a key of the user's mapping (choose: prompt_tokens beside prompt_tokens: [...])."""
     union = Union[tuple(Annotated[m, Tag(t)] for t, m in members.items())]
     return Annotated[union, Discriminator(pick), BeforeValidator(check)]
 
@@ -119,7 +116,7 @@ def _acceptance_kind(v) -> str:
 def _acceptance_shape(v):
     if v is None:
         return {}
-    if isinstance(v, BaseModel):
+    if isinstance(v, Section):
         return v
     if not isinstance(v, dict):
         raise ConfigError("", v, "a mapping")
@@ -230,7 +227,7 @@ _PROFILE = {"a name": Str, "inline": InlineDraftProfile}
 
 
 def _profile_shape(v):
-    if not isinstance(v, (str, dict, BaseModel)):
+    if not isinstance(v, (str, dict, Section)):
         raise ConfigError("", v, "a draft device profile name or a mapping")
     return v
 
@@ -364,7 +361,7 @@ def _portfolio_kind(v) -> str:
 
 def _portfolio_shape(v):
     """base.Tagged's checks, for a choice whose tags collide with keys (see _one_of)."""
-    if isinstance(v, BaseModel):
+    if isinstance(v, Section):
         return v
     if not isinstance(v, dict):
         raise ConfigError("", v, "a mapping")

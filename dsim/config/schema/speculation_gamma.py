@@ -9,11 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import field_validator, model_validator
-
 from ..errors import ConfigError
 from ..limits import MAX_SPEC_K
-from .base import Float, Int, Section, Str, Tagged, is_number, checked
+from .base import Float, Int, Section, Str, Tagged, checked, field_validator, is_number, model_validator
 
 def check_finite(v, where: str = "") -> None:
     """Every number of a (nested) list finite: a NaN bias made every latency-head decision NaN,

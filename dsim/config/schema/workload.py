@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BeforeValidator, Discriminator, Tag, TypeAdapter, ValidationError,
-                      field_validator, model_validator)
-
 from ..errors import ConfigError
 from ..fields import check_number
 from ..limits import MAX_CV, MAX_GROUPS, MAX_REQUESTS, MAX_TIME_S, MAX_TOKENS, MIN_CV, expected_count
-from .base import Bool, Choice, Float, Int, Section, Str, Tagged, is_number, translate, checked
+from .base import (BeforeValidator, Bool, Choice, Discriminator, Float, Int, Section, Str, Tag, Tagged,
+                   TypeAdapter, ValidationError, checked, field_validator, is_number, model_validator,
+                   translate)
 
 # ---- token lengths ---------------------------------------------------------------------------
 
