@@ -1,6 +1,7 @@
 """Fit the physics model's default coefficients on the real H100 runs, term by term.
 
-    python experiments/fit_physics.py [--iters 4] [--no-loo] [--dry-run]   # ~10 minutes on 2 cores
+    python experiments/fit_physics.py [--iters 5] [--stage-cap 150] [--dry-run]        # fit, ~15 min
+    python experiments/fit_physics.py --evaluate FILE [--structure prior] [--candidates] [--json OUT]
 
 No step-level traces exist in ../shared/data/real/, so the seed's Ridge fit on per-step targets
 cannot run.  The targets are inference-perf's per-stage mean TTFT, TPOT and E2E of the nine H100
@@ -18,9 +19,10 @@ squares of the relative error on those sensitivities gives the next coefficients
 at them and the loop repeats, keeping the iterate whose simulated error is lowest.  The queueing
 response to slower steps is outside the linearisation; the re-simulation corrects it.
 
-Leave-one-run-out: for each run, the fit is repeated without it (two Gauss-Newton iterations from
-the full fit) and the left-out run is simulated at the result.  ``--structure prior`` fits the
-previous four-scale prior the same way, for the before/after comparison.
+``--evaluate``: full-length replay at a coefficient file, then leave-one-run-out: for each run, the
+bounded linear fit is solved again on the other runs' sensitivities at the file's values and the
+left-out run is simulated (full length) at the result.  ``--structure prior`` reads the file as the
+previous four-scale prior (the shipped defaults before this fit), for the before/after comparison.
 """
 from __future__ import annotations
 
@@ -136,9 +138,14 @@ class Recorder:
         P.PhysicsModel.step_time, P.PhysicsModel.delay = self.step, self.delay
 
 
+CAP = {"s": None}          # stage length cap (s) of the fit's simulations (None: full length)
+
+
 def simulate(name: str, alpha, beta):
     """dsim on one real run: rows of (metric, real mean s, sim mean s, sensitivity 27-vector)."""
     run = load_real(H100 / name)
+    if CAP["s"]:
+        run = run.shortened(CAP["s"])
     with tempfile.TemporaryDirectory() as td:
         f = Path(td) / "c.yaml"
         doc = {"physics_coefficients": {"spec_version": "1.0", "gamma": 0.3,
@@ -226,7 +233,7 @@ def solve(rows, groups, p_now, trust=True):
         r = 0.5 * max(abs(v), typ) if trust else np.inf
         lo.append(max(a, v - r))
         hi.append(min(b, v + r))
-    return lsq_linear(A, y, bounds=(lo, hi), method="bvls").x
+    return np.clip(lsq_linear(A, y, bounds=(lo, hi), method="bvls").x, lo, hi)    # bvls may return -1e-19
 
 
 def gauss_newton(names, groups, p, iters, say=print, sims=None):
@@ -261,19 +268,17 @@ def _fmt(groups, p) -> str:
     return " ".join(f"{k}={v:.4g}" for k, v in zip(groups, p))
 
 
-def loro(names, groups, p_full, sims_full, iters=1, say=print) -> dict:
-    """Leave-one-run-out: refit without each run (from the full fit), simulate it at the result."""
+def loro(names, groups, p_full, sims_full, say=print) -> dict:
+    """Leave-one-run-out: refit on the other runs' sensitivities at ``p_full`` (one bounded linear
+    solve, no trust region), then simulate the left-out run at the result."""
     out = {}
     for held in names:
-        train = [n for n in names if n != held]
-        p = solve([r for n in train for r in sims_full[n]], groups, p_full)
-        for _ in range(iters):
-            sims = simulate_all(train, groups, p)
-            p = solve([r for n in train for r in sims[n]], groups, p)
+        p = solve([r for n in names if n != held for r in sims_full[n]], groups, p_full, trust=False)
         alpha, beta = coefficients(groups, p)
         rows = simulate(held, alpha, beta)
-        out[held] = (mape(rows), list(p), rows)
-        say(f"  LORO {held}: MAPE {out[held][0]:.4f}  " + _fmt(groups, p))
+        out[held] = {"mape": mape(rows), "values": [float(v) for v in p],
+                     "errors": {m: sim / real - 1 for _, _, m, real, sim, _ in rows}}
+        say(f"  LORO {held}: MAPE {out[held]['mape']:.4f}  " + _fmt(groups, p))
     return out
 
 
@@ -281,41 +286,86 @@ def linear_loro(names, groups, p, sims) -> float:
     """Leave-one-run-out on the sensitivities at ``p`` (no re-simulation): a cheap screen for a term."""
     errs = []
     for held in names:
-        x = solve([r for n in names if n != held for r in sims[n]], groups, p)
+        x = solve([r for n in names if n != held for r in sims[n]], groups, p, trust=False)
         A, y = design(sims[held], groups, p)
         errs += list(np.abs(A @ x - y))
     return float(np.mean(errs))
 
 
+def values_of(path, groups) -> list:
+    """The group values a coefficient file holds (checked: the structure reproduces the file)."""
+    c = P.load_coefficients(path)
+    p = [(c.beta if members[0][0] == "b" else c.alpha)[members[0][1]] for members, *_ in groups.values()]
+    alpha, beta = coefficients(groups, p)
+    if not (np.allclose(alpha, c.alpha) and np.allclose(beta, c.beta)):
+        raise SystemExit(f"{path} is not of this structure")
+    return p
+
+
+def held_out_gpus(path) -> dict:
+    """Per-stage mean errors on the RTX runs (other GPUs, per-request arrivals): never fitted."""
+    lat = {"model": "physics", "coefficients": str(path)}
+    out = {}
+    for name in C.LSS:
+        for run, _, m, real, sim in C.lss_run(name, lat, []):
+            out[f"{run} {m}"] = sim["mean"] / real["mean"] - 1
+    return out
+
+
+def evaluate_file(path, structure, candidates, say=print) -> dict:
+    """Full-length replay of the nine runs at a coefficient file, the leave-one-run-out of its
+    structure from there, and the RTX runs."""
+    CAP["s"] = None
+    groups = PRIOR if structure == "prior" else GROUPS
+    names = runs()
+    p = values_of(path, groups)
+    sims = simulate_all(names, groups, p)
+    rows = [r for n in names for r in sims[n]]
+    out = {"file": str(path), "structure": structure, "values": dict(zip(groups, map(float, p))),
+           "mape": mape(rows), "errors": {n: {m: sim / real - 1 for _, _, m, real, sim, _ in sims[n]} for n in names}}
+    say(f"{path}: in-sample MAPE {out['mape']:.4f}")
+    if candidates:
+        out["linear_loro"] = {"none": linear_loro(names, groups, p, sims)}
+        for name, g in CANDIDATES.items():
+            out["linear_loro"][name] = linear_loro(names, dict(groups, **{name: g}), list(p) + [0.0], sims)
+        say("linear LORO: " + " ".join(f"{k} {v:.4f}" for k, v in out["linear_loro"].items()))
+    lo = loro(names, groups, p, sims, say)
+    out["loro"] = lo
+    out["loro_mape"] = float(np.mean([abs(e) for v in lo.values() for e in v["errors"].values()]))
+    say(f"leave-one-run-out MAPE {out['loro_mape']:.4f}")
+    out["rtx"] = held_out_gpus(path)
+    out["rtx_mape"] = float(np.mean([abs(v) for v in out["rtx"].values()]))
+    say(f"RTX runs (never fitted) MAPE {out['rtx_mape']:.4f}")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--stage-cap", type=float, default=150.0, help="stage length (s) of the fit's simulations")
+    ap.add_argument("--evaluate", metavar="COEFFS", help="evaluate a coefficient file instead of fitting")
     ap.add_argument("--structure", choices=("physics", "prior"), default="physics")
-    ap.add_argument("--candidates", action="store_true", help="leave-one-run-out of each candidate term")
-    ap.add_argument("--no-loo", action="store_true")
+    ap.add_argument("--candidates", action="store_true", help="screen the candidate terms (linearised LORO)")
+    ap.add_argument("--json", help="write the evaluation here")
     ap.add_argument("--dry-run", action="store_true", help="do not write the coefficient file")
     a = ap.parse_args(argv)
+    if a.evaluate:
+        res = evaluate_file(a.evaluate, a.structure, a.candidates)
+        if a.json:
+            import json
+            Path(a.json).write_text(json.dumps(res, indent=1))
+        return
+    CAP["s"] = a.stage_cap
     names = runs()
-    groups = PRIOR if a.structure == "prior" else GROUPS
+    groups = GROUPS
     p0 = [g[3] for g in groups.values()]
-    print(f"{a.structure}: {len(groups)} groups on {len(names)} runs")
+    print(f"{len(groups)} groups on {len(names)} runs, stages cut to {a.stage_cap:g} s")
     p, sims, hist = gauss_newton(names, groups, p0, a.iters)
     fit_mape = mape([r for n in names for r in sims[n]])
     print(f"fit MAPE {fit_mape:.4f}  " + _fmt(groups, p))
     for n in names:
         print(f"  {n}: " + " ".join(f"{m} {sim / real - 1:+.1%}" for _, _, m, real, sim, _ in sims[n]))
-    held = None
-    if not a.no_loo:
-        lo = loro(names, groups, p, sims)
-        held = float(np.mean([r for v in lo.values() for r in [abs(s / re - 1) for *_, re, s, _ in v[2]]]))
-        print(f"leave-one-run-out MAPE {held:.4f}")
-    if a.candidates:
-        print("candidates (linearised at the fit: each run left out of the linear fit and predicted by it)")
-        print(f"  none: linear LORO {linear_loro(names, groups, p, sims):.4f}")
-        for name, g in CANDIDATES.items():
-            grp = dict(groups, **{name: g})
-            print(f"  {name}: linear LORO {linear_loro(names, grp, list(p) + [0.0], sims):.4f}")
-    if a.dry_run or a.structure != "physics":
+    if a.dry_run:
         return
     trained_on = {
         "hardware": "H100-SXM",
@@ -323,9 +373,10 @@ def main(argv=None):
         "vllm_version": "0.15.1", "tp": [1, 2, 4],
         "models": ["meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1"],
         "training_date": _dt.date.today().isoformat(),
-        "loss": "mean |sim/real - 1| of per-stage mean TTFT, TPOT, E2E",
+        "loss": "mean |sim/real - 1| of per-stage mean TTFT, TPOT, E2E (stages cut to "
+                f"{a.stage_cap:g} s)",
         "train_mape": round(fit_mape, 4),
-        "leave_one_run_out_mape": None if held is None else round(held, 4),
+        "iterations": len(hist),
         "fitted": {k: float(f"{v:.6g}") for k, v in zip(groups, p)},
     }
     write(OUT, groups, p, trained_on, "Gauss-Newton with dsim in the loop on bounded physical groups "
