@@ -52,7 +52,7 @@ METRICS = ("ttft", "tpot", "e2e")
 GROUPS = {
     "compute_scale": ((("b", 0), ("b", 1), ("b", 3)), 1.0, 20.0, 1.2, 1.0),     # 1 / achieved share of peak FLOP/s
     "memory_scale": ((("b", 2), ("b", 4)), 1.0, 20.0, 1.2, 1.0),                 # 1 / achieved share of HBM GB/s
-    "tp_comm_scale": ((("b", 8),), 1.0, 20.0, 1.0, 1.0),                         # 1 / achieved share of NVLink GB/s
+    "tp_comm_scale": ((("b", 8),), 1.0, 20.0, 1.0, 4.0),                         # 1 / achieved share of NVLink GB/s
     "token_cost_s": ((("b", 5),), 0.0, 0.5, 0.0, 2e-3),    # seconds per full token budget (non-GEMM kernels)
     "moe_dispatch_s": ((("b", 7),), 0.0, 0.05, 0.0, 1e-3),  # seconds per step with every expert active
     "mixed_step_s": ((("b", 14),), 0.0, 0.05, 0.0, 1e-3),  # seconds per step mixing prefill and decode
@@ -348,6 +348,7 @@ def main(argv=None):
     ap.add_argument("--candidates", action="store_true", help="screen the candidate terms (linearised LORO)")
     ap.add_argument("--json", help="write the evaluation here")
     ap.add_argument("--dry-run", action="store_true", help="do not write the coefficient file")
+    ap.add_argument("--start", metavar="COEFFS", help="start the fit from a coefficient file of this structure")
     a = ap.parse_args(argv)
     if a.evaluate:
         res = evaluate_file(a.evaluate, a.structure, a.candidates)
@@ -358,7 +359,7 @@ def main(argv=None):
     CAP["s"] = a.stage_cap
     names = runs()
     groups = GROUPS
-    p0 = [g[3] for g in groups.values()]
+    p0 = values_of(a.start, groups) if a.start else [g[3] for g in groups.values()]
     print(f"{len(groups)} groups on {len(names)} runs, stages cut to {a.stage_cap:g} s")
     p, sims, hist = gauss_newton(names, groups, p0, a.iters)
     fit_mape = mape([r for n in names for r in sims[n]])
