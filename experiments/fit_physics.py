@@ -277,7 +277,7 @@ def loro(names, groups, p_full, sims_full, say=print) -> dict:
         alpha, beta = coefficients(groups, p)
         rows = simulate(held, alpha, beta)
         out[held] = {"mape": mape(rows), "values": [float(v) for v in p],
-                     "errors": {m: sim / real - 1 for _, _, m, real, sim, _ in rows}}
+                     "errors": {f"{st} {m}": sim / real - 1 for _, st, m, real, sim, _ in rows}}
         say(f"  LORO {held}: MAPE {out[held]['mape']:.4f}  " + _fmt(groups, p))
     return out
 
@@ -322,7 +322,7 @@ def evaluate_file(path, structure, candidates, say=print) -> dict:
     sims = simulate_all(names, groups, p)
     rows = [r for n in names for r in sims[n]]
     out = {"file": str(path), "structure": structure, "values": dict(zip(groups, map(float, p))),
-           "mape": mape(rows), "errors": {n: {m: sim / real - 1 for _, _, m, real, sim, _ in sims[n]} for n in names}}
+           "mape": mape(rows), "errors": {n: {f"{st} {m}": sim / real - 1 for _, st, m, real, sim, _ in sims[n]} for n in names}}
     say(f"{path}: in-sample MAPE {out['mape']:.4f}")
     if candidates:
         out["linear_loro"] = {"none": linear_loro(names, groups, p, sims)}
