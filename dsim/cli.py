@@ -252,6 +252,13 @@ def _calibrate_parser(sub) -> None:
     k.add_argument("--allow-nonphysical", action="store_true",
                    help="write a fit even when it is faster than the hardware allows (flagged in the report)")
     k.add_argument("--no-loro", action="store_true", help="skip the leave-one-run-out refits")
+    k.add_argument("--optimizer", default="nelder-mead",
+                   choices=("nelder-mead", "differential-evolution", "dual-annealing"),
+                   help="stage-2 optimiser (default nelder-mead; the global ones search each parameter's whole "
+                   "range within --max-evals simulations, seeded by --seed)")
+    k.add_argument("--evaluate", action="store_true",
+                   help="add seed 003's system-level report: E2E MAPE < 15 %%, TTFT worst < 100 %%, saturation "
+                   "cliff within 20 %% of the real one (staged runs with an overloaded stage)")
 
 
 def _fit_parser(sub) -> None:

@@ -9,7 +9,7 @@ import yaml
 import dsim
 
 ROOT = Path(__file__).resolve().parents[1]
-# max / min of the three models' p50, measured 1.33x (TPOT), 1.35x (E2E) and 3.2x (TTFT) on 2026-11-26
+# max / min of the three models' p50, measured 1.40x (TPOT), 1.42x (E2E) and 3.4x (TTFT) on 2026-11-26 (physics term-by-term defaults)
 FACTOR = {"tpot": 1.5, "e2e": 1.5, "ttft": 4.0}
 
 

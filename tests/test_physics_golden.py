@@ -33,9 +33,18 @@ def _close(got, want, what):
 
 def test_fixture_has_the_required_coverage():
     ids = [c["id"] for c in FIX["cases"]]
-    assert len(ids) >= 21 and len(set(ids)) == len(ids)
+    assert len(ids) >= 50 and len(set(ids)) == len(ids)        # seed 000 Iteration 6, Refinement 3
     tps = {c["config"]["tp"] for c in FIX["cases"]}
-    assert {1, 2, 4} <= tps
+    assert {1, 2, 4, 8} <= tps
+    b = [c["beta_input"] for c in FIX["cases"]]
+    chunked = [c["config"]["vllm"]["chunked_prefill_enabled"] for c in FIX["cases"]]
+    assert any(x["decode_tokens"] and not x["prefill_tokens"] for x in b)                    # decode-only
+    assert any(x["prefill_tokens"] and not x["decode_tokens"] for x in b)                    # prefill-only
+    assert any(x["prefill_tokens"] and x["decode_tokens"] and on for x, on in zip(b, chunked))  # chunked mixed
+    assert any(x["decode_context_tokens"] >= 100_000 * x["decode_tokens"] > 0 for x in b)    # long context
+    assert any(x["sum_prefill_attn_work"] >= 24_576 * x["prefill_tokens"] > 0 for x in b)    # late chunk
+    assert any("head_dim" in c["config"]["model"] for c in FIX["cases"])                     # head_dim != h/heads
+    assert any(100.0 in c["expected_alpha_features"] for c in FIX["cases"])                  # clamp reached
     assert any(c["config"]["model"].get("num_local_experts") for c in FIX["cases"])
     assert any(c["config"]["model"]["num_key_value_heads"] == c["config"]["model"]["num_attention_heads"]
                for c in FIX["cases"])

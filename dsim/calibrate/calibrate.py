@@ -302,9 +302,24 @@ def evaluate(runs, base, overrides, seed, lat, jobs: int = 1) -> list:
     return Parallel(n_jobs=jobs)(delayed(_stats)(r, base, overrides, seed, lat) for r in runs)
 
 
-def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: int = 1, log=None) -> dict:
-    """Nelder-Mead over the parameters in ``space`` (each mapped from R into its physical range)."""
+OPTIMIZERS = ("nelder-mead", "differential-evolution", "dual-annealing")
+POSITION_BOUND = 9.22       # logistic positions searched by the global optimisers: 1e-4 .. 1 - 1e-4 of each range
+
+
+class _Budget(Exception):
+    """The optimiser asked for more than ``max_evals`` simulations."""
+
+
+def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: int = 1, log=None,
+           optimizer: str = "nelder-mead") -> dict:
+    """Minimise the loss over the parameters in ``space`` (each mapped from R into its physical
+    range) with at most ``max_evals`` simulations of every run: Nelder-Mead from the start (seed 003
+    stage 2), or scipy's differential evolution or dual annealing over the whole range (seeded with
+    ``seed``; the start is one of their first points), which cannot be trapped by the saturation
+    cliff's flat region but spend their budget exploring (seed 003 Part 2's robustness table)."""
     from scipy.optimize import minimize
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError("--optimizer", optimizer, "one of " + ", ".join(OPTIMIZERS))
     usable = [r for r in runs if not r.overloaded]
     if not usable:
         raise ConfigError("runs", None, "at least one run that is not overloaded", show_value=False)
@@ -327,18 +342,25 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
         for p, xi in zip(space, x):
             set_value(out, p.name, value(p, xi))
         return out
-    hist, targets = [], []
+    hist, targets, points = [], [], []
+
+    limit = None if optimizer == "nelder-mead" else max_evals      # Nelder-Mead keeps scipy's own maxfev
 
     def f(x):
+        if limit is not None and len(hist) >= limit:
+            raise _Budget
         reps = evaluate(usable, base, overrides, seed, latency(x), jobs)
         lo = loss_of(reps)
         hist.append(lo)
+        points.append(np.array(x, dtype=float))
         targets.append(sum(len(run_errors(r)) for r in reps))
         if log:
             log(f"stage 2 eval {len(hist)}: loss {lo:.4f}")
         return lo
     x0 = np.array([position(p, get_value(lat, p.name)) for p in space])
     n = len(x0)
+    if optimizer != "nelder-mead":
+        return _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed)
     simplex = np.vstack([x0] + [x0 for _ in range(n)])
     for i, p in enumerate(space):
         simplex[i + 1, i] = vertex(p, get_value(lat, p.name))
@@ -353,11 +375,55 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
     unc = {p.name: float(np.ptp([v[i] for v in values])) / 2 for i, p in enumerate(space)}
     converged = bool(opt.success) or (spread is not None and spread < 2e-3)
     return {"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
-            "targets": targets[0],
+            "targets": targets[0], "optimizer": optimizer,
             "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
             "reason": "simplex converged" if opt.success else
             (f"stopped at {max_evals} evaluations; final simplex loss spread "
              + ("n/a (a vertex's loss is not finite)" if spread is None else f"{spread:.4f}"))}
+
+
+def _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed) -> dict:
+    """Differential evolution or dual annealing within the budget; the result is the best point
+    simulated, its uncertainty half the range of each parameter over the n + 1 best points."""
+    from scipy.optimize import differential_evolution, dual_annealing
+    n = len(x0)
+    bounds = [(-POSITION_BOUND, POSITION_BOUND)] * n
+    x0 = np.clip(x0, -POSITION_BOUND, POSITION_BOUND)
+    finished = False
+    seen: dict = {}
+
+    def g(x):               # a point already simulated is not simulated (nor counted) again
+        key = tuple(float(v) for v in x)
+        if key not in seen:
+            seen[key] = f(x)
+        return seen[key]
+    g(x0)                   # the start first: loss_start is the start's loss for every optimiser
+    try:
+        if optimizer == "differential-evolution":
+            # the smallest population scipy takes for n parameters (5 at least): generations, not members
+            pop = max(2, -(-5 // n))
+            differential_evolution(g, bounds, seed=seed, popsize=pop, maxiter=10 ** 6, polish=False, x0=x0,
+                                   init="latinhypercube", tol=1e-3)
+        else:
+            dual_annealing(g, bounds, seed=seed, maxfun=max_evals, x0=x0)
+        finished = True
+    except _Budget:
+        pass
+    finite = [i for i, v in enumerate(hist) if math.isfinite(v)]
+    if not finite:
+        raise ConfigError("runs", None, "a finite loss to minimise (every stage-2 point had an infinite loss): "
+                          "no target quantile could be compared", show_value=False)
+    order = sorted(finite, key=lambda i: hist[i])
+    best = points[order[0]]
+    top = order[:n + 1]
+    values = [[value(p, xi) for p, xi in zip(space, points[i])] for i in top]
+    unc = {p.name: float(np.ptp([v[j] for v in values])) / 2 for j, p in enumerate(space)}
+    spread = float(hist[top[-1]] - hist[top[0]])
+    return {"latency": latency(best), "loss_start": hist[0], "loss": float(hist[order[0]]),
+            "evaluations": len(hist), "targets": targets[0], "optimizer": optimizer,
+            "converged": finished, "simplex_loss_spread": spread, "uncertainty": unc,
+            "reason": f"{optimizer} {'ended by its own criterion' if finished else f'stopped at {max_evals} evaluations'}"
+                      f"; loss spread of the {len(top)} best points {spread:.4f}"}
 
 
 # ---- physical checks -------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ def replica_context(run, base=None, overrides=()):
 
 
 def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals=40, jobs=1, seed=42,
-              allow_nonphysical=False, loro=True, log=None, warn=None) -> dict:
+              allow_nonphysical=False, loro=True, log=None, warn=None, optimizer="nelder-mead",
+              system=False) -> dict:
     """Fit ``kind`` on ``runs`` (RealRun list) and write the calibrated scenario and report; progress
     goes to ``log`` and assumptions to ``warn`` (default: the ``dsim`` logger's INFO and WARNING)."""
     log = log or _log.info
@@ -48,7 +49,7 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     ctxs = [replica_context(r, base, overrides) for r in runs]       # every run replayable, or an error first
     with AtomicOutput(Path(out_dir)) as ao:                   # an unwritable --out fails before any simulation
         report = fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical,
-                          loro, log, warn)
+                          loro, log, warn, optimizer, system)
         scn = _scenario(runs[0], base, overrides, report["fitted"], seed)
         held = held_out_errors(report["leave_one_run_out"])
         if held:                               # the error band of every answer run on this calibration
@@ -73,9 +74,10 @@ def split_latency_sets(overrides) -> tuple[list, list]:
 
 
 def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical, loro, log,
-             warn) -> dict:
+             warn, optimizer="nelder-mead", system=False) -> dict:
     """Stages 1 and 2, the physical check and the errors before/after (no files); ``ctxs`` from
-    ``replica_context``.  The report's ``fitted`` is the calibrated latency section."""
+    ``replica_context``.  The report's ``fitted`` is the calibrated latency section; ``system``: add
+    seed 003's system-level report (dsim.calibrate.system)."""
     ctx = ctxs[0]
     assumed = {r.name: assumed_settings(r, base, overrides) for r in runs}
     for name, lines in assumed.items():
@@ -107,7 +109,7 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
         log("stage 1's values fit the metrics worse than the defaults: stage 2 starts from the defaults")
         s1["used"] = False
         lat1 = copy.deepcopy(lat0)
-    s2 = stage2(runs, base, overrides, seed, lat1, space, max_evals, jobs, log)
+    s2 = stage2(runs, base, overrides, seed, lat1, space, max_evals, jobs, log, optimizer)
     lat = s2["latency"]
     issues = physical_issues(lat, ctx)
     if issues and not allow_nonphysical:
@@ -122,7 +124,7 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
             rest = [r for j, r in enumerate(runs) if j != i]
             if all(r.overloaded for r in rest):
                 continue
-            fit = stage2(rest, base, overrides, seed, lat1, space, max(8, max_evals // 2), jobs)
+            fit = stage2(rest, base, overrides, seed, lat1, space, max(8, max_evals // 2), jobs, optimizer=optimizer)
             rep = evaluate([held], base, overrides, seed, fit["latency"], jobs)[0]
             loro_rows.append({"held_out": held.name, "errors": run_errors(rep)})
     report = {"latency_model": kind, "runs": [r.name for r in runs], "assumed": assumed,
@@ -135,6 +137,10 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
     from .diagnostics import calibrate_diagnostics
     report["diagnostics"] = calibrate_diagnostics(prob, ctxs, kind, space, lat, s2["targets"],
                                                   stage1_used=bool(s1 and s1.get("used", True)))
+    if system:
+        from .system import system_report
+        log("system-level report: replays done; saturation cliffs of the overloaded staged runs")
+        report["system"] = system_report(runs, after, lat)
     return report
 
 
@@ -186,8 +192,8 @@ def markdown(rep: dict) -> str:
              f"TPOT p50 of the non-overloaded stages): {rep['loss']['before']:.4f} before, "
              f"{rep['loss']['after']:.4f} after.", ""]
     s2 = rep["stage2"]
-    lines += [f"Stage 2: {s2['evaluations']} simulations, {'converged' if s2['converged'] else 'NOT converged'} "
-              f"({s2['reason']}).", ""]
+    lines += [f"Stage 2 ({s2.get('optimizer', 'nelder-mead')}): {s2['evaluations']} simulations, "
+              f"{'converged' if s2['converged'] else 'NOT converged'} ({s2['reason']}).", ""]
     if rep["stage1"]:
         s1 = rep["stage1"]
         lines += [f"Stage 1: {s1['requests']} decode windows (batch {s1['batch_range'][0]:.1f}-"
@@ -212,6 +218,9 @@ def markdown(rep: dict) -> str:
     if rep.get("diagnostics"):
         from .diagnostics import markdown_lines
         lines += [""] + markdown_lines(rep["diagnostics"])
+    if rep.get("system"):
+        from .system import markdown_lines as system_lines
+        lines += [""] + system_lines(rep["system"])
     if any(rep["assumed"].values()):
         lines += ["", "## Assumed settings", ""]
         for name, items in rep["assumed"].items():
@@ -238,17 +247,24 @@ def calibrate_cli(args, columns) -> int:
     out = args.out
     if out is None:
         from ..runner import inputs_out_dir
-        out = inputs_out_dir("calibrate", runs[0].name, args.real, {
+        settings = {
             "scenario": base, "overrides": args.overrides, "latency_model": args.latency_model,
             "max_evals": args.max_evals, "seed": args.seed, "hardware": args.hardware, "model": args.model,
             "columns": columns, "time_unit": args.time_unit, "allow_nonphysical": args.allow_nonphysical,
-            "loro": not args.no_loro})
+            "loro": not args.no_loro}
+        if args.optimizer != "nelder-mead" or args.evaluate:      # the folder of a default run keeps its name
+            settings.update(optimizer=args.optimizer, evaluate=args.evaluate)
+        out = inputs_out_dir("calibrate", runs[0].name, args.real, settings)
     rep = calibrate(runs, Path(out), base, args.overrides, args.latency_model, args.max_evals, args.jobs, args.seed,
-                    args.allow_nonphysical, not args.no_loro)
+                    args.allow_nonphysical, not args.no_loro, optimizer=args.optimizer, system=args.evaluate)
     print(f"loss {rep['loss']['before']:.4f} -> {rep['loss']['after']:.4f}; "
           f"{'converged' if rep['stage2']['converged'] else 'NOT converged: ' + rep['stage2']['reason']}")
     from .diagnostics import console_lines
     for line in console_lines(rep["diagnostics"]):
         print(line)
+    if rep.get("system"):
+        from .system import console_lines as system_console
+        for line in system_console(rep["system"]):
+            print(line)
     print(f"wrote {rep['out_dir']}/calibrated.yaml, report.md, report.json")
     return 0

@@ -50,6 +50,10 @@ class EngineConfig:
     max_model_len: int = 8192
     num_gpu_blocks: int | None = None        # explicit KV capacity (skips the memory estimate)
     long_prefill_token_threshold: int = 0    # 0 = off (vLLM default)
+    # vLLM's concurrent partial prefills (dsim.serving.scheduling, "partial prefills"); 1 = off
+    max_num_partial_prefills: int = 1
+    max_long_partial_prefills: int = 1
+    long_partial_threshold: int = 0          # prompt tokens above which a prefill counts as long
     non_torch_memory_gb: float = 0.9         # CUDA context, NCCL/cuBLAS workspaces, CUDA graphs
     enable_expert_parallel: bool = False     # MoE experts split over the TP group (latency models)
     vllm_version: str | None = None          # engine generation preset (host costs, defaults); None = newest
@@ -164,6 +168,11 @@ def load_engine(cfg=None, path: str = "engine") -> EngineConfig:
         max_model_len=max_len,
         num_gpu_blocks=blocks if override is None else override,
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        max_num_partial_prefills=cfg.max_num_partial_prefills,
+        max_long_partial_prefills=cfg.max_long_partial_prefills,
+        # vLLM's SchedulerConfig: with concurrent partial prefills an unset threshold is 4 % of max_model_len
+        long_partial_threshold=(cfg.long_prefill_token_threshold or int(max_len * 0.04))
+        if cfg.max_num_partial_prefills > 1 else 0,
         non_torch_memory_gb=cfg.non_torch_memory_gb,
         enable_expert_parallel=cfg.enable_expert_parallel,
         vllm_version=version,
@@ -191,6 +200,12 @@ def load_engine(cfg=None, path: str = "engine") -> EngineConfig:
     if e.preemption_mode == "swap" and e.kv_offload is not None:
         raise ConfigError(f"{path}.preemption_mode", "swap", "recompute with kv_offload (swap preemption is vLLM "
                           "V0's, the CPU tier V1's connector: no vLLM runs both over one PCIe link)")
+    if e.max_num_partial_prefills > 1 and not e.enable_chunked_prefill:
+        raise ConfigError(f"{path}.max_num_partial_prefills", e.max_num_partial_prefills,
+                          "1 when enable_chunked_prefill is false (partial prefills are chunks)")
+    if e.max_long_partial_prefills > e.max_num_partial_prefills:
+        raise ConfigError(f"{path}.max_long_partial_prefills", e.max_long_partial_prefills,
+                          f"at most max_num_partial_prefills ({e.max_num_partial_prefills}), as vLLM requires")
     if not e.enable_chunked_prefill and e.max_num_batched_tokens < e.max_model_len:
         raise ConfigError(f"{path}.max_num_batched_tokens", e.max_num_batched_tokens,
                           f">= max_model_len ({e.max_model_len}) when enable_chunked_prefill is false "

@@ -54,6 +54,9 @@ def serve_args(pool) -> tuple[list[str], list[str]]:
         args += ["--num-gpu-blocks-override", str(e.num_gpu_blocks)]
     if e.long_prefill_token_threshold:
         args += ["--long-prefill-token-threshold", str(e.long_prefill_token_threshold)]
+    if e.max_num_partial_prefills > 1:
+        args += ["--max-num-partial-prefills", str(e.max_num_partial_prefills),
+                 "--max-long-partial-prefills", str(e.max_long_partial_prefills)]
     if e.enforce_eager:
         args.append("--enforce-eager")
     if e.async_scheduling:

@@ -6,7 +6,8 @@ TVT (time to verify token) of a round: from the moment its drafts are at the tar
 arrived, or the round began for fused drafting) to the end of the verify step; a request's TVT is
 the maximum over its rounds.  Tokens per verify step = (accepted + rounds) / rounds.  Network share
 = time a request's messages spent on the network (prompt upload, per-round result and bundle,
-final download) / its E2E latency.  Device energy comes from the draft devices' busy loops; server
+final download) / its E2E latency.  Acceptance by context bin and the gamma (k) timeline come
+from every verified round (``SpecRuntime.by_context`` / ``by_second``).  Device energy comes from the draft devices' busy loops; server
 energy from the fleet's energy section.
 """
 from __future__ import annotations
@@ -21,6 +22,45 @@ def _meets(r, st, slo) -> bool:
         return False
     tvt = slo.get("tvt_ms")
     return tvt is None or st.rounds == 0 or st.tvt_max * 1e3 <= tvt
+
+
+TIMELINE_POINTS = 100       # most windows in the gamma timeline
+
+
+def by_context(bins: dict) -> list:
+    """Acceptance per power-of-two bin of the context a round's drafts were verified at (tokens
+    already computed), in the bins of summary.json's ``length_bins``: 0, 1, 2-3, 4-7, ..."""
+    out = []
+    for b in sorted(bins):
+        n, v, a = bins[b]
+        out.append({"min_tokens": 0 if b == 0 else 2 ** (b - 1), "max_tokens": 0 if b == 0 else 2 ** b - 1,
+                    "rounds": n, "verified_tokens": v, "accepted_tokens": a,
+                    "acceptance_rate": a / v if v else None})
+    return out
+
+
+def gamma_timeline(seconds: dict) -> dict:
+    """k over the run: per window of whole simulated seconds (as many as it takes to keep at most
+    TIMELINE_POINTS windows), the rounds verified, their mean drafted k and acceptance rate; windows
+    without rounds are left out.  ``t_s``: each window's start."""
+    out = {"window_s": None, "t_s": [], "rounds": [], "mean_gamma": [], "acceptance_rate": []}
+    if not seconds:
+        return out
+    first = min(seconds)
+    w = max(1, -(-(max(seconds) - first + 1) // TIMELINE_POINTS))
+    win: dict = {}
+    for s in sorted(seconds):
+        acc = win.setdefault((s - first) // w, [0, 0, 0, 0])
+        for i, x in enumerate(seconds[s]):
+            acc[i] += x
+    out["window_s"] = w
+    for i in sorted(win):
+        n, d, v, a = win[i]
+        out["t_s"].append(first + i * w)
+        out["rounds"].append(n)
+        out["mean_gamma"].append(d / n)
+        out["acceptance_rate"].append(a / v if v else None)
+    return out
 
 
 def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
@@ -55,6 +95,8 @@ def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
         "network_share": stats([st.net_s / (r.t_completion - r.arrival) for r, st in done
                                 if r.t_completion > r.arrival]),
         "not_issued": rt.unissued,
+        "acceptance_by_context": by_context(rt.by_context),
+        "gamma_timeline": gamma_timeline(rt.by_second),
     }
     if rt.devices:
         kinds: dict = {}

@@ -19,6 +19,50 @@ def _verify_key(r):
     return (0, sp.deadline) if sp is not None and sp.ready and not r.prefilling else (1, 0.0)
 
 
+class PartialPrefills:
+    """vLLM's concurrent partial prefills (``max_num_partial_prefills`` > 1; vLLM V0's scheduler,
+    ``PartialPrefillMetadata``), fixed at the start of a step: the prefills it could schedule (running
+    ones, then waiting ones in order, long ones only while fewer than ``max_long_partial_prefills`` are
+    counted), at most N, share the token budget: each chunk is at most budget // that count (rounded
+    down to whole blocks with the prefix cache).  A waiting prompt above the long threshold is passed
+    over, keeping its place, while ``long`` prefills are in progress."""
+
+    __slots__ = ("slot", "long", "max_long", "thr", "block")
+
+    def __init__(self, inst):
+        e = inst.engine
+        thr, n_max, max_long = e.long_partial_threshold, e.max_num_partial_prefills, e.max_long_partial_prefills
+        prefills = longs = 0
+        for r in inst.running.values():
+            if r.prefilling:
+                prefills += 1
+                if r.num_tokens - r.num_computed > thr:
+                    longs += 1
+        waiting_long = 0
+        for r in inst.waiting:
+            if prefills >= n_max:
+                break
+            if r.num_tokens - r.num_computed > thr:
+                if longs + waiting_long >= max_long:
+                    continue
+                waiting_long += 1
+            prefills += 1
+        budget = e.max_num_batched_tokens
+        self.slot = budget // min(prefills, n_max) if prefills else budget
+        self.long = longs
+        self.max_long = max_long
+        self.thr = thr
+        self.block = inst.bs if inst.cache_on else 1
+
+    def cap(self, need: int, budget: int) -> int:
+        """The chunk a prefill needing ``need`` tokens gets with ``budget`` tokens left in the step."""
+        room = min(budget, self.slot) // self.block * self.block
+        return need if need < room else room
+
+    def passes_over(self, r) -> bool:
+        return r.num_tokens - r.num_computed > self.thr and self.long >= self.max_long
+
+
 class SchedulerIteration:
     def _preempt(self, victim, now: float) -> None:
         del self.running[victim.rid]
@@ -59,12 +103,18 @@ class SchedulerIteration:
         watermark = int(0.01 * kv.total) if whole_prompts else 0
         tier = self.tier
         cutoff = self._cutoff
+        pp = self._partial if not whole_prompts else None
+        passed = []                      # long prompts passed over (partial prefills), back in front after
         while waiting and budget > 0:
             if len(running) >= max_seqs:
                 break
             r = waiting[0]
             if cutoff is not None and r.t_scheduled is None and r.t_queued > cutoff:
                 break                    # arrived after this step was planned (async scheduling)
+            if pp is not None and pp.passes_over(r):
+                passed.append(waiting.popleft())
+                continue
+            uncomputed = r.num_tokens - r.num_computed
             n_tok = r.num_tokens
             hit_hashes = ()
             loaded = ()                  # blocks loaded from the CPU tier for this admission (sync)
@@ -100,6 +150,10 @@ class SchedulerIteration:
                     need = thr
                 if need > budget:
                     need = budget
+                if pp is not None:
+                    need = pp.cap(need, budget)
+                    if need <= 0:
+                        break
             new_blocks = -(-(hit + need) // bs) - len(hit_hashes) - len(loaded) - held
             evictable = kv.evictable_among(hit_hashes) if hit_hashes else 0
             if new_blocks + len(loaded) + evictable > kv.free_count - watermark:
@@ -136,6 +190,10 @@ class SchedulerIteration:
             running[r.rid] = r
             prefills.append((r, need))
             budget -= need
+            if pp is not None and uncomputed > pp.thr:
+                pp.long += 1
+        for r in reversed(passed):
+            waiting.appendleft(r)
         return budget
 
     # ---- one scheduler iteration -------------------------------------------------------------
@@ -149,6 +207,7 @@ class SchedulerIteration:
         gap_dec: list = []
         v0 = not e.enable_chunked_prefill
         self._spec_sched = spec = []
+        self._partial = pp = PartialPrefills(self) if e.max_num_partial_prefills > 1 else None
         if v0 and self.waiting and not self.swapped:
             # V0 policy: a prefill-only step whenever waiting prompts can be admitted (and none
             # is swapped out: those come back first).
@@ -206,6 +265,10 @@ class SchedulerIteration:
                     need = thr
                 if need > budget:
                     need = budget
+                if pp is not None:
+                    need = pp.cap(need, budget)
+                    if need <= 0:
+                        continue             # no room for a chunk of whole blocks: it waits a step
                 blocks = -(-(comp + need) // bs) - len(r.hashes) - r.plain_blocks
             else:
                 comp = r.c0 + self.D - r.d0

@@ -88,6 +88,8 @@ class SpecRuntime(Conversations, DraftingModes):
         self.uploading = 0
         self.devices_done = 0
         self.unissued = 0
+        self.by_context: dict = {}       # power-of-two context bin -> [rounds, verified, accepted]
+        self.by_second: dict = {}        # whole simulated second -> [rounds, drafted, verified, accepted]
         self._bind(reqs)
         fleet.replica_hooks.append(self._setup_replica)
         for rep in fleet.replicas():
@@ -248,6 +250,20 @@ class SpecRuntime(Conversations, DraftingModes):
         st.verified += k
         st.accepted += a
         st.drafted += st.drafted_now
+        # summary.json's acceptance by context bin and gamma timeline (dsim.metrics.speculation)
+        c = self.by_context.get((r.num_computed - a - 1).bit_length())      # context the drafts were verified at
+        if c is None:
+            c = self.by_context[(r.num_computed - a - 1).bit_length()] = [0, 0, 0]
+        c[0] += 1
+        c[1] += k
+        c[2] += a
+        w = self.by_second.get(int(now))
+        if w is None:
+            w = self.by_second[int(now)] = [0, 0, 0, 0]
+        w[0] += 1
+        w[1] += st.drafted_now
+        w[2] += k
+        w[3] += a
         if st.fused:
             st.fused_rounds += 1
         else:

@@ -71,6 +71,11 @@ class EngineSection(Section):
     """vLLM's name for num_gpu_blocks (--num-gpu-blocks-override); not both."""
     long_prefill_token_threshold: Int(0, MAX_TOKENS) = 0
     """Most prompt tokens of one request in a step (0: no cap)."""
+    max_num_partial_prefills: Int(1, MAX_SEQS) = 1
+    """vLLM's concurrent partial prefills: each prefill's chunk is at most the token budget / the prefills
+    (up to this many) a step could schedule, and a long prompt waits while max_long_partial_prefills run (1: off)."""
+    max_long_partial_prefills: Int(1, MAX_SEQS) = 1
+    """Most long prompts (above long_prefill_token_threshold, else 4 % of max_model_len) partly prefilled at once."""
     non_torch_memory_gb: Float(0) = 0.9
     """Memory outside PyTorch's allocator per GPU (CUDA context, NCCL/cuBLAS workspaces, CUDA graphs), GiB."""
     enable_expert_parallel: Bool = False
