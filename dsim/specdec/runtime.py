@@ -287,12 +287,12 @@ class SpecRuntime(Conversations, DraftingModes):
             self._next_round(st, r, inst)
 
     def fast_target(self, inst):
-        """This target's TargetState when every round verified on it this step can go through
-        ``fused_round`` (chains, one drafter, no controller override or decision hook, a drafter
-        that never goes cold), else None."""
+        """This target's TargetState when the rounds verified on it this step can go through
+        ``fused_round`` (fused mode or no devices, chains, one drafter, no controller override or
+        decision hook, a drafter that never goes cold), else None."""
         tgt = self.targets[inst.name]
         if (self._fused_fast and self.cfg.portfolio is None and tgt.override is None and self.decision_hook is None
-                and tgt.warm_until == math.inf):
+                and tgt.warm_until == math.inf and (self.cfg.mode == "fused" or not self.devices)):
             return tgt
         return None
 
@@ -341,12 +341,11 @@ class SpecRuntime(Conversations, DraftingModes):
         cfg = self.cfg
         tgt = self.targets[inst.name]
         pol = st.policy or tgt.policy
-        kf = getattr(pol, "k_for", None)
-        if (self._fused_fast and kf is not None and tgt.override is None and self.decision_hook is None
-                and (st.device is None or cfg.mode == "fused")):
+        if (self._fused_fast and (st.device is None or cfg.mode == "fused") and tgt.override is None
+                and self.decision_hook is None and getattr(pol, "k_for", None) is not None):
             # the fused round of a chain with a context-only gamma rule: the general path below
             # with the branches that cannot apply taken out (no Telemetry, no mode selector)
-            k = kf(r.num_computed, cfg.temperature)
+            k = pol.k_for(r.num_computed, cfg.temperature)
             st.tree = None
             st.drafted_now = st.k = k
             st.fused = True
