@@ -250,6 +250,26 @@ class SpecRuntime(Conversations, DraftingModes):
         st.ready = False
         tgt = self.targets[inst.name]
         tgt.ready_n -= 1
+        tree = st.tree
+        # policies see a tree by its depth
+        round_s, tpot_ms = self._tally(st, tgt, k, tree.depth(k) if tree is not None else k, a, now)
+        pf = self.cfg.portfolio
+        if pf is not None and pf.escalate(st.drafter, st.acc_est):
+            st.drafter += 1              # a larger drafter from the next round, judged afresh
+            st.escalations += 1
+            st.acc_est = ACC_PRIOR
+        gamma = tree.depth(st.drafted_now) if tree is not None else st.drafted_now
+        st.last_k, st.last_a = gamma, a
+        pol = st.policy or tgt.policy
+        if getattr(pol, "wants_feedback", True):
+            pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
+                         not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
+        if not last:
+            self._next_round(st, r, inst)
+
+    def _tally(self, st: SpecState, tgt, k: int, depth: int, a: int, now: float):
+        """A verified round's counts and estimates (acceptance, TPOT), for ``round_done`` and
+        ``fused_round``; returns (round seconds, TPOT ms)."""
         tgt.verified += k
         tgt.accepted += a
         st.rounds += 1
@@ -265,26 +285,12 @@ class SpecRuntime(Conversations, DraftingModes):
             st.tvt_max = tvt
         round_s = now - st.t_last
         st.t_last = now
-        tree = st.tree
-        depth = tree.depth(k) if tree is not None else k      # policies see a tree by its depth
         if depth:
             st.acc_est = 0.8 * st.acc_est + 0.2 * (a / depth)
-        pf = self.cfg.portfolio
-        if pf is not None and pf.escalate(st.drafter, st.acc_est):
-            st.drafter += 1              # a larger drafter from the next round, judged afresh
-            st.escalations += 1
-            st.acc_est = ACC_PRIOR
         tpot_ms = round_s * 1e3 / (a + 1)
         est = st.tpot_est
         st.tpot_est = tpot_ms if est == 0 else 0.8 * est + 0.2 * tpot_ms
-        gamma = tree.depth(st.drafted_now) if tree is not None else st.drafted_now
-        st.last_k, st.last_a = gamma, a
-        pol = st.policy or tgt.policy
-        if getattr(pol, "wants_feedback", True):
-            pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
-                         not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
-        if not last:
-            self._next_round(st, r, inst)
+        return round_s, tpot_ms
 
     def fast_target(self, inst):
         """This target's TargetState when the rounds verified on it this step can go through
@@ -308,23 +314,7 @@ class SpecRuntime(Conversations, DraftingModes):
             self.round_done(st, r, inst, k, a)
             return
         now = self.env.now
-        tgt.verified += k
-        tgt.accepted += a
-        st.rounds += 1
-        st.verified += k
-        st.accepted += a
-        st.drafted += st.drafted_now
-        st.fused_rounds += 1
-        tvt = now - st.t_ready
-        if tvt > st.tvt_max:
-            st.tvt_max = tvt
-        round_s = now - st.t_last
-        st.t_last = now
-        if k:
-            st.acc_est = 0.8 * st.acc_est + 0.2 * (a / k)
-        tpot_ms = round_s * 1e3 / (a + 1)
-        est = st.tpot_est
-        st.tpot_est = tpot_ms if est == 0 else 0.8 * est + 0.2 * tpot_ms
+        self._tally(st, tgt, k, k, a, now)
         st.last_k, st.last_a = st.drafted_now, a
         # the next round (_next_round's fast path; the drafter is warm for good)
         st.drafted_now = st.k = kf(r.num_computed, self.cfg.temperature)
