@@ -65,6 +65,9 @@ class SpeculativeSteps:
         bs = self.bs
         kb = self.kv_block_bytes
         wpt = self._step_wpt
+        itl = self.itl_extra
+        rt = spec[0][0].spec.rt
+        fast = rt.fast_target(self)      # a target whose fused rounds take the short way
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1
@@ -76,15 +79,20 @@ class SpeculativeSteps:
             if drop:
                 self.kv.free(drop, ())
             r.num_computed = new
-            self.itl_extra.append((t_end - r.t_last_token, 1))
+            itl.append((t_end - r.t_last_token, 1))
             if a:
-                self.itl_extra.append((0.0, a))
+                itl.append((0.0, a))
             r.t_last_token = t_end
             r.n_out += a + 1
             last = r.n_out >= r.max_tokens
             if last:
                 del self.spec_dec[r.rid]
-            r.spec.round_done(r, self, k, a, last)
+            sp = r.spec
             if last:
+                rt.round_done(sp, r, self, k, a, True)
                 self._complete(r, new, emit_t)
+            elif fast is not None:
+                rt.fused_round(sp, r, self, k, a, fast)
+            else:
+                rt.round_done(sp, r, self, k, a, False)
 

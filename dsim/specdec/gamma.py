@@ -54,6 +54,9 @@ class _Clamp:
         cls.wants_feedback = cls.on_round is not _Clamp.on_round
 
     wants_feedback = False
+    # policies whose k is a function of (context, temperature) alone say so with ``k_for``: the
+    # runtime's fused fast path asks it without building a Telemetry each round
+    k_for = None
 
 
 class StaticGamma(_Clamp):
@@ -63,6 +66,9 @@ class StaticGamma(_Clamp):
 
     def choose(self, t: Telemetry):
         return self.mode, self.k_min
+
+    def k_for(self, context_len: int, temperature: float) -> int:
+        return self.k_min
 
 
 class AcceptanceBackoff(_Clamp):
@@ -103,15 +109,18 @@ class SpecPP(_Clamp):
         self._memo = memo if memo is not None else {}
 
     def choose(self, t: Telemetry):
-        by_ctx = self._memo.get(t.temperature)
+        return DISTRIBUTED, self.k_for(t.context_len, t.temperature)
+
+    def k_for(self, context_len: int, temperature: float) -> int:
+        by_ctx = self._memo.get(temperature)
         if by_ctx is None:
-            by_ctx = self._memo[t.temperature] = {}
-        k = by_ctx.get(t.context_len)
+            by_ctx = self._memo[temperature] = {}
+        k = by_ctx.get(context_len)
         if k is None:
-            k = self._choose(t.context_len, t.temperature)
+            k = self._choose(context_len, temperature)
             if len(by_ctx) < self.MEMO_MAX:
-                by_ctx[t.context_len] = k
-        return DISTRIBUTED, k
+                by_ctx[context_len] = k
+        return k
 
     def _choose(self, context_len, temperature) -> int:
         probs = self.acc.probabilities(context_len, self.k_max, temperature)

@@ -26,7 +26,7 @@ from ..config.errors import ConfigError
 from ..latency.roofline import RooflineModel
 from ..network.fabric import Network
 from ..network.topology import MBPS, Topology
-from .acceptance import accepted_run, expected_accepted, sample_accepted
+from .acceptance import expected_accepted, sample_accepted
 from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
@@ -90,6 +90,8 @@ class SpecRuntime(Conversations, DraftingModes):
         self.unissued = 0
         self.by_context: dict = {}       # power-of-two context bin -> [rounds, verified, accepted]
         self.by_second: dict = {}        # whole simulated second -> [rounds, drafted, verified, accepted]
+        # _next_round's fused fast path: chains, every draft holding KV (no partial-verification draw)
+        self._fused_fast = cfg.tree is None and cfg.partial["mode"] == "all"
         self._bind(reqs)
         fleet.replica_hooks.append(self._setup_replica)
         for rep in fleet.replicas():
@@ -216,6 +218,7 @@ class SpecRuntime(Conversations, DraftingModes):
         pen = self.cfg.partial["rollback_penalty_ms"] * 1e-3
         one = self.cfg.portfolio is None
         acc0 = self.cfg.acceptance
+        probs_of = acc0.probabilities
         for row in rows:
             k = row[1]
             if k <= 0:
@@ -223,7 +226,12 @@ class SpecRuntime(Conversations, DraftingModes):
                 continue
             r = row[0]
             st = r.spec
-            a = accepted_run((acc0 if one else self._acceptance(st)).probabilities(r.num_computed, k, temp), u, i)
+            probs = (probs_of if one else self._acceptance(st).probabilities)(r.num_computed, k, temp)
+            a = 0                        # accepted_run, inline: leading drafts with u < p
+            for p in probs:
+                if u[i + a] >= p:
+                    break
+                a += 1
             i += k
             row[2] = a
             if a < k:
@@ -244,6 +252,26 @@ class SpecRuntime(Conversations, DraftingModes):
         st.ready = False
         tgt = self.targets[inst.name]
         tgt.ready_n -= 1
+        tree = st.tree
+        # policies see a tree by its depth
+        round_s, tpot_ms = self._tally(st, r, tgt, k, tree.depth(k) if tree is not None else k, a, now)
+        pf = self.cfg.portfolio
+        if pf is not None and pf.escalate(st.drafter, st.acc_est):
+            st.drafter += 1              # a larger drafter from the next round, judged afresh
+            st.escalations += 1
+            st.acc_est = ACC_PRIOR
+        gamma = tree.depth(st.drafted_now) if tree is not None else st.drafted_now
+        st.last_k, st.last_a = gamma, a
+        pol = st.policy or tgt.policy
+        if getattr(pol, "wants_feedback", True):
+            pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
+                         not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
+        if not last:
+            self._next_round(st, r, inst)
+
+    def _tally(self, st: SpecState, r, tgt, k: int, depth: int, a: int, now: float):
+        """A verified round's counts and estimates (acceptance, TPOT), for ``round_done`` and
+        ``fused_round``; returns (round seconds, TPOT ms)."""
         tgt.verified += k
         tgt.accepted += a
         st.rounds += 1
@@ -273,24 +301,43 @@ class SpecRuntime(Conversations, DraftingModes):
             st.tvt_max = tvt
         round_s = now - st.t_last
         st.t_last = now
-        depth = st.tree.depth(k) if st.tree is not None else k      # policies see a tree by its depth
         if depth:
             st.acc_est = 0.8 * st.acc_est + 0.2 * (a / depth)
-        pf = self.cfg.portfolio
-        if pf is not None and pf.escalate(st.drafter, st.acc_est):
-            st.drafter += 1              # a larger drafter from the next round, judged afresh
-            st.escalations += 1
-            st.acc_est = ACC_PRIOR
         tpot_ms = round_s * 1e3 / (a + 1)
-        st.tpot_est = tpot_ms if st.tpot_est == 0 else 0.8 * st.tpot_est + 0.2 * tpot_ms
-        gamma = st.tree.depth(st.drafted_now) if st.tree is not None else st.drafted_now
-        st.last_k, st.last_a = gamma, a
+        est = st.tpot_est
+        st.tpot_est = tpot_ms if est == 0 else 0.8 * est + 0.2 * tpot_ms
+        return round_s, tpot_ms
+
+    def fast_target(self, inst):
+        """This target's TargetState when the rounds verified on it this step can go through
+        ``fused_round`` (fused mode or no devices, chains, one drafter, no controller override or
+        decision hook, a drafter that never goes cold), else None."""
+        tgt = self.targets[inst.name]
+        if (self._fused_fast and self.cfg.portfolio is None and tgt.override is None and self.decision_hook is None
+                and tgt.warm_until == math.inf and (self.cfg.mode == "fused" or not self.devices)):
+            return tgt
+        return None
+
+    def fused_round(self, st: SpecState, r, inst, k: int, a: int, tgt) -> None:
+        """``round_done`` then ``_next_round`` for a fused round on a ``fast_target`` that is not the
+        conversation's last: the same updates in the same order, less the ones that cancel
+        (ready False then True, the verify queue down then up) and the branches that cannot
+        apply.  Rounds it cannot take (a device in distributed or hybrid mode, a policy that wants
+        feedback or the telemetry) go the general way."""
         pol = st.policy or tgt.policy
-        if getattr(pol, "wants_feedback", True):
-            pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
-                         not self.slo_tpot_ms or tpot_ms <= self.slo_tpot_ms)
-        if not last:
-            self._next_round(st, r, inst)
+        kf = pol.k_for
+        if kf is None or pol.wants_feedback or not st.fused or (st.device is not None and self.cfg.mode != "fused"):
+            self.round_done(st, r, inst, k, a)
+            return
+        now = self.env.now
+        self._tally(st, r, tgt, k, k, a, now)
+        st.last_k, st.last_a = st.drafted_now, a
+        # the next round (_next_round's fast path; the drafter is warm for good)
+        st.drafted_now = st.k = kf(r.num_computed, self.cfg.temperature)
+        st.t_ready = now
+        st.deadline = now + self.round_budget_s
+        if inst._wake is not None:
+            inst.wake()
 
     # ---- one round ---------------------------------------------------------------------------------
     def _rtt_ms(self, st) -> float:
@@ -298,13 +345,34 @@ class SpecRuntime(Conversations, DraftingModes):
 
     def _next_round(self, st: SpecState, r, inst) -> None:
         cfg = self.cfg
-        kv = inst.kv
         tgt = self.targets[inst.name]
+        pol = st.policy or tgt.policy
+        if (self._fused_fast and (st.device is None or cfg.mode == "fused") and tgt.override is None
+                and self.decision_hook is None and getattr(pol, "k_for", None) is not None):
+            # the fused round of a chain with a context-only gamma rule: the general path below
+            # with the branches that cannot apply taken out (no Telemetry, no mode selector)
+            k = pol.k_for(r.num_computed, cfg.temperature)
+            st.tree = None
+            st.drafted_now = st.k = k
+            st.fused = True
+            st.draft_model = self._fused_model(inst, st.drafter) if st.drafter > 0 else None
+            if tgt.warm_until != math.inf:
+                wait = self._drafter_ready(tgt)
+                if wait is not None:
+                    wait.callbacks.append(lambda _e: self._ready(st, inst))
+                    return
+            tgt.ready_n += 1
+            st.ready = True
+            st.t_ready = now = self.env.now
+            st.deadline = now + self.round_budget_s
+            if inst._wake is not None:
+                inst.wake()
+            return
+        kv = inst.kv
         tel = Telemetry(r.num_computed, st.last_k, st.last_a, st.acc_est, len(inst.waiting) + tgt.ready_n,
                         1.0 - kv.free_count / kv.total,
                         2e3 * self.net.latency_s(st.device.name, self.gw) if st.device is not None else 0.0,
                         st.tpot_est, self.slo_tpot_ms, cfg.temperature)
-        pol = st.policy or tgt.policy
         pmode, k = pol.choose(tel)
         if self.decision_hook is not None:
             self.decision_hook(r, pol)
