@@ -182,8 +182,9 @@ def _trace(args) -> int:
 def _profile(args) -> int:
     from .cluster.interpolate import profile_scenario
     from .config.scenario import load_scenario
+    from .runner import simulate
     from .shipped import resolve
-    tables = profile_scenario(load_scenario(resolve(args.scenario), args.overrides))
+    tables = profile_scenario(load_scenario(resolve(args.scenario), args.overrides), simulate)
     text = json.dumps(tables, indent=1, sort_keys=True) + "\n"
     if args.out is None:
         sys.stdout.write(text)

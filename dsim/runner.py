@@ -13,7 +13,8 @@ from ._version import __version__
 from .config.errors import ConfigError
 from .config.files import recording_reads
 from .config.scenario import Scenario, load_scenario
-from .cluster.control import build_controllers, run_controller
+from .cluster.control import run_controller
+from .cluster.controllers import build_controllers
 from .cluster.fleet import Fleet
 from .core.request import PENDING
 from .core.simulation import Simulation, arrival_timeout
@@ -156,6 +157,12 @@ class Session:
         with recording_reads() as read:       # traces, LUTs, coefficient files: hashed in the manifest
             self._build(scn, check_invariants, progress, controllers, vllm_traces, keep_steps)
         self.data_files = frozenset(read) | scn.data_files
+
+    @staticmethod
+    def simulate_scenario(scn: Scenario, **kw) -> "Session":
+        """``simulate`` for the layers below the runner that run scenarios of their own (the
+        interpolating planner's profiles), handed to them with the session."""
+        return simulate(scn, **kw)
 
     def _build(self, scn, check_invariants, progress, controllers, vllm_traces, keep_steps) -> None:
         self.scn = scn

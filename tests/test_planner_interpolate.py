@@ -11,6 +11,7 @@ import pytest
 import dsim
 from dsim.cluster import interpolate as ip
 from dsim.config.errors import ConfigError
+from dsim.runner import simulate
 
 
 def _prof():
@@ -111,7 +112,7 @@ def test_correction_factors_are_observed_over_expected(tmp_path):
 
 def test_the_profile_is_monotone_and_is_dsims_own_ttft():
     scn = dsim.load_scenario(SCN)
-    prof = ip.profile_pool(scn.raw, 0, scn.base_dir)
+    prof = ip.profile_pool(scn.raw, 0, simulate, scn.base_dir)
     assert np.all(np.diff(prof.ttft_s) > 0)
     for n, row in zip(prof.conc, prof.itl_s):
         assert np.all(np.diff(n) > 0) and np.all(np.diff(row) >= 0) and row.size >= 3

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dsim.config.schema.docstrings import described_schema
+from dsim.config.schema.jsonschema import described_schema
 
 from dsim import ConfigError
 from dsim.config.scenario import load_scenario

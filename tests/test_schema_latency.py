@@ -107,7 +107,7 @@ def test_a_pools_own_section_is_parsed_under_its_path():
 
 
 def test_json_schema_documents_every_key():
-    from dsim.config.schema.docstrings import described_schema
+    from dsim.config.schema.jsonschema import described_schema
     from dsim.config.schema.scenario import ScenarioConfig
     js = described_schema(ScenarioConfig)
     defs = js["$defs"]

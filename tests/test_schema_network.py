@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dsim.config.schema.docstrings import described_schema
+from dsim.config.schema.jsonschema import described_schema
 import simpy
 
 import dsim

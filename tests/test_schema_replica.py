@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from dsim.config.schema.docstrings import described_schema
+from dsim.config.schema.jsonschema import described_schema
 
 from dsim import load_scenario
 from dsim.config import hardware as hw

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dsim.config.schema.docstrings import described_schema
+from dsim.config.schema.jsonschema import described_schema
 import yaml
 
 from dsim.config.errors import ConfigError

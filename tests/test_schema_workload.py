@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dsim.config.schema.docstrings import described_schema
+from dsim.config.schema.jsonschema import described_schema
 
 import dsim
 from dsim.config.errors import ConfigError

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.errors import ConfigError
-from .realrun import RealRun
+from .runs import RealRun
 
 MAX_WINDOW_PREFILLS = 2_000_000      # (window, prefill) pairs stage 1 holds in memory (x GEMM kinds)
 TARGETS = (("e2e", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("tpot", "p50"))

@@ -14,7 +14,7 @@ from ..config.errors import ConfigError
 from ..config.files import parse_json, read_text
 from ..config.limits import MAX_TOKENS
 from ..metrics import capture as fmt
-from .realrun import RealRun, _set_throughput, _trace_stage, _yaml_mapping, jsonl_records
+from .runs import RealRun, jsonl_records, set_throughput, trace_stage, yaml_mapping
 
 _ANSWER = 1 << 60         # segment id of the filler sent for request i's answer: (1 << 60) + i
 _EXTRA = 1 << 61          # tokens the server counted beyond the drawn prompt (a chat template): own to request i
@@ -77,7 +77,7 @@ def read_capture(folder: Path, hardware: str | None = None) -> RealRun:
                           f"{fmt.FORMAT!r} (a dsim observe capture)")
     if cap.get("version") != fmt.VERSION:
         raise ConfigError(f"{cap_p}.version", cap.get("version"), f"{fmt.VERSION} (this dsim reads that version)")
-    scn_src = _yaml_mapping(folder / fmt.SCENARIO)
+    scn_src = yaml_mapping(folder / fmt.SCENARIO)
     drawn = [w for _, w in _lines(folder / fmt.WORKLOAD)]
     sent = _lines(folder / fmt.REQUESTS)
     ok = []
@@ -117,11 +117,11 @@ def read_capture(folder: Path, hardware: str | None = None) -> RealRun:
         for k, v in (("arrival_s", r["sent_s"]), ("first_s", r["first_token_s"]), ("last_s", r["last_token_s"]),
                      ("prompt", prompt), ("output", n_out)):
             times[k].append(v)
-    st = _trace_stage(rows, ttft, tpot, e2e, itl)
+    st = trace_stage(rows, ttft, tpot, e2e, itl)
     n = cap.get("requests") or {}
     st.failures = sum(1 for _, r in sent if not fmt.succeeded(r) and not r.get("cancelled"))
     st.overloaded = st.failures > 0.01 * len(sent)
-    _set_throughput(st, rows, times["arrival_s"], times["last_s"])
+    set_throughput(st, rows, times["arrival_s"], times["last_s"])
     scn = {k: scn_src[k] for k in DEPLOYMENT if scn_src.get(k) is not None}
     scn["name"] = folder.name
     if hardware:

@@ -27,7 +27,7 @@ from ..metrics.exact import weighted_stats
 from ..metrics.measures import ledger_latencies, request_latencies
 from ..metrics.writers import AtomicOutput, to_json
 from .diagnostics import KS_PASS, MEDIAN_PASS, replay_pass
-from .realrun import METRICS, QUANTS, RealRun, quantiles
+from .runs import METRICS, QUANTS, RealRun, quantiles
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config.errors import ConfigError
+from ..report.cosim import acceptance_line, pct as _pct
 
 KS_PASS = 0.15            # Iteration 10, End-to-End Validation Protocol: KS statistic < 0.15 per metric
 MEDIAN_PASS = 0.20        # ... and median relative error < 20 % per metric
@@ -456,23 +457,6 @@ def calibrate_diagnostics(prob, ctxs, kind: str, space, fitted: dict, n_targets:
 
 
 # ---- text ----------------------------------------------------------------------------------------------
-def _pct(x):
-    return "n/a" if x is None else f"{x:.1%}"
-
-
-def acceptance_line(a: dict) -> str:
-    if a["threshold"] is None:
-        verdict = "not evaluated" if a["passed"] is None else ("passed" if a["passed"] else
-                                                                 "FAILED: " + ", ".join(a["failed"]))
-        return f"{a['criterion']} ({a['metric']}): {verdict}"
-    head = f"{a['applies_to']} {a['criterion']} < {a['threshold']:.0%}"
-    if a["passed"] is None:
-        return f"{head}: not evaluated ({a['not_evaluated']})"
-    n = len(a["values"])
-    return (f"{head}: worst {_pct(a['worst'])} of {n} configuration{'s' if n > 1 else ''} "
-            f"{'passed' if a['passed'] else 'FAILED'} [{a['metric']}]")
-
-
 def console_lines(d: dict) -> list:
     """The diagnostics in a few printed lines."""
     out = []

@@ -17,7 +17,7 @@ import logging
 import numpy as np
 
 from ..config.errors import ConfigError
-from .realrun import RealRun, Stage, quantiles
+from .runs import RealRun, Stage, quantiles
 
 _log = logging.getLogger(__name__)
 

@@ -16,100 +16,19 @@ All latencies are kept in milliseconds.
 """
 from __future__ import annotations
 
-import copy
 import csv
-import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import yaml
-
-from ..config.files import read_yaml
 from ..config.errors import ConfigError
-from ..config.files import check_expansion, parse_json, read_text
+from ..config.files import parse_json, read_text
 from ..config.limits import MAX_TOKENS
-from ..metrics.exact import percentiles
 from .benchjson import bench_requests
+from .runs import COALESCED, RealRun, Stage, jsonl_records, set_throughput, trace_stage, yaml_mapping
 
-QUANTS = ("mean", "p50", "p90", "p95", "p99")
-METRICS = ("ttft", "tpot", "itl", "e2e")
-COALESCED = 0.25      # an ITL median below this share of its mean: chunks were read together
 # substrings of torch's device name -> our device profile
 DEVICE_NAMES = (("H100", "H100-SXM"), ("A100-SXM4-40GB", "A100-40GB"), ("A100", "A100-80GB"), ("L40S", "L40S"),
                 ("A40", "A40"), ("4090", "RTX4090"), ("PRO 6000", "RTXPRO6000"), ("RTXPRO6000", "RTXPRO6000"))
-
-
-@dataclass
-class Stage:
-    """One slice of a run compared on its own: a constant-rate load stage, or the whole run."""
-    name: str
-    t0: float                       # arrival window [t0, t1) in the replayed workload's seconds
-    t1: float
-    real: dict                      # metric -> {mean, p50, p90, p95, p99 (ms), count}
-    samples: dict = field(default_factory=dict)   # metric -> per-request values (ms) when known
-    throughput: dict = field(default_factory=dict)  # requests_per_s, output_tokens_per_s (real)
-    rate: float | None = None       # offered req/s
-    failures: int = 0
-    overloaded: bool = False
-    itl_not_compared: dict | None = None    # the source's ITL (p50, mean, per-token time) when it times messages
-    held_out: bool = False          # compared, but left out of every fitting loss (dsim cosim --holdout)
-
-
-@dataclass
-class RealRun:
-    name: str
-    source: str                     # inference-perf | llmservingsim | vllm-bench | generic
-    path: str
-    scenario: dict                  # replays the run (workload may point at ``trace_rows``)
-    stages: list
-    trace_rows: list | None = None  # exact arrivals: [{arrival_s, prompt_tokens, output_tokens, request_id}]
-    notes: list = field(default_factory=list)
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def overloaded(self) -> bool:
-        return any(s.overloaded for s in self.stages)
-
-    @property
-    def model(self) -> str:
-        return str(self.scenario.get("model"))
-
-    @property
-    def hardware(self) -> str:
-        return str(self.scenario.get("hardware"))
-
-    def shortened(self, seconds: float) -> "RealRun":
-        """A copy whose regenerated load stages last at most ``seconds`` each (same rates, same real
-        aggregates): constant-rate stages reach steady state quickly, and fits simulate it many times."""
-        wl = self.scenario["workload"]
-        if wl.get("type") != "staged":
-            return self
-        run = copy.deepcopy(self)
-        t0 = 0.0
-        by_t0 = {s.t0: s for s in run.stages}
-        old_t0 = 0.0
-        for st in run.scenario["workload"]["stages"]:
-            d = min(st["duration_s"], seconds)
-            s = by_t0.get(old_t0)
-            if s is not None:
-                s.t0, s.t1 = t0, t0 + d
-            old_t0 += st["duration_s"]
-            st["duration_s"] = d
-            t0 += d
-        return run
-
-
-def quantiles(values) -> dict:
-    """The comparison quantiles of a sample (ms); {} when empty."""
-    a = np.asarray(values, dtype=float)
-    if a.size == 0:
-        return {"count": 0}
-    out = {"count": int(a.size), "mean": float(a.mean())}
-    for q, v in zip(QUANTS[1:], percentiles(a, [50, 90, 95, 99])):
-        out[q] = float(v)
-    return out
 
 
 def device_for(name: str | None, fallback: str | None = None) -> str | None:
@@ -123,23 +42,6 @@ def _read_json(p: Path, where: str):
     if not Path(p).is_file():
         raise ConfigError(where, str(p), "an existing file")
     return parse_json(read_text(p), str(p))
-
-
-def jsonl_records(p: Path, what: str = "request") -> list:
-    """[(``file:line``, object)] of a JSONL file, read bounded (bad bytes and a non-object line name
-    the file and line)."""
-    out = []
-    for i, line in enumerate(read_text(p).split("\n"), 1):
-        if line.strip():
-            where = f"{p}:{i}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(where, line.strip()[:60], f"a JSON object ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise ConfigError(where, type(rec).__name__, f"a JSON object, one {what} a line")
-            out.append((where, rec))
-    return out
 
 
 def _num(rec: dict, key: str, where: str) -> float:
@@ -158,22 +60,6 @@ def _num(rec: dict, key: str, where: str) -> float:
 def _engine(kw: dict, keys=("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                             "enable_prefix_caching", "enable_chunked_prefill", "num_gpu_blocks", "block_size")) -> dict:
     return {k: kw[k] for k in keys if kw.get(k) is not None}
-
-
-def _trace_stage(rows: list, ttft, tpot, e2e, itl, name="all") -> Stage:
-    t_last = max(r["arrival_s"] for r in rows)
-    samples = {"ttft": ttft, "tpot": tpot, "e2e": e2e}
-    if itl is not None:
-        samples["itl"] = itl
-    return Stage(name, 0.0, math.inf, {m: quantiles(v) for m, v in samples.items()}, samples,
-                 rate=len(rows) / t_last if t_last > 0 else None)
-
-
-def _set_throughput(st: Stage, rows, start, end) -> None:
-    span = max(end) - min(start)
-    if span > 0:
-        st.throughput = {"requests_per_s": len(rows) / span,
-                         "output_tokens_per_s": sum(r["output_tokens"] for r in rows) / span}
 
 
 # ---- LLMServingSim-style: meta.json + requests.jsonl ----------------------------------------------
@@ -221,8 +107,8 @@ def read_llmservingsim(folder: Path, hardware: str | None = None) -> RealRun:
             tpot.append(each_tpot[-1])
         start.append(q)
         end.append(last)
-    st = _trace_stage(rows, ttft, tpot, e2e, None)
-    _set_throughput(st, rows, start, end)
+    st = trace_stage(rows, ttft, tpot, e2e, None)
+    set_throughput(st, rows, start, end)
     dp = int(kw.get("data_parallel_size") or 1)
     scn = {"name": folder.name, "model": meta.get("model") or kw.get("model"), "hardware": dev,
            "engine": _engine(kw), "workload": {"type": "trace"}}
@@ -257,8 +143,8 @@ def read_inference_perf(folder: Path, hardware: str | None = None) -> RealRun:
     for name in ("exp-config.yaml", "profile.yaml"):
         if not (folder / name).exists():
             raise ConfigError(str(folder), name, "an inference-perf folder with this file")
-    exp = _yaml_mapping(folder / "exp-config.yaml")
-    prof = _yaml_mapping(folder / "profile.yaml")
+    exp = yaml_mapping(folder / "exp-config.yaml")
+    prof = yaml_mapping(folder / "profile.yaml")
     client, client_file = _iperf_client_config(folder, prof)
     data = client.get("data") or {}
     sp = data.get("shared_prefix")
@@ -316,7 +202,7 @@ def _iperf_client_config(folder: Path, prof: dict) -> tuple[dict, str]:
     f = folder / "results" / "config.yaml"
     if not f.exists():
         return prof, "profile.yaml"
-    return _yaml_mapping(f), "results/config.yaml"
+    return yaml_mapping(f), "results/config.yaml"
 
 
 def _count(d: dict, key: str, default, where: str) -> int:
@@ -326,22 +212,6 @@ def _count(d: dict, key: str, default, where: str) -> int:
             or v > MAX_TOKENS:
         raise ConfigError(f"{where}.{key}", v, f"an integer in [1, {MAX_TOKENS:.0e}]")
     return int(v)
-
-
-def _yaml_mapping(f: Path) -> dict:
-    """A run folder's YAML file as a mapping, read like every user file (a regular file, bounded,
-    UTF-8, aliases bounded): a FIFO here used to block, /dev/zero to exhaust memory, a folder or a
-    list to be an internal error, undecodable bytes to be an error naming no file."""
-    text = read_text(f)
-    try:
-        doc = read_yaml(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(str(f), None, f"valid YAML ({e})", show_value=False) from None
-    check_expansion(doc, str(f))
-    doc = {} if doc is None else doc
-    if not isinstance(doc, dict):
-        raise ConfigError(str(f), type(doc).__name__, "a mapping")
-    return doc
 
 
 def _iperf_prompts(sp: dict, where: str) -> tuple[dict, str]:
@@ -465,7 +335,7 @@ def read_vllm_bench(p: Path, model: str | None = None, hardware: str | None = No
         raise ConfigError(f"{p}.model_id", m, "the model's name (text)")
     scn = {"name": name, "model": m, "hardware": hardware, "engine": dict(engine or {}),
            "workload": {"type": "trace", **({"max_concurrency": cap} if cap else {})}}
-    st = _trace_stage(lens, ttft, tpot, e2e, itl)
+    st = trace_stage(lens, ttft, tpot, e2e, itl)
     st.rate = None if math.isinf(rate) else rate
     if req["duration"] > 0:
         st.throughput = {"requests_per_s": len(lens) / req["duration"],
@@ -541,7 +411,7 @@ def read_generic(p: Path, columns: dict, model: str | None = None, hardware: str
             times[k].append(v)
     scn = {"name": p.stem, "model": model, "hardware": hardware, "engine": dict(engine or {}),
            "workload": {"type": "trace"}}
-    return RealRun(p.stem, "generic", str(p), scn, [_trace_stage(rows, ttft, tpot, e2e, None)], rows,
+    return RealRun(p.stem, "generic", str(p), scn, [trace_stage(rows, ttft, tpot, e2e, None)], rows,
                    ["arrivals replayed exactly from the file"],
                    {"token_times": times, "per_request": {"ttft": ttft, "tpot": each_tpot, "e2e": e2e}})
 

@@ -105,12 +105,12 @@ def _pool_scenario(raw: dict, index: int, workload: dict) -> dict:
     return s
 
 
-def profile_pool(raw: dict, index: int, base_dir=None) -> Profile:
+def profile_pool(raw: dict, index: int, simulate, base_dir=None) -> Profile:
     """Measure pool ``index`` of the resolved scenario ``raw`` on one replica: the TTFT of one
     request per input length (a run each), and the duration of a decode-only step of n decoders per
-    context length.  Deterministic; cached per pool configuration in the process."""
+    context length.  ``simulate``: the runner's ``simulate`` (handed down: this layer sits below
+    the runner).  Deterministic; cached per pool configuration in the process."""
     from ..config.scenario import load_scenario
-    from ..runner import simulate
     key = repr((raw.get("model"), raw.get("hardware"), raw.get("engine"), raw.get("latency"),
                 ((raw.get("cluster") or {}).get("pools") or [None])[index], raw.get("seed"), raw.get("seeds"),
                 str(base_dir)))
@@ -147,12 +147,13 @@ def profile_pool(raw: dict, index: int, base_dir=None) -> Profile:
     return prof
 
 
-def profile_scenario(scn) -> dict:
-    """``dsim profile``: every pool's tables, by pool name (a scenario of clusters is refused)."""
+def profile_scenario(scn, simulate) -> dict:
+    """``dsim profile``: every pool's tables, by pool name (a scenario of clusters is refused);
+    ``simulate`` as for ``profile_pool``."""
     if (scn.raw.get("cluster") or {}).get("clusters") is not None:
         raise ConfigError("cluster.clusters", None, "a single cluster's pools (dsim profile measures cluster.pools)",
                           show_value=False)
-    return {p.name: profile_pool(scn.raw, i, scn.base_dir).to_dict() for i, p in enumerate(scn.fleet.pools)}
+    return {p.name: profile_pool(scn.raw, i, simulate, scn.base_dir).to_dict() for i, p in enumerate(scn.fleet.pools)}
 
 
 def predict(history: list, kind: str) -> float:
@@ -201,7 +202,7 @@ class InterpolatingPlanner:
         self.dwell = cfg.cadence_s if cfg.min_dwell_s is None else cfg.min_dwell_s
         tpot = scn.slo_tpot_ms
         self.itl_target = math.inf if tpot is None else tpot / 1e3
-        self.profiles = {p.name: profile_pool(scn.raw, i, scn.base_dir)
+        self.profiles = {p.name: profile_pool(scn.raw, i, session.simulate_scenario, scn.base_dir)
                          for i, p in enumerate(scn.fleet.pools)}
         self.history: dict = {name: {"num_req": [], "isl": [], "osl": []} for name in fleet.pools}
         self.ticks: list = []

@@ -70,9 +70,27 @@ def _mark(x):
     return "n/a" if x is None else ("pass" if x else "FAIL")
 
 
+def pct(x) -> str:
+    """A share as a percentage with one decimal, "n/a" for None (the calibration diagnostics' form)."""
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def acceptance_line(a: dict) -> str:
+    """One acceptance criterion of a fit (dsim.calibrate.diagnostics) as a line of the report and console."""
+    if a["threshold"] is None:
+        verdict = "not evaluated" if a["passed"] is None else ("passed" if a["passed"] else
+                                                                 "FAILED: " + ", ".join(a["failed"]))
+        return f"{a['criterion']} ({a['metric']}): {verdict}"
+    head = f"{a['applies_to']} {a['criterion']} < {a['threshold']:.0%}"
+    if a["passed"] is None:
+        return f"{head}: not evaluated ({a['not_evaluated']})"
+    n = len(a["values"])
+    return (f"{head}: worst {pct(a['worst'])} of {n} configuration{'s' if n > 1 else ''} "
+            f"{'passed' if a['passed'] else 'FAILED'} [{a['metric']}]")
+
+
 def _diagnostics(page, diag: dict) -> None:
     """df and the acceptance criteria of a fit (dsim.calibrate.diagnostics)."""
-    from ..calibrate.diagnostics import acceptance_line
     page.h2("Diagnostics (seed 000 training pipeline)")
     for side, x in diag.get("degrees_of_freedom", {}).items():
         if "df" in x:

@@ -43,10 +43,3 @@ def field_docs(cls) -> dict:
     for klass in reversed(cls.__mro__):
         add(klass)
     return out
-
-
-def described_schema(model) -> dict:
-    """The JSON Schema of ``model`` with every field's docstring as its description, and every
-    section model under ``$defs`` (referenced by ``$ref``) once."""
-    from .jsonschema import model_json_schema
-    return model_json_schema(model)

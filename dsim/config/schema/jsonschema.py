@@ -157,3 +157,9 @@ def model_json_schema(cls) -> dict:
     if gen.defs:
         js["$defs"] = dict(sorted(gen.defs.items()))
     return js
+
+
+def described_schema(model) -> dict:
+    """The JSON Schema of ``model`` with every field's docstring as its description, and every
+    section model under ``$defs`` (referenced by ``$ref``) once."""
+    return model_json_schema(model)
