@@ -17,6 +17,7 @@ pytest.importorskip("aiohttp")
 from fake_openai import CHAT_TEMPLATE_TOKENS, FakeServer  # noqa: E402
 
 from dsim.calibrate.realrun import load_real  # noqa: E402
+from dsim.config.errors import ConfigError  # noqa: E402
 from dsim.cli import main  # noqa: E402
 
 TTFT, ITL = 0.05, 0.02
@@ -123,6 +124,25 @@ def test_the_replay_is_the_drawn_workload_exactly(captured):
     for row, w in zip(run.trace_rows, drawn):
         assert (row["prompt_tokens"], row["output_tokens"]) == (w["prompt_tokens"], w["output_tokens"])
         assert row["segments"] == w["segments"] and row["prefix_group"] == w["prefix_group"]
+
+
+@pytest.mark.parametrize("key,value", [("arrival_s", None), ("arrival_s", "soon"), ("prompt_tokens", 0),
+                                       ("output_tokens", 1.5), ("segments", [[1, "a"]]), ("segments", 7)])
+def test_an_edited_workload_line_is_a_user_error_naming_it(captured, tmp_path, key, value):
+    """A capture whose workload.jsonl was edited or truncated: was an internal error (KeyError,
+    TypeError), now a ConfigError naming the file, line and key."""
+    d, _, _ = captured
+    import shutil
+    cap = tmp_path / "cap"
+    shutil.copytree(d / "cap", cap)
+    lines = _lines(cap / "workload.jsonl")
+    if value is None:
+        del lines[1][key]
+    else:
+        lines[1][key] = value
+    (cap / "workload.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.raises(ConfigError, match=rf"workload.jsonl:2\.{key}"):
+        load_real(cap)
 
 
 def test_cosim_and_calibrate_read_a_capture(captured, tmp_path):
@@ -289,3 +309,14 @@ def test_filler_prompts_are_deterministic_prefix_stable_and_in_range(tmp_path):
     code = "from dsim.serve import prompts; print(prompts.token_ids([(123456789, 8)]))"
     other = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert json.loads(other) == prompts.token_ids([(123456789, 8)])               # the same in every process
+
+
+def test_an_endpoint_url_must_agree_with_api():
+    """A chat body sent to /v1/completions (or the reverse) failed every request and exited 0."""
+    from dsim.serve.observe import endpoint
+    assert endpoint("http://h:8000/v1/chat/completions", "chat") == ("http://h:8000/v1/chat/completions", "http://h:8000")
+    assert endpoint("http://h:8000/v1", "completions") == ("http://h:8000/v1/completions", "http://h:8000")
+    with pytest.raises(ConfigError, match=r"--api: got 'completions', expected chat"):
+        endpoint("http://h:8000/v1/chat/completions", "completions")
+    with pytest.raises(ConfigError, match=r"--api: got 'chat', expected completions"):
+        endpoint("http://h:8000/v1/completions", "chat")

@@ -63,3 +63,17 @@ def test_threshold_default_and_rules():
         load_engine({"max_num_partial_prefills": 2, "enable_chunked_prefill": False, "max_model_len": 2048})
     with pytest.raises(ConfigError, match="engine.max_long_partial_prefills"):
         load_engine({"max_num_partial_prefills": 2, "max_long_partial_prefills": 3})
+
+
+def test_a_share_smaller_than_a_block_is_refused_not_a_stalled_scheduler():
+    """budget // N below one block (prefix cache on) scheduled no prefill at all: a run ended in
+    "scheduler made no progress" (an internal error); it is a configuration error now."""
+    with pytest.raises(ConfigError, match=r"engine.max_num_partial_prefills: got 8, expected at most "
+                                          r"max_num_batched_tokens // 16 = 4"):
+        load_engine({"max_num_partial_prefills": 8, "max_num_batched_tokens": 64, "max_model_len": 64,
+                     "enable_prefix_caching": True, "enable_chunked_prefill": True})
+    e = load_engine({"max_num_partial_prefills": 4, "max_num_batched_tokens": 64, "max_model_len": 64,
+                     "enable_prefix_caching": True})
+    assert e.max_num_partial_prefills == 4                  # exactly one block each: allowed
+    load_engine({"max_num_partial_prefills": 8, "max_num_batched_tokens": 64, "max_model_len": 64,
+                 "enable_prefix_caching": False})           # without the cache a share is 8 tokens

@@ -232,6 +232,7 @@ def test_malformed_requests_get_4xx_and_the_server_keeps_serving():
             (dict(json={"prompt": "x", "stream": "yes"}), 400),
             (dict(json={"prompt": "x", "model": "no-such-model"}), 404),
             (dict(json={"prompt": "x", "slo_class": "gold"}), 400),                # quickstart has no slo.classes
+            (dict(json={"prompt": "x", "slo_class": ["a"]}), 400),                 # not a string (was a 500)
             (dict(json={"prompt": " ".join(["w"] * 1001)}), 400),                  # over --max-prompt-tokens
             (dict(json={"prompt": "x", "max_tokens": 9000}), 400),                 # over max_model_len
             (dict(content=b"x" * 30_000), 413),
@@ -244,6 +245,8 @@ def test_malformed_requests_get_4xx_and_the_server_keeps_serving():
             assert c.post("/v1/completions", json=good).status_code == 200
         r = c.post("/v1/chat/completions", json={"messages": "hi"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages"          # was a 500
         assert c.get("/v1/completions").status_code == 405
         assert c.get("/nowhere").json()["error"]["type"] == "NotFoundError"
         # the concurrency cap: two long requests in flight, the third gets 429
@@ -287,6 +290,12 @@ def test_one_port_per_replica(tmp_path):
             assert s.metrics(p2)["vllm:num_requests_running"] == 0
             assert s.metrics()["vllm:num_requests_running"] == 3         # the fleet's port sees both
             assert all(f.result().status_code == 200 for f in futs)
+        # a replica the autoscaler took out (retired) no longer takes requests on its port
+        rep_b = next(r for r in s.rt.replicas() if r.name == b)
+        rep_b.state = "retired"
+        r = _CLIENT.post(f"http://127.0.0.1:{p2}/v1/completions", json=body)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "replica_not_ready"
+        rep_b.state = "ready"
     finally:
         s.close()
 
@@ -305,3 +314,23 @@ def test_cli_errors_and_lazy_imports():
     mods = subprocess.run([sys.executable, "-c", "import dsim, dsim.cli, dsim.runner, sys; "
                            f"print(sorted(m for m in {web} if m in sys.modules))"], capture_output=True, text=True)
     assert mods.stdout.strip() == "[]"
+
+
+def test_a_simulation_error_while_advancing_stops_the_server():
+    """An exception raised while a request or a scrape advanced the simulation used to become one
+    HTTP 500 while the server went on serving a simulation that had lost the failing event."""
+    rt = build(QUICKSTART)
+    server = Server(rt, "127.0.0.1", 0, False, Limits())
+    rt.start()
+    rt.env.timeout(0.0)                      # an event due now
+
+    def boom():
+        raise RuntimeError("a bug")
+    rt.env.step = boom
+    with pytest.raises(RuntimeError, match="a bug"):
+        rt.advance()
+    assert isinstance(server.failure, RuntimeError)            # the server was told: it stops serving
+    with pytest.raises(RuntimeError, match="a bug"):
+        rt.advance()                                           # and nothing runs the simulation on
+    for s in server.sockets:
+        s.close()

@@ -52,6 +52,12 @@ def test_short_way_gives_the_general_way_bit_for_bit(name, monkeypatch):
     fast = _outcome(scn)
     assert len(taken) > 500                          # the short way did carry the run
     monkeypatch.setattr(SpecRuntime, "fast_target", lambda self, inst: None)
+    init = SpecRuntime.__init__
+
+    def general_only(self, *a, **kw):                              # _next_round's fast path off too
+        init(self, *a, **kw)
+        self._fused_fast = False
+    monkeypatch.setattr(SpecRuntime, "__init__", general_only)
     taken.clear()
     general = _outcome(scn)
     assert not taken

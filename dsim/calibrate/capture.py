@@ -8,6 +8,7 @@ and every latency is timed from when the request was sent, as the client measure
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..config.errors import ConfigError
@@ -47,6 +48,25 @@ def _segments(w: dict, prompt: int, index: int) -> list | None:
     return out
 
 
+def _drawn(w: dict, where: str) -> dict:
+    """A line of workload.jsonl, checked before the replay reads it: a finite arrival time >= 0,
+    token counts in [1, MAX_TOKENS], segments as [[id, tokens >= 0], ...] (an edited or truncated file
+    is a ConfigError naming its line, not an internal error)."""
+    t = w.get("arrival_s")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not (t >= 0 and math.isfinite(t)):
+        raise ConfigError(f"{where}.arrival_s", t, "a finite time >= 0 (seconds)")
+    for key in ("prompt_tokens", "output_tokens"):
+        v = w.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:
+            raise ConfigError(f"{where}.{key}", v, f"an integer in [1, {MAX_TOKENS:.0e}]")
+    segs = w.get("segments")
+    if segs is not None and not (isinstance(segs, list) and all(
+            isinstance(g, list) and len(g) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in g)
+            and g[1] >= 0 for g in segs)):
+        raise ConfigError(f"{where}.segments", segs, "a list of [segment id, tokens >= 0] pairs")
+    return w
+
+
 def _int_or(rec: dict, key: str, default: int, where: str) -> int:
     v = rec.get(key)
     if v is None:
@@ -78,7 +98,7 @@ def read_capture(folder: Path, hardware: str | None = None) -> RealRun:
     if cap.get("version") != fmt.VERSION:
         raise ConfigError(f"{cap_p}.version", cap.get("version"), f"{fmt.VERSION} (this dsim reads that version)")
     scn_src = yaml_mapping(folder / fmt.SCENARIO)
-    drawn = [w for _, w in _lines(folder / fmt.WORKLOAD)]
+    drawn = [_drawn(w, where) for where, w in _lines(folder / fmt.WORKLOAD)]
     sent = _lines(folder / fmt.REQUESTS)
     ok = []
     for where, r in sent:

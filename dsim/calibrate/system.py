@@ -14,6 +14,8 @@ With the fitted coefficients in the loop, on every run given:
 """
 from __future__ import annotations
 
+import math
+
 from .calibrate import run_errors
 
 E2E_MAPE = 0.15
@@ -50,7 +52,8 @@ def system_report(runs, reports, lat: dict, cliffs: bool = True) -> dict:
 
 
 def _staged_overload(run) -> bool:
-    return run.scenario.get("workload", {}).get("type") == "staged" and any(s.overloaded for s in run.stages)
+    """A staged run with an overloaded stage whose offered rate is known (the cliff needs a bracket)."""
+    return run.scenario.get("workload", {}).get("type") == "staged" and any(s.overloaded and s.rate for s in run.stages)
 
 
 def cliff_row(run, lat: dict) -> dict:
@@ -62,7 +65,7 @@ def cliff_row(run, lat: dict) -> dict:
     sim, low_ttft = saturation_cliff(run, lat)
     ok = sim is not None and lo * (1 - CLIFF) <= sim <= hi * (1 + CLIFF)
     return {"run": run.name, "real_above_rps": lo, "real_at_most_rps": hi, "sim_cliff_rps": sim,
-            "low_load_ttft_ms": low_ttft * 1e3, "pass": ok}
+            "low_load_ttft_ms": low_ttft * 1e3 if low_ttft is not None and math.isfinite(low_ttft) else None, "pass": ok}
 
 
 def _pct(v) -> str:

@@ -203,6 +203,12 @@ def load_engine(cfg=None, path: str = "engine") -> EngineConfig:
     if e.max_num_partial_prefills > 1 and not e.enable_chunked_prefill:
         raise ConfigError(f"{path}.max_num_partial_prefills", e.max_num_partial_prefills,
                           "1 when enable_chunked_prefill is false (partial prefills are chunks)")
+    unit = e.block_size if e.enable_prefix_caching else 1       # a chunk is whole blocks with the prefix cache
+    if e.max_num_partial_prefills > 1 and e.max_num_batched_tokens // e.max_num_partial_prefills < unit:
+        raise ConfigError(f"{path}.max_num_partial_prefills", e.max_num_partial_prefills,
+                          f"at most max_num_batched_tokens // {unit} = {e.max_num_batched_tokens // unit} (each of the "
+                          "concurrent prefills gets budget // N tokens a step" + (", rounded down to whole blocks"
+                          if unit > 1 else "") + "; a smaller share would schedule no prefill)")
     if e.max_long_partial_prefills > e.max_num_partial_prefills:
         raise ConfigError(f"{path}.max_long_partial_prefills", e.max_long_partial_prefills,
                           f"at most max_num_partial_prefills ({e.max_num_partial_prefills}), as vLLM requires")

@@ -97,6 +97,12 @@ class Frontend:
                     isinstance(m, dict) and isinstance(m.get("role"), str)
                     and isinstance(m.get("content", ""), (str, list, type(None))) for m in msgs):
                 raise APIError(400, "messages must be a non-empty list of {role, content} objects", param="messages")
+            for i, m in enumerate(msgs):
+                c = m.get("content")
+                if isinstance(c, list) and not all(isinstance(part, dict) and isinstance(part.get("text", ""), str)
+                                                   for part in c):
+                    raise APIError(400, f"messages[{i}].content must be a string or a list of "
+                                   '{"type": "text", "text": string} parts', param="messages")
             return words(chat_text(msgs))
         p = body.get("prompt")
         if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
@@ -129,6 +135,8 @@ class Frontend:
         priority = self._int(body, "priority", 0, -(1 << 31), 1 << 31)
         slo_class = body.get("slo_class") or ""
         classes = self.rt.scn.slo_classes
+        if not isinstance(slo_class, str):
+            raise APIError(400, f"slo_class must be a string, got {type(slo_class).__name__}", param="slo_class")
         if slo_class and slo_class not in classes:
             known = ", ".join(sorted(classes)) or "it has none"
             raise APIError(400, f"slo_class must be one of the scenario's slo.classes ({known}), got {slo_class!r}",
@@ -155,6 +163,9 @@ class Frontend:
         if self.in_flight >= lim.max_concurrency:
             raise APIError(429, f"too many requests in flight (the limit is {lim.max_concurrency})",
                            "rate_limit_exceeded", code="rate_limit_exceeded")
+        if replica is not None and replica.state != "ready":       # scaled in (or still starting)
+            raise APIError(503, f"replica {replica.name} is not serving (it is {replica.state}); send to the fleet's port",
+                           "service_unavailable", code="replica_not_ready")
         st = self.rt.submit(n_prompt, max_tokens, segments(toks), replica, priority, slo_class)
         if isinstance(st, str):
             status, kind = _REJECT.get(st, (429, "rate_limit_exceeded"))
@@ -353,6 +364,7 @@ class Server:
         self.servers = []
         self.started = None
         self.failure = None             # the simulation's exception, if it stopped with one
+        rt.on_failure = self._sim_failed          # raised while a request or a scrape advanced it
 
     def endpoints(self) -> list:
         """(port, replica name or None for the fleet's port)."""
@@ -390,6 +402,10 @@ class Server:
         if not task.cancelled() and task.exception() is not None:
             self.failure = task.exception()
             self.shutdown()
+
+    def _sim_failed(self, exc) -> None:
+        self.failure = exc
+        self.shutdown()
 
     def shutdown(self) -> None:
         for srv in self.servers:

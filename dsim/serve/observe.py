@@ -66,7 +66,11 @@ def endpoint(url: str, api: str) -> tuple[str, str]:
     if not (u.startswith("http://") or u.startswith("https://")):
         raise ConfigError("URL", url, "an http:// or https:// URL of an OpenAI-compatible server")
     if u.endswith("/completions"):
-        base = u[:-len("/chat/completions")] if u.endswith("/chat/completions") else u[:-len("/completions")]
+        chat = u.endswith("/chat/completions")
+        if chat != (api == "chat"):        # the body follows --api: a chat body to /completions fails every request
+            raise ConfigError("--api", api, f"{'chat' if chat else 'completions'} (the URL names the "
+                              f"{'chat ' if chat else ''}completions endpoint), or a base URL")
+        base = u[:-len("/chat/completions")] if chat else u[:-len("/completions")]
         return u, base[:-3] if base.endswith("/v1") else base
     base = u[:-3] if u.endswith("/v1") else u
     return base + ("/v1/chat/completions" if api == "chat" else "/v1/completions"), base

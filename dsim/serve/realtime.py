@@ -27,6 +27,7 @@ clients, speculative decoding binds its conversations up front.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from bisect import bisect_left
 from collections import deque
@@ -130,7 +131,8 @@ def load_serve_scenario(source, overrides=()) -> Scenario:
     if scn.slo_classes:                       # the stand-in request has a class (an edf policy asks for targets)
         one = _NO_WORKLOAD.split("=", 1)[1][1:-1]
         scn = load_scenario(source, list(overrides) + [
-            f"workload={{type: mix, classes: [{{name: http, slo_class: {next(iter(scn.slo_classes))}, {one}}}]}}"])
+            f"workload={{type: mix, classes: [{{name: http, slo_class: {json.dumps(next(iter(scn.slo_classes)))}, "
+            f"{one}}}]}}"])          # the class name quoted: a comma or colon in it stays part of the name
     if scn.spec is not None:
         raise ConfigError("speculation", None, "no speculation section with dsim serve (speculative decoding "
                           "binds its conversations to the workload up front)", show_value=False)
@@ -162,6 +164,8 @@ class RealtimeSim:
         self.t0 = None
         self._wakeup = None                     # the future drive() sleeps on
         self.lag = Hist(LAG_BUCKETS)            # wall seconds a token went out after its simulated time
+        self.failure = None                     # the exception the simulation raised, if it did
+        self.on_failure = None                  # f(exception): the server stops serving
 
     # ---- clock ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -174,12 +178,20 @@ class RealtimeSim:
     def advance(self) -> float:
         """Run the simulation up to now; returns the simulated time reached.  Not ``env.run(until=t)``:
         SimPy leaves its stop event queued at t, which ``env.peek()`` would then report as due."""
+        if self.failure is not None:          # a simulation that raised once is not run on
+            raise self.failure
         t = self.now()
         env = self.env
         q = env._queue
         step = env.step
-        while q and q[0][0] <= t:
-            step()
+        try:
+            while q and q[0][0] <= t:
+                step()
+        except Exception as e:                # SimPy has dropped the failing event: stop, do not serve on
+            self.failure = e
+            if self.on_failure is not None:
+                self.on_failure(e)
+            raise
         if t > env._now:
             env._now = t                    # no event before t: the clock moves on, as run(until=t) does
         return env._now
