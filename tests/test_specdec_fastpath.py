@@ -74,3 +74,23 @@ def test_a_cold_drafter_takes_the_general_way(monkeypatch):
                                        "cold_start": {"initially_warm": False}})))
     assert not taken
     assert sum(t.cold_starts for t in ses.spec.targets.values()) >= 1
+
+
+def test_a_subclass_with_its_own_choose_does_not_inherit_k_for():
+    """The fast path asks ``k_for`` instead of ``choose``: a policy that overrides choose() only
+    would have been skipped silently."""
+    from dsim.specdec.gamma import DISTRIBUTED, SpecPP, StaticGamma
+
+    class Mine(StaticGamma):
+        def choose(self, t):
+            return DISTRIBUTED, 1
+
+    class Both(StaticGamma):
+        def choose(self, t):
+            return DISTRIBUTED, 2
+
+        def k_for(self, context_len, temperature):
+            return 2
+
+    assert Mine.k_for is None and Both(3).k_for(10, 0.0) == 2
+    assert StaticGamma.k_for is not None and SpecPP.k_for is not None

@@ -52,6 +52,10 @@ class _Clamp:
         # the runtime skips building on_round's arguments (an RTT lookup per round) for policies
         # that ignore them
         cls.wants_feedback = cls.on_round is not _Clamp.on_round
+        # a subclass that decides k in its own choose() and says nothing of k_for must not inherit
+        # its parent's k_for: the fused fast path would ask that instead and skip its choose()
+        if "choose" in cls.__dict__ and "k_for" not in cls.__dict__:
+            cls.k_for = None
 
     wants_feedback = False
     # policies whose k is a function of (context, temperature) alone say so with ``k_for``: the
