@@ -504,6 +504,12 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
                         for w in outside_design(p.latency_desc.get("model"), speculation=speculating,
                                                 pipeline=p.engine.pipeline_parallel_size,
                                                 expert_parallel=p.engine.enable_expert_parallel)})
+    tiers = {p.name: p.latency_desc["provider"] for p in fleet.pools.values()
+             if isinstance(p.latency_desc, dict) and "provider" in p.latency_desc}
+    if tiers:           # latency.fallback: the tier each pool runs on (dsim.latency.registry)
+        summary["latency_tiers"] = tiers
+        lat_warn += [f"pool {name}: {fleet.pools[name].latency_desc['fallback_warning']}" for name in sorted(tiers)
+                     if "fallback_warning" in fleet.pools[name].latency_desc]
     if lat_warn:
         summary["warnings"] = summary.get("warnings", []) + lat_warn
     deps = band.deployments(scn, fleet, summary)

@@ -20,3 +20,9 @@ class ConfigError(ValueError):
         else:
             msg += expected
         super().__init__(msg.replace("\n", " "))
+
+
+class MissingAssetError(ConfigError):
+    """A latency model has no data for this configuration (no VIDUR profile for the GPU, model or
+    TP degree; no LUT file or rows for the pool).  Alone it is a ConfigError like any other; in a
+    ``latency.fallback`` chain (dsim.latency.registry) it sends the pool to the next tier."""

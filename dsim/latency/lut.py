@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.errors import ConfigError
+from ..config.errors import ConfigError, MissingAssetError
 from ..config.files import read_text
 from .base import BatchShape
 
@@ -193,6 +193,19 @@ def select_rows(rows: list[dict], select: dict, where: str) -> list[dict]:
     return keep
 
 
+def pool_rows(rows: list[dict], select: dict, model: str, hardware: str, tp: int, where: str) -> list[dict]:
+    """The rows of the pool's own configuration (model, hardware, TP; ``select`` keys win), for a LUT
+    in a ``latency.fallback`` chain: a table without them is a missing asset, not a wrong table."""
+    want = {"model": model, "hardware": hardware, "tensor_parallel": tp, **select}
+    keep = [r for r in rows if all(r.get(k) == v for k, v in want.items())]
+    if not keep:
+        have = sorted({(r["model"], r["hardware"], r["tensor_parallel"]) for r in rows}, key=str)
+        raise MissingAssetError(f"{where}.path", None,
+                                f"rows for {want} (the table has (model, hardware, tensor_parallel) {have})",
+                                show_value=False)
+    return select_rows(keep, select, where)
+
+
 def lognormal_params(mean: float, p95: float) -> tuple[float, float]:
     """(mu, sigma) of the lognormal with this mean and 95th percentile (sigma 0 if p95 <= mean)."""
     if not p95 > mean > 0:
@@ -221,7 +234,7 @@ class LutModel:
                  tail: bool = False, rng=None):
         for ph, k in (("prefill", 1), (decode_phase, fanout_k)):
             if not table.has(ph, k):
-                raise ConfigError("latency.path", table.source, f"rows for phase {ph!r} with fanout_k {k}")
+                raise MissingAssetError("latency.path", table.source, f"rows for phase {ph!r} with fanout_k {k}")
         self.table = table
         self.decode_phase, self.k = decode_phase, fanout_k
         self.tail = tail

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config.errors import ConfigError
+from ..config.errors import ConfigError, MissingAssetError
 from ..config.limits import MAX_FILE_BYTES
 from ..config.generations import HostCosts, by_name
 from .base import AlphaModel, LatencyContext
@@ -27,8 +27,8 @@ def _path(v: str | None, where: str, ctx: LatencyContext) -> Path | None:
     p = Path(v).expanduser()
     if not p.is_absolute() and ctx.base_dir is not None:
         p = Path(ctx.base_dir) / p
-    if not p.is_file():
-        raise ConfigError(where, v, f"an existing regular file (looked for {p})")
+    if not p.is_file():     # a missing asset: in a latency.fallback chain the next tier is tried
+        raise MissingAssetError(where, v, f"an existing regular file (looked for {p})")
     if p.stat().st_size > MAX_FILE_BYTES:
         raise ConfigError(where, v, f"a file under {MAX_FILE_BYTES >> 30} GiB")
     return p
@@ -90,11 +90,14 @@ def _physics(lat, ctx, path):
     return m, m, desc
 
 
-def _lut(lat, ctx, path):
-    from .lut import LutModel, LutTable, read_lut, select_rows
+def _lut(lat, ctx, path, chained=False):
+    from .lut import LutModel, LutTable, pool_rows, read_lut, select_rows
     p = _path(lat.path, f"{path}.path", ctx)
     sel = lat.select.to_dict()
-    rows = select_rows(read_lut(p), sel, path)
+    if chained:     # in a fallback chain the table must hold the pool's own model, GPU and TP
+        rows = pool_rows(read_lut(p), sel, ctx.model.name, ctx.device.name, ctx.engine.tensor_parallel_size, path)
+    else:
+        rows = select_rows(read_lut(p), sel, path)
     step = LutModel(LutTable(rows, str(p)), lat.decode_phase, lat.fanout_k, lat.tail, ctx.rng)
     return step, _gpu_alpha(lat, ctx), {"path": str(p), "select": sel, "tail": lat.tail,
                                         "decode_phase": lat.decode_phase, "fanout_k": lat.fanout_k}
@@ -159,16 +162,44 @@ def build_latency(lat, ctx: LatencyContext, path: str = "latency"):
     mapping into one), None for all defaults; ``path`` is where it sits in the scenario (for the
     errors of the files it names).  The model gives GPU time; the engine generation's host costs
     are added on top (one layer for every model, dsim.latency.host), with ``latency.host``
-    overriding single values."""
+    overriding single values.
+
+    With ``latency.fallback`` the section is the first tier of a chain (seed 002 section 5.7:
+    real-time predictors, then tables, then the heuristic): a tier whose data does not cover this
+    replica (MissingAssetError) passes it to the next, and ``desc["provider"]`` says which tier
+    was used and why the ones before it were skipped."""
     from ..config.schema.latency import LatencyCommon, parse_latency
     if lat is None:
         lat = parse_latency(None, path)
     elif not isinstance(lat, LatencyCommon):
         raise TypeError(f"build_latency takes a typed latency section (parse_latency(mapping)), not {lat!r}")
+    if not lat.fallback:
+        return _build_tier(lat, ctx, path)
+    tiers = [(lat, path)] + [(t, f"{path}.fallback[{i}]") for i, t in enumerate(lat.fallback)]
+    chain = [t.model for t, _ in tiers]
+    skipped = []
+    for i, (tier, where) in enumerate(tiers):
+        try:
+            step, queueing, desc = _build_tier(tier, ctx, where, chained=True)
+        except MissingAssetError as e:
+            skipped.append({"model": tier.model, "reason": str(e)})
+            continue
+        desc["provider"] = {"chain": chain, "tier": i, "used": tier.model, "skipped": skipped}
+        if skipped:
+            desc["fallback_warning"] = (f"latency {chain[0]} has no data for this replica "
+                                        f"({skipped[0]['reason']}): fell back to {tier.model} (tier {i + 1} "
+                                        f"of {' -> '.join(chain)})")
+        return step, queueing, desc
+    raise ConfigError(path + ".fallback", None, "a tier with data for this replica; every one was skipped: "
+                      + "; ".join(f"{s['model']}: {s['reason']}" for s in skipped), show_value=False)
+
+
+def _build_tier(lat, ctx: LatencyContext, path: str, chained: bool = False):
+    """build_latency for one latency section (one tier of a chain)."""
     kind = lat.model
     fitted_on = lat.fitted_on        # written by dsim calibrate: the GPU the fit is valid for
     held_out = lat.held_out_errors   # written by dsim calibrate: its errors on runs it did not fit
-    step, queueing, desc = MODELS[kind](lat, ctx, path)
+    step, queueing, desc = (_lut(lat, ctx, path, chained) if kind == "lut" else MODELS[kind](lat, ctx, path))
     desc = dict(model=kind, **desc)
     if fitted_on is not None:
         desc["calibrated"] = True

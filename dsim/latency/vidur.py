@@ -32,7 +32,7 @@ import numpy as np
 from scipy.optimize import nnls
 from sklearn.tree import DecisionTreeRegressor
 
-from ..config.errors import ConfigError
+from ..config.errors import MissingAssetError
 from ..config.files import note_read
 from .base import BatchShape
 
@@ -94,11 +94,11 @@ def find_profile(model, device_name: str, root: Path | None = None) -> tuple[Pat
     """(mlp.csv of the profiled model with ``model``'s architecture, all_reduce.csv or None)."""
     root = root or data_dir()
     if device_name not in DEVICE_DIRS:
-        raise ConfigError("hardware", device_name, f"a GPU with VIDUR profiles: {', '.join(DEVICE_DIRS)}")
+        raise MissingAssetError("hardware", device_name, f"a GPU with VIDUR profiles: {', '.join(DEVICE_DIRS)}")
     gpu, net = DEVICE_DIRS[device_name]
     base = root / "compute" / gpu
     if not base.is_dir():
-        raise ConfigError("latency.model", "vidur", f"VIDUR profiles under {base} (set DSIM_VIDUR_DATA)")
+        raise MissingAssetError("latency.model", "vidur", f"VIDUR profiles under {base} (set DSIM_VIDUR_DATA)")
     seen = []
     want = _arch(model)
     for f in sorted(base.glob("*/*/mlp.csv")):
@@ -113,15 +113,15 @@ def find_profile(model, device_name: str, root: Path | None = None) -> tuple[Pat
                     note_read(used)
             return f, ar
     if model.is_moe:
-        raise ConfigError("model", model.name, "a dense model: the VIDUR profiles have no MoE layers")
-    raise ConfigError("model", model.name, f"a model whose layer shapes were profiled on {gpu}: {', '.join(seen)}")
+        raise MissingAssetError("model", model.name, "a dense model: the VIDUR profiles have no MoE layers")
+    raise MissingAssetError("model", model.name, f"a model whose layer shapes were profiled on {gpu}: {', '.join(seen)}")
 
 
 def _train(mlp_csv: Path, ar_csv: Path | None, tp: int) -> dict:
     rows = [r for r in _read_csv(mlp_csv) if int(r["num_tensor_parallel_workers"]) == tp]
     if not rows:
         tps = sorted({int(r["num_tensor_parallel_workers"]) for r in _read_csv(mlp_csv)})
-        raise ConfigError("engine.tensor_parallel_size", tp, f"one of the profiled TP degrees {tps}")
+        raise MissingAssetError("engine.tensor_parallel_size", tp, f"one of the profiled TP degrees {tps}")
     x = np.array([float(r["num_tokens"]) for r in rows])
     present = [op for op in OPS if f"time_stats.{op}.median" in rows[0]]   # phi-2 has no post-attn norm
     ops = {op: OperatorModel(x, np.array([float(r[f"time_stats.{op}.median"]) for r in rows])) for op in present}

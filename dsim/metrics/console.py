@@ -65,5 +65,7 @@ def summary_lines(name: str, s: dict) -> list[str]:
         lines.append(f"  class {name}: {c['completed']}/{c['requests']} done, TTFT p50 {t.get('p50', float('nan')):.1f} "
                      f"p99 {t.get('p99', float('nan')):.1f} ms, TPOT p99 {tp.get('p99', float('nan')):.1f} ms, "
                      f"{met} meet SLO, goodput {c['goodput_requests_per_s']:.2f} req/s")
+    for pool, t in s.get("latency_tiers", {}).items():       # latency.fallback: the tier each pool ran on
+        lines.append(f"  latency: pool {pool} ran {t['used']} (tier {t['tier'] + 1} of {' -> '.join(t['chain'])})")
     lines += [f"  warning: {w}" for w in s.get("warnings", [])]
     return lines

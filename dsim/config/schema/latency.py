@@ -51,6 +51,29 @@ HeldOutErrors = checked(dict, _held_out, {
 Efficiency = Float(0, 1, lo_open=True)
 
 
+def _fallback(v):
+    """``latency.fallback``: each entry a latency section, or a model name for its defaults; a tier
+    has no chain of its own (the chain is the one list)."""
+    if not isinstance(v, list):
+        raise ConfigError("", v, "a list of latency models (names or mappings)")
+    out = []
+    for i, x in enumerate(v):
+        raw = {"model": x} if isinstance(x, str) else x
+        if not isinstance(raw, (dict, LatencyCommon)):
+            raise ConfigError(f"[{i}]", x, "a latency model name or a latency mapping")
+        tier = parse_latency(raw, f"[{i}]")
+        if tier.fallback:
+            raise ConfigError(f"[{i}].fallback", None, "no chain inside a fallback tier (list every tier in the "
+                              "one latency.fallback)", show_value=False)
+        out.append(tier)
+    return out
+
+
+FallbackChain = checked(list, _fallback, {"type": "array", "items": {"anyOf": [
+    {"type": "string", "enum": ["roofline", "blackbox", "unified5", "physics", "lut", "vidur", "calibrated_tps"]},
+    {"type": "object"}]}})
+
+
 class HostOverrides(Section):
     """Single values of the engine generation's host costs (dsim.latency.host; docs/engine-overheads.md);
     None keeps the value of the generation ``engine.vllm_version`` selects."""
@@ -99,6 +122,10 @@ class LatencyCommon(Section):
     dsim calibrate; a run's error band is built from them)."""
     scale: Float(0, lo_open=True) = 1.0
     """Every step time x this factor (error-band ends, what-ifs)."""
+    fallback: FallbackChain = []
+    """Latency models tried in order when this one has no data for a pool (no VIDUR profile for its GPU,
+    model or TP; no LUT file or rows for its model, GPU and TP): names or mappings, e.g. [lut, roofline].
+    The tier used is reported per pool (summary.json pools.<name>.latency_tier) with a warning ([]: none)."""
 
 
 class RooflineLatency(LatencyCommon):
