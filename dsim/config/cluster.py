@@ -61,8 +61,10 @@ class FleetSpec:
         return [p for c in self.clusters for p in c.pools]
 
 
-def check_tp(model: ModelSpec, engine: EngineConfig, path: str) -> None:
+def check_tp(model: ModelSpec, engine: EngineConfig, path: str, device=None, hw_path: str = "hardware") -> None:
     tp = engine.tensor_parallel_size
+    if device is not None:
+        check_device_limits(device, engine, path, hw_path)
     if tp > 1 and model.num_heads % tp:
         raise ConfigError(f"{path}.tensor_parallel_size", tp,
                           f"a divisor of the model's {model.num_heads} attention heads")
@@ -75,6 +77,22 @@ def check_tp(model: ModelSpec, engine: EngineConfig, path: str) -> None:
     pp = engine.pipeline_parallel_size
     if pp > model.num_layers:
         raise ConfigError(f"{path}.pipeline_parallel_size", pp, f"at most the model's {model.num_layers} layers")
+
+
+def check_device_limits(device, engine: EngineConfig, path: str, hw_path: str = "hardware") -> None:
+    """The target profile's parallelism limits (seed 002 section 5.1): ``max_tensor_parallel``,
+    ``max_pipeline_parallel``, and a TP group beyond ``gpus_per_node`` only with an inter-node link."""
+    tp, pp = engine.tensor_parallel_size, engine.pipeline_parallel_size
+    if device.max_tensor_parallel is not None and tp > device.max_tensor_parallel:
+        raise ConfigError(f"{path}.tensor_parallel_size", tp, f"at most {hw_path}.max_tensor_parallel "
+                          f"({device.max_tensor_parallel}) on {device.name}")
+    if device.max_pipeline_parallel is not None and pp > device.max_pipeline_parallel:
+        raise ConfigError(f"{path}.pipeline_parallel_size", pp, f"at most {hw_path}.max_pipeline_parallel "
+                          f"({device.max_pipeline_parallel}) on {device.name}")
+    if device.crosses_nodes(tp) and device.internode_bytes_s is None:
+        raise ConfigError(f"{path}.tensor_parallel_size", tp, f"at most the {device.gpus_per_node} GPUs of one "
+                          f"{device.name} node ({hw_path}.gpus_per_node), or {hw_path}.internode_gb_s for the "
+                          "all-reduce across nodes")
 
 
 @dataclass(frozen=True)
@@ -104,7 +122,7 @@ def _pool(p, path: str, cluster: str, top: dict, base_dir) -> PoolSpec:
     model = load_model(m_raw, f"{path}.model" if p.model is not None else "model", base_dir)
     device = load_device(h_raw, f"{path}.hardware" if p.hardware is not None else "hardware")
     engine = load_engine(_merge(top.get("engine"), p.engine, f"{path}.engine"), f"{path}.engine")
-    check_tp(model, engine, f"{path}.engine")
+    check_tp(model, engine, f"{path}.engine", device, f"{path}.hardware" if p.hardware is not None else "hardware")
     model = model.with_kv_cache_dtype(engine.kv_cache_dtype, f"{path}.engine.kv_cache_dtype")
     # a pool's latency replaces the shared one (its keys depend on its model: they are not merged)
     lat = p.latency if p.latency is not None else top.get("latency")      # None: roofline defaults

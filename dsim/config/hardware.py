@@ -10,6 +10,7 @@ from .errors import ConfigError
 from .files import package_folder
 
 GIB = 1 << 30
+RING8_STEPS = 14       # steps of a ring all-reduce over 8 GPUs, 2 (p - 1): a profile's per-collective latency
 PROFILE_DIRS = [package_folder("dsim.device_profiles")]   # the repository's device_profiles/ (setup.py): shipped data
 
 
@@ -32,6 +33,27 @@ class DeviceProfile:
     peak_ops_int8: float | None = None      # OP/s, dense INT8 tensor cores
     sparse_flops_bf16: float | None = None  # the datasheet's BF16 figure with 2:4 sparsity (a check only)
     source: str = ""                        # datasheet the figures come from
+    collective_step_latency_s: float | None = None   # one ring/tree step (None: interconnect latency / 14)
+    gpus_per_node: int | None = None        # GPUs on one node's interconnect (None: no limit)
+    internode_bytes_s: float | None = None  # per-GPU NIC bandwidth between nodes (None: not given)
+    internode_latency_s: float = 20e-6      # one collective across nodes
+    max_tensor_parallel: int | None = None
+    max_pipeline_parallel: int | None = None
+
+    def crosses_nodes(self, tp: int) -> bool:
+        """Does a TP group of ``tp`` GPUs span more than one node?"""
+        return self.gpus_per_node is not None and tp > self.gpus_per_node
+
+    def collective_link(self, tp: int) -> tuple[float, float, float]:
+        """(bytes/s, latency of one collective s, latency of one ring/tree step s) of the links a TP
+        group's all-reduce runs on: the node's interconnect, or across nodes the slower of it and the
+        per-GPU inter-node link (dsim.latency.collectives)."""
+        if not self.crosses_nodes(tp):
+            step = self.collective_step_latency_s
+            return (self.interconnect_bytes_s, self.interconnect_latency_s,
+                    step if step is not None else self.interconnect_latency_s / RING8_STEPS)
+        bw = min(self.interconnect_bytes_s, self.internode_bytes_s or self.interconnect_bytes_s)
+        return bw, self.internode_latency_s, self.internode_latency_s / RING8_STEPS
 
     def peak_flops_for(self, dtype: str, share: float = 1.0) -> float:
         """Dense tensor peak for GEMMs whose inputs are ``dtype`` (``ModelSpec.compute_dtype``):
@@ -98,6 +120,12 @@ def _build(name: str, h) -> DeviceProfile:
         peak_ops_int8=_tera(h.peak_tops_int8),
         sparse_flops_bf16=_tera(h.sparse_tflops_bf16),
         source=h.source,
+        collective_step_latency_s=None if h.collective_step_latency_us is None else h.collective_step_latency_us * 1e-6,
+        gpus_per_node=h.gpus_per_node,
+        internode_bytes_s=None if h.internode_gb_s is None else h.internode_gb_s * 1e9,
+        internode_latency_s=h.internode_latency_us * 1e-6,
+        max_tensor_parallel=h.max_tensor_parallel,
+        max_pipeline_parallel=h.max_pipeline_parallel,
     )
 
 

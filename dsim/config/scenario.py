@@ -153,7 +153,7 @@ def _build(data: dict, cfg, shown: str, base_dir, overrides) -> Scenario:
         model = load_model(cfg.model, "model", base_dir)
         device = load_device(cfg.hardware, "hardware")
         engine = load_engine(cfg.engine, "engine")
-        check_tp(model, engine, "engine")
+        check_tp(model, engine, "engine", device)
         model = model.with_kv_cache_dtype(engine.kv_cache_dtype)
         fleet = single_pool(model, device, engine, cfg.latency)
     else:

@@ -41,7 +41,9 @@ def _gpu_alpha(lat, ctx) -> AlphaModel:
 
 def _roofline(lat, ctx, path):
     kw = {k: getattr(lat, k) for k in RooflineModel.DEFAULTS}
-    return RooflineModel(ctx.model, ctx.device, ctx.engine.tensor_parallel_size, **kw), _gpu_alpha(lat, ctx), kw
+    e = ctx.engine
+    step = RooflineModel(ctx.model, ctx.device, e.tensor_parallel_size, all_reduce=e.all_reduce_algorithm, **kw)
+    return step, _gpu_alpha(lat, ctx), (dict(kw, all_reduce=e.all_reduce_algorithm) if e.all_reduce_algorithm else kw)
 
 
 def _blackbox(lat, ctx, path):
@@ -108,7 +110,7 @@ def _vidur(lat, ctx, path):
     kw = {k: getattr(lat, k) for k in VidurModel.DEFAULTS}
     e = ctx.engine
     step = VidurModel(ctx.model, ctx.device, e.tensor_parallel_size, max_tokens=e.max_num_batched_tokens,
-                      tp_comm=lat.tp_comm, **kw)
+                      tp_comm=lat.tp_comm, all_reduce=e.all_reduce_algorithm, **kw)
     return step, _gpu_alpha(lat, ctx), dict(kw, profile=step.profile, tp_comm=step.comm)
 
 
@@ -201,6 +203,9 @@ def _build_tier(lat, ctx: LatencyContext, path: str, chained: bool = False):
     held_out = lat.held_out_errors   # written by dsim calibrate: its errors on runs it did not fit
     step, queueing, desc = (_lut(lat, ctx, path, chained) if kind == "lut" else MODELS[kind](lat, ctx, path))
     desc = dict(model=kind, **desc)
+    if ctx.engine.all_reduce_algorithm and kind not in ("roofline", "vidur") and ctx.engine.tensor_parallel_size > 1:
+        desc["warning"] = (f"engine.all_reduce_algorithm is read by the roofline and vidur models only; {kind} keeps "
+                           "its own tensor-parallel cost")
     if fitted_on is not None:
         desc["calibrated"] = True
     if held_out:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from ..config.hardware import DeviceProfile
 from ..config.model import ModelSpec
 from .base import BatchShape
+from .collectives import all_reduce_terms
 from .efficiency import GemmCurve, curve_for
 
 ATTN_COMPUTE, ATTN_MEMORY = 0.8, 0.84    # attention / KV efficiencies (the former flat defaults)
@@ -41,10 +42,12 @@ class RooflineModel:
     DEFAULTS = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "overlap": 1.0}
 
     def __init__(self, model: ModelSpec, device: DeviceProfile, tp: int = 1, step_overhead_us: float = 0.0,
-                 curve: bool | GemmCurve = True, **params: float):
+                 curve: bool | GemmCurve = True, all_reduce: str | None = None, **params: float):
         """``step_overhead_us`` is a fixed cost per step for devices without a vLLM host layer
         (draft devices); replicas get theirs from dsim.latency.host.  ``curve``: True (the
-        device's fitted or borrowed GEMM curve), a GemmCurve, or False (flat efficiencies)."""
+        device's fitted or borrowed GEMM curve), a GemmCurve, or False (flat efficiencies).
+        ``all_reduce``: the TP all-reduce's algorithm (dsim.latency.collectives; None: the
+        profile's per-collective latency plus the ring's bytes)."""
         unknown = set(params) - set(self.DEFAULTS)
         if unknown:
             raise TypeError(f"unknown roofline parameters: {sorted(unknown)}")
@@ -78,10 +81,11 @@ class RooflineModel:
             self._fixed_bytes = (m.weight_bytes - emb) / tp   # embedding is a gather, not a stream
             self._expert_bytes = 0.0
         self._overhead = step_overhead_us * 1e-6
+        self.all_reduce = all_reduce
         if tp > 1:
-            ring = 2.0 * (tp - 1) / tp
-            self._ar_per_token = 2 * m.num_layers * ring * m.hidden_size * bpp / device.interconnect_bytes_s
-            self._ar_fixed = 2 * m.num_layers * device.interconnect_latency_s
+            fixed, coef, bw = all_reduce_terms(device, tp, all_reduce)
+            self._ar_per_token = 2 * m.num_layers * coef * m.hidden_size * bpp / bw
+            self._ar_fixed = 2 * m.num_layers * fixed
         else:
             self._ar_per_token = self._ar_fixed = 0.0
         self._moe_cache: dict[int, float] = {}

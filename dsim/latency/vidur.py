@@ -35,6 +35,7 @@ from sklearn.tree import DecisionTreeRegressor
 from ..config.errors import MissingAssetError
 from ..config.files import note_read
 from .base import BatchShape
+from .collectives import all_reduce_terms
 
 VERSION = "1"
 OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
@@ -169,7 +170,7 @@ class VidurModel:
     DEFAULTS = {"attn_compute_efficiency": 0.8, "attn_memory_efficiency": 0.8}
 
     def __init__(self, model, device, tp: int = 1, max_tokens: int = 8192, profiles: Path | None = None,
-                 tp_comm: str = "profile", **params):
+                 tp_comm: str = "profile", all_reduce: str | None = None, **params):
         unknown = set(params) - set(self.DEFAULTS)
         if unknown:
             raise TypeError(f"unknown vidur parameters: {sorted(unknown)}")
@@ -184,14 +185,15 @@ class VidurModel:
         table = self.ops["emb"].predict(n) + L * per_layer
         bpp = model.bytes_per_param
         if tp > 1:
-            if t["allreduce"] is not None and tp_comm == "profile":
+            across = device.crosses_nodes(tp)      # the profiles are of one node's all-reduce
+            if t["allreduce"] is not None and tp_comm == "profile" and not across:
                 table = table + 2 * L * t["allreduce"].predict(n * model.hidden_size * bpp)
                 self.comm = "profiled all_reduce"
             else:
-                ring = 2.0 * (tp - 1) / tp
-                table = table + 2 * L * 1e3 * (device.interconnect_latency_s + ring * n * model.hidden_size * bpp
-                                               / device.interconnect_bytes_s)
-                self.comm = "roofline all_reduce" + ("" if tp_comm == "roofline" else " (no profile)")
+                fixed, coef, bw = all_reduce_terms(device, tp, all_reduce)
+                table = table + 2 * L * 1e3 * (fixed + coef * n * model.hidden_size * bpp / bw)
+                self.comm = ("roofline all_reduce" + (f" ({all_reduce})" if all_reduce else "")
+                             + ("" if tp_comm == "roofline" else " (across nodes)" if across else " (no profile)"))
         else:
             self.comm = "none"
         table[0] = 0.0

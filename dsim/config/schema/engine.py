@@ -78,6 +78,9 @@ class EngineSection(Section):
     """Most long prompts (above long_prefill_token_threshold, else 4 % of max_model_len) partly prefilled at once."""
     non_torch_memory_gb: Float(0) = 0.9
     """Memory outside PyTorch's allocator per GPU (CUDA context, NCCL/cuBLAS workspaces, CUDA graphs), GiB."""
+    all_reduce_algorithm: Choice("ring", "tree") | None = None
+    """NCCL_ALGO of the TP all-reduce, costed by the latency-bandwidth model (roofline, vidur's roofline
+    comm; docs/parallelism.md): ring or tree (None: the profile's per-collective latency + the ring's bytes)."""
     enable_expert_parallel: Bool = False
     """MoE experts split over the TP group (and DP ranks) instead of tensor-sliced."""
     enforce_eager: Bool | None = None

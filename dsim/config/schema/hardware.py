@@ -7,7 +7,7 @@ profile file and an inline device accept the same keys with the same bounds and 
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Float, Section, Str, model_validator
+from .base import Float, Int, Section, Str, model_validator
 from .named import NameOr
 
 _POSITIVE = Float(0, lo_open=True)
@@ -37,6 +37,20 @@ class HardwareSection(Section):
     """Per-direction GPU-to-GPU bandwidth for tensor-parallel collectives, GB/s."""
     interconnect_latency_us: Float(0) = 10
     """Fixed latency of one collective, microseconds."""
+    collective_step_latency_us: Float(0) | None = None
+    """Latency of one step (one neighbour exchange) of a ring or tree all-reduce, microseconds, for
+    engine.all_reduce_algorithm (None: interconnect_latency_us / 14, the steps of an 8-GPU ring)."""
+    gpus_per_node: Int(1, 1024) | None = None
+    """GPUs of this kind in one node on the interconnect; a TP group beyond it crosses nodes (None: no limit)."""
+    internode_gb_s: _POSITIVE | None = None
+    """Per-GPU bandwidth between nodes (its NIC), GB/s, for a TP group beyond gpus_per_node (None: such a
+    group is refused)."""
+    internode_latency_us: Float(0) = 20
+    """Fixed latency of one collective across nodes, microseconds."""
+    max_tensor_parallel: Int(1, 1024) | None = None
+    """Largest tensor_parallel_size a deployment on this device may use (None: no limit)."""
+    max_pipeline_parallel: Int(1, 1024) | None = None
+    """Largest pipeline_parallel_size a deployment on this device may use (None: no limit)."""
     tdp_w: _POSITIVE = 700
     """Board power limit, W (energy estimates: power x busy time)."""
     pcie_gb_s: _POSITIVE = 32
