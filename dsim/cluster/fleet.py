@@ -134,7 +134,8 @@ class NetworkTransfer:
         topo.ensure(rep_name, "network")
         return rep_name
 
-    def send(self, src, dst, nbytes: float, src_pool: str = "", dst_pool: str = ""):
+    def send(self, src, dst, nbytes: float, src_pool: str = "", dst_pool: str = "", streams: int = 1):
+        """One message over the replicas' network links (pipeline stages share them: ``streams`` unused)."""
         self.count += 1
         self.bytes += nbytes
         return self.net.send(self.node(src, src_pool), self.node(dst, dst_pool), nbytes)
@@ -279,7 +280,9 @@ class Fleet:
         dec.incoming += 1
         self.in_transfer += 1
         nbytes = r.num_computed * rep.pool.spec.model.kv_bytes_per_token
-        ev = cluster.transfer.send(rep.name, dec.name, nbytes, rep.pool.name, dec.pool.name)
+        # pipeline stages move their own layers' KV in parallel (dsim.cluster.transfer)
+        streams = min(rep.pool.engine.pipeline_parallel_size, dec.pool.engine.pipeline_parallel_size)
+        ev = cluster.transfer.send(rep.name, dec.name, nbytes, rep.pool.name, dec.pool.name, streams)
         ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r, e.ok))
 
     def _kv_arrived(self, src: Replica, dec: Replica, r, ok: bool = True) -> None:
@@ -457,7 +460,8 @@ def _check_parallel_groups(spec, scn) -> None:
                 continue
             key = "pipeline_parallel_size" if p.engine.pipeline_parallel_size > 1 else "data_parallel_size"
             where = f"{p.path}.engine.{key}" if p.path else f"engine.{key}"
-            why = ("a P/D role" if p.role != "mixed" else "speculation" if scn.spec is not None
+            why = ("a P/D role" if p.role != "mixed" and p.engine.data_parallel_size > 1
+                   else "speculation" if scn.spec is not None
                    else "engine.kv_offload" if p.engine.kv_offload is not None
                    else "engine.preemption_mode: swap" if p.engine.preemption_mode == "swap"
                    else "cluster.controllers" if spec.controllers else None)

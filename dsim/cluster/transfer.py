@@ -3,6 +3,11 @@
 ``send(src, dst, nbytes)`` returns a SimPy event whose value is a transfer record; with a
 ``network:`` section the fleet's NetworkTransfer makes the same call over dsim.network's shared
 links (jitter, loss).  This one is a dedicated path per transfer: latency + bytes / bandwidth, no contention.
+
+With pipeline parallelism every stage holds its layers' KV on its own GPUs (and NICs), so a
+handoff between a prefill group of Pp stages and a decode group of Pd stages moves in
+min(Pp, Pd) parallel streams: each decode stage receives its layers' share, and a group of fewer
+stages receives (or sends) the whole of it through its own NICs.
 """
 from __future__ import annotations
 
@@ -30,12 +35,14 @@ class DirectTransfer:
         self.count = 0
         self.busy_s = 0.0
 
-    def duration(self, nbytes: float) -> float:
-        return self.latency_s + nbytes / self.bw
+    def duration(self, nbytes: float, streams: int = 1) -> float:
+        """One transfer; ``streams`` paths in parallel (pipeline stages, each its own NIC) carry
+        nbytes / streams each."""
+        return self.latency_s + (nbytes if streams == 1 else nbytes / streams) / self.bw
 
-    def send(self, src: str, dst: str, nbytes: float, src_pool: str = "", dst_pool: str = ""):
+    def send(self, src: str, dst: str, nbytes: float, src_pool: str = "", dst_pool: str = "", streams: int = 1):
         now = self.env.now
-        d = self.duration(nbytes)
+        d = self.duration(nbytes, streams)
         self.bytes += nbytes
         self.count += 1
         self.busy_s += d
