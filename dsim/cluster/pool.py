@@ -144,7 +144,8 @@ class Pool:
         """Share of one GPU's memory that one KV block in use takes (its KV heads are sharded over
         TP, its layers over PP), with the engine's kv_cache_dtype."""
         m = self.spec.model.with_kv_cache_dtype(self.engine.kv_cache_dtype)
-        shards = self.engine.tensor_parallel_size * self.engine.pipeline_parallel_size
+        shards = (self.engine.tensor_parallel_size * self.engine.pipeline_parallel_size
+                  * self.engine.context_parallel_size)
         return m.kv_bytes_per_token / shards * self.engine.block_size / self.spec.device.memory_bytes
 
     @property
@@ -213,7 +214,7 @@ class Pool:
         # a completion only books and records (no hooks, not draining): stretches may end it early
         inst.quiet_done = lambda: not f.done_hooks and holder[0].state != DRAINING
         inst.alone = lambda: not f.extra_actors and not f.order_watchers
-        inst.watts = self.spec.device.tdp_w * self.spec.engine.tensor_parallel_size     # as fleet.replica_power
+        inst.watts = self.spec.device.tdp_w * self.spec.gpus_per_replica     # as fleet.replica_power
         inst.kv_block_bytes = (self.spec.model.with_kv_cache_dtype(self.engine.kv_cache_dtype).kv_bytes_per_token
                                * self.engine.block_size)
         if f.tracer_factory is not None:

@@ -35,7 +35,7 @@ class PoolSpec:
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.engine.tensor_parallel_size
+        return self.engine.tensor_parallel_size * self.engine.context_parallel_size
 
 
 @dataclass
@@ -75,6 +75,10 @@ def check_tp(model: ModelSpec, engine: EngineConfig, path: str, device=None, hw_
     if dp > 1 and engine.pipeline_parallel_size > 1:
         raise ConfigError(f"{path}.data_parallel_size", dp, "1 with pipeline_parallel_size > 1 (not combined yet)")
     pp = engine.pipeline_parallel_size
+    cp = engine.context_parallel_size
+    if cp > 1 and (pp > 1 or dp > 1):
+        key, v = ("pipeline_parallel_size", pp) if pp > 1 else ("data_parallel_size", dp)
+        raise ConfigError(f"{path}.{key}", v, "1 with context_parallel_size > 1 (not combined yet)")
     if pp > model.num_layers:
         raise ConfigError(f"{path}.pipeline_parallel_size", pp, f"at most the model's {model.num_layers} layers")
 
@@ -89,7 +93,7 @@ def check_device_limits(device, engine: EngineConfig, path: str, hw_path: str = 
     if device.max_pipeline_parallel is not None and pp > device.max_pipeline_parallel:
         raise ConfigError(f"{path}.pipeline_parallel_size", pp, f"at most {hw_path}.max_pipeline_parallel "
                           f"({device.max_pipeline_parallel}) on {device.name}")
-    if device.crosses_nodes(tp) and device.internode_bytes_s is None:
+    if device.crosses_nodes(tp * engine.context_parallel_size) and device.internode_bytes_s is None:
         raise ConfigError(f"{path}.tensor_parallel_size", tp, f"at most the {device.gpus_per_node} GPUs of one "
                           f"{device.name} node ({hw_path}.gpus_per_node), or {hw_path}.internode_gb_s for the "
                           "all-reduce across nodes")

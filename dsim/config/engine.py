@@ -41,6 +41,7 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1          # layers split over PP stages (dsim.serving.pipeline)
     data_parallel_size: int = 1              # DP attention ranks with EP experts (dsim.serving.dataparallel)
+    context_parallel_size: int = 1           # CP ranks of TP GPUs each (dsim.latency.context_parallel)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
@@ -109,6 +110,8 @@ class EngineConfig:
         act = layer_act + self.max_num_seqs * model.vocab_size * 4
         free = budget - weights - act - self.non_torch_memory_gb * GIB
         per_block = model.kv_bytes_per_token / shards * self.block_size
+        if self.context_parallel_size > 1:       # every sequence's KV sharded over the CP ranks
+            per_block /= self.context_parallel_size
         blocks = int(free // per_block)
         if blocks <= 0:
             raise ConfigError(f"{path}.gpu_memory_utilization", self.gpu_memory_utilization,
@@ -160,6 +163,7 @@ def load_engine(cfg=None, path: str = "engine") -> EngineConfig:
         tensor_parallel_size=tp,
         pipeline_parallel_size=cfg.pipeline_parallel_size,
         data_parallel_size=cfg.data_parallel_size,
+        context_parallel_size=cfg.context_parallel_size,
         max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=_given(cfg.max_num_batched_tokens, 2048 if chunked else max(max_len, 2048)),
         enable_chunked_prefill=chunked,

@@ -29,7 +29,8 @@ VLLM_POLICIES = ("fcfs", "priority")
 
 
 def gpus_per_replica(engine) -> int:
-    return engine.tensor_parallel_size * engine.pipeline_parallel_size * engine.data_parallel_size
+    return (engine.tensor_parallel_size * engine.pipeline_parallel_size * engine.data_parallel_size
+            * engine.context_parallel_size)
 
 
 def serve_args(pool) -> tuple[list[str], list[str]]:

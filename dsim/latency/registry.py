@@ -203,6 +203,14 @@ def _build_tier(lat, ctx: LatencyContext, path: str, chained: bool = False):
     held_out = lat.held_out_errors   # written by dsim calibrate: its errors on runs it did not fit
     step, queueing, desc = (_lut(lat, ctx, path, chained) if kind == "lut" else MODELS[kind](lat, ctx, path))
     desc = dict(model=kind, **desc)
+    cp = ctx.engine.context_parallel_size
+    if cp > 1:
+        from .context_parallel import MODELS as CP_MODELS, ContextParallelStep
+        if kind not in CP_MODELS:
+            raise ConfigError(path[:path.index("latency")] + "engine.context_parallel_size", cp, f"1 with latency.model {kind} (context parallelism "
+                              f"splits attention from the rest: {', '.join(CP_MODELS)})")
+        step = ContextParallelStep(step, ctx.model, ctx.device, ctx.engine.tensor_parallel_size, cp)
+        desc["context_parallel"] = cp
     if ctx.engine.all_reduce_algorithm and kind not in ("roofline", "vidur") and ctx.engine.tensor_parallel_size > 1:
         desc["warning"] = (f"engine.all_reduce_algorithm is read by the roofline and vidur models only; {kind} keeps "
                            "its own tensor-parallel cost")

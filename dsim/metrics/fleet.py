@@ -34,7 +34,7 @@ def _alive(rep, t_end: float) -> float:
 def replica_power(rep, t_end: float) -> dict:
     """GPUs, alive seconds, busy/idle joules and cost of one replica."""
     spec = rep.pool.spec
-    gpus = spec.engine.tensor_parallel_size
+    gpus = spec.engine.tensor_parallel_size * spec.engine.context_parallel_size
     dev = spec.device
     alive = _alive(rep, t_end)
     busy = min(rep.inst.busy_time, alive)

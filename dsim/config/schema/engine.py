@@ -48,6 +48,9 @@ class EngineSection(Section):
     """TP degree: weights, FLOPs and KV heads split over this many GPUs (2 all-reduces per layer)."""
     pipeline_parallel_size: Int(1, 1024) = 1
     """PP degree: layers split over this many stages of TP GPUs each."""
+    context_parallel_size: Int(1, 1024) = 1
+    """CP degree: every step's tokens and every sequence's KV split over this many ranks of TP GPUs each, with a
+    ring KV exchange in prefill attention (docs/parallelism.md; roofline, vidur and unified5 only)."""
     data_parallel_size: Int(1, 1024) = 1
     """DP attention ranks for a MoE model with enable_expert_parallel (experts over TP x DP GPUs)."""
     max_num_seqs: Int(1, MAX_SEQS) = 256
