@@ -58,6 +58,7 @@ class EngineConfig:
     non_torch_memory_gb: float = 0.9         # CUDA context, NCCL/cuBLAS workspaces, CUDA graphs
     enable_expert_parallel: bool = False     # MoE experts split over the TP group (latency models)
     all_reduce_algorithm: str | None = None  # ring | tree: the TP all-reduce's cost (dsim.latency.collectives)
+    moe_fused_kernel: bool = True            # engine.moe.fused_kernel: routed experts in one grouped kernel
     vllm_version: str | None = None          # engine generation preset (host costs, defaults); None = newest
     enforce_eager: bool = False              # no CUDA graphs: every step pays kernel launch gaps
     scheduling_policy: str = "fcfs"          # fcfs | priority (vLLM --scheduling-policy) | edf | age_weighted
@@ -181,6 +182,7 @@ def load_engine(cfg=None, path: str = "engine") -> EngineConfig:
         non_torch_memory_gb=cfg.non_torch_memory_gb,
         enable_expert_parallel=cfg.enable_expert_parallel,
         all_reduce_algorithm=cfg.all_reduce_algorithm,
+        moe_fused_kernel=cfg.moe.fused_kernel,
         vllm_version=version,
         enforce_eager=_given(cfg.enforce_eager, not gen.cuda_graphs),
         scheduling_policy=cfg.scheduling_policy,

@@ -42,8 +42,14 @@ def _gpu_alpha(lat, ctx) -> AlphaModel:
 def _roofline(lat, ctx, path):
     kw = {k: getattr(lat, k) for k in RooflineModel.DEFAULTS}
     e = ctx.engine
-    step = RooflineModel(ctx.model, ctx.device, e.tensor_parallel_size, all_reduce=e.all_reduce_algorithm, **kw)
-    return step, _gpu_alpha(lat, ctx), (dict(kw, all_reduce=e.all_reduce_algorithm) if e.all_reduce_algorithm else kw)
+    step = RooflineModel(ctx.model, ctx.device, e.tensor_parallel_size, all_reduce=e.all_reduce_algorithm,
+                         moe_fused=e.moe_fused_kernel, **kw)
+    desc = dict(kw)
+    if e.all_reduce_algorithm:
+        desc["all_reduce"] = e.all_reduce_algorithm
+    if not e.moe_fused_kernel and ctx.model.is_moe:
+        desc["moe_fused_kernel"] = False
+    return step, _gpu_alpha(lat, ctx), desc
 
 
 def _blackbox(lat, ctx, path):
@@ -214,6 +220,9 @@ def _build_tier(lat, ctx: LatencyContext, path: str, chained: bool = False):
     if ctx.engine.all_reduce_algorithm and kind not in ("roofline", "vidur") and ctx.engine.tensor_parallel_size > 1:
         desc["warning"] = (f"engine.all_reduce_algorithm is read by the roofline and vidur models only; {kind} keeps "
                            "its own tensor-parallel cost")
+    if not ctx.engine.moe_fused_kernel and ctx.model.is_moe and kind != "roofline":
+        desc["warning"] = "; ".join(([desc["warning"]] if desc.get("warning") else [])
+                                    + [f"engine.moe.fused_kernel is read by the roofline only; {kind} keeps its MoE cost"])
     if fitted_on is not None:
         desc["calibrated"] = True
     if held_out:

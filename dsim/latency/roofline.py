@@ -42,12 +42,14 @@ class RooflineModel:
     DEFAULTS = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "overlap": 1.0}
 
     def __init__(self, model: ModelSpec, device: DeviceProfile, tp: int = 1, step_overhead_us: float = 0.0,
-                 curve: bool | GemmCurve = True, all_reduce: str | None = None, **params: float):
+                 curve: bool | GemmCurve = True, all_reduce: str | None = None, moe_fused: bool = True,
+                 **params: float):
         """``step_overhead_us`` is a fixed cost per step for devices without a vLLM host layer
         (draft devices); replicas get theirs from dsim.latency.host.  ``curve``: True (the
         device's fitted or borrowed GEMM curve), a GemmCurve, or False (flat efficiencies).
         ``all_reduce``: the TP all-reduce's algorithm (dsim.latency.collectives; None: the
-        profile's per-collective latency plus the ring's bytes)."""
+        profile's per-collective latency plus the ring's bytes).  ``moe_fused``: the routed experts
+        run as one grouped kernel (vLLM's fused MoE); False: one GEMM kernel per touched expert."""
         unknown = set(params) - set(self.DEFAULTS)
         if unknown:
             raise TypeError(f"unknown roofline parameters: {sorted(unknown)}")
@@ -82,6 +84,7 @@ class RooflineModel:
             self._expert_bytes = 0.0
         self._overhead = step_overhead_us * 1e-6
         self.all_reduce = all_reduce
+        self.moe_fused = moe_fused
         if tp > 1:
             fixed, coef, bw = all_reduce_terms(device, tp, all_reduce)
             self._ar_per_token = 2 * m.num_layers * coef * m.hidden_size * bpp / bw
@@ -160,7 +163,10 @@ class RooflineModel:
             touched = e * (1.0 - (1.0 - k_top / e) ** tokens)
             per = tokens * k_top / touched
             h = self.model.hidden_size
-            floor = floor + add(L, per, n_up, h, bpp, slow, touched) + add(L, per, h, k_down, bpp, slow, touched)
+            if self.moe_fused:
+                floor = floor + add(L, per, n_up, h, bpp, slow, touched) + add(L, per, h, k_down, bpp, slow, touched)
+            else:           # one kernel per touched expert: its own stream and launch floor
+                floor = floor + add(L * touched, per, n_up, h, bpp, slow) + add(L * touched, per, h, k_down, bpp, slow)
         on = sampled > 0
         hn, hk, hbpp, hslow = self._head_shape
         tc, tm = g.terms(np.where(on, sampled, 1.0), hn, hk, hbpp, ACT_BYTES)
@@ -187,8 +193,12 @@ class RooflineModel:
                 touched = self.touched_experts(tokens)
                 per = tokens * self.model.experts_per_token / touched       # tokens each touched expert sees
                 h = self.model.hidden_size
-                t += L * (self._gemm_time(per, n_up, h, bpp, slow, touched)
-                          + self._gemm_time(per, h, k_down, bpp, slow, touched))
+                if self.moe_fused:      # one grouped kernel over the touched experts (vLLM's fused MoE)
+                    t += L * (self._gemm_time(per, n_up, h, bpp, slow, touched)
+                              + self._gemm_time(per, h, k_down, bpp, slow, touched))
+                else:                   # a kernel per touched expert: smaller streams, a launch floor each
+                    t += L * touched * (self._gemm_time(per, n_up, h, bpp, slow)
+                                        + self._gemm_time(per, h, k_down, bpp, slow))
             if len(self._lin_cache) < _CACHE_MAX:
                 self._lin_cache[tokens] = t
         return t

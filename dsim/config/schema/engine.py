@@ -40,6 +40,13 @@ class OffloadSection(Section):
     """Loads from the host run while other requests compute (vLLM); false: the step waits for them."""
 
 
+class MoeSection(Section):
+    """MoE kernel settings (seed 004 VLLMMoEConfig); no effect on a dense model."""
+    fused_kernel: Bool = True
+    """The routed experts of a layer run as one grouped kernel (vLLM's fused MoE); false: one GEMM kernel per
+    expert the step touches, each with its own launch floor and smaller weight stream (roofline)."""
+
+
 class EngineSection(Section):
     """vLLM engine arguments of one replica (vLLM's defaults for the chosen generation)."""
     vllm_version: VllmVersion | None = None
@@ -84,6 +91,8 @@ class EngineSection(Section):
     all_reduce_algorithm: Choice("ring", "tree") | None = None
     """NCCL_ALGO of the TP all-reduce, costed by the latency-bandwidth model (roofline, vidur's roofline
     comm; docs/parallelism.md): ring or tree (None: the profile's per-collective latency + the ring's bytes)."""
+    moe: MoeSection = MoeSection()
+    """MoE kernel settings."""
     enable_expert_parallel: Bool = False
     """MoE experts split over the TP group (and DP ranks) instead of tensor-sliced."""
     enforce_eager: Bool | None = None
