@@ -336,7 +336,11 @@ def deployments(scn, fleet, summary: dict) -> dict:
         desc = p.latency_desc if isinstance(p.latency_desc, dict) else {}
         eng = p.spec.engine
         extra = (["pipeline parallelism"] if getattr(eng, "pipeline_parallel_size", 1) > 1 else []) + \
-            (["data parallelism"] if getattr(eng, "data_parallel_size", 1) > 1 else [])
+            (["data parallelism"] if getattr(eng, "data_parallel_size", 1) > 1 else []) + \
+            (["context parallelism"] if getattr(eng, "context_parallel_size", 1) > 1 else []) + \
+            (["a TP group across nodes"] if p.spec.device.crosses_nodes(eng.tensor_parallel_size
+                                                                       * getattr(eng, "context_parallel_size", 1))
+             else [])
         out[name] = Deployment(
             latency_model=desc.get("model", "roofline"), gpu=p.spec.device.name,
             gpu_profiled=not curve_for(p.spec.device).borrowed, kind=model_kind(p.spec.model),
