@@ -148,7 +148,8 @@ class LutTable:
             seen[key] = r["_line"]
             p95 = r.get("latency_p95_ms", float("nan"))
             groups[(r["phase"], r["fanout_k"])][r["microbatch"]].append(
-                (r["context_len"], r["latency_ms"], p95, r["energy_mj"], r["kv_delta_mb"]))
+                (r["context_len"], r["latency_ms"], p95, r["energy_mj"], r["kv_delta_mb"],
+                 r.get("cost_nonatt_ms", float("nan")), r.get("cost_attn_ms", float("nan"))))
         self.curves = {}
         for key, by_mb in groups.items():
             mbs = sorted(by_mb)
@@ -159,8 +160,12 @@ class LutTable:
     def has(self, phase: str, k: int = 1) -> bool:
         return (phase, k) in self.curves
 
+    def has_split(self, phase: str, k: int = 1) -> bool:
+        """Do all rows of (phase, k) carry cost_nonatt_ms and cost_attn_ms?"""
+        return self.has(phase, k) and all(not np.isnan(c.vals[:, 4:6]).any() for c in self.curves[(phase, k)][1])
+
     def lookup(self, phase: str, context_len: float, microbatch: float, k: int = 1) -> np.ndarray:
-        """[latency_ms, latency_p95_ms (nan if absent), energy_mj, kv_delta_mb]."""
+        """[latency_ms, latency_p95_ms, energy_mj, kv_delta_mb, cost_nonatt_ms, cost_attn_ms] (nan if absent)."""
         key = (phase, k, context_len, microbatch)
         v = self._memo.get(key)
         if v is not None:
@@ -231,10 +236,16 @@ class LutModel:
     name = "lut"
 
     def __init__(self, table: LutTable, decode_phase: str = "fused_decode", fanout_k: int = 1,
-                 tail: bool = False, rng=None):
+                 tail: bool = False, rng=None, selective: bool = False, where: str = "latency"):
         for ph, k in (("prefill", 1), (decode_phase, fanout_k)):
             if not table.has(ph, k):
                 raise MissingAssetError("latency.path", table.source, f"rows for phase {ph!r} with fanout_k {k}")
+            if selective and not table.has_split(ph, k):
+                raise ConfigError(f"{where}.selective_batching", True, f"cost_nonatt_ms and cost_attn_ms on every "
+                                  f"{ph!r} row of {table.source} (dsim lut build --split-attention writes them)")
+        if selective and tail:
+            raise ConfigError(f"{where}.tail", True, "false with selective_batching (the split rows have no tails)")
+        self.selective = selective
         self.table = table
         self.decode_phase, self.k = decode_phase, fanout_k
         self.tail = tail
@@ -246,6 +257,54 @@ class LutModel:
         mbs, curves = table.curves[(decode_phase, fanout_k)]
         self.pass_ms = float(curves[0].vals[0][0])     # smallest microbatch, shortest context
         self._vks = None
+        if selective:
+            self._tok, self._nonatt = self._token_curve()
+            self._mj_per_ms = float(curves[0].vals[0][2]) / self.pass_ms if self.pass_ms > 0 else 0.0
+
+    # ---- selective batching (seed 002 section 5.2) ---------------------------------------------
+    def _token_curve(self):
+        """Non-attention ms of one batched pass by its token count: the decode rows (microbatch m is m
+        tokens) at their shortest context, then the one-request prefill rows (context_len tokens)."""
+        pts = {}
+        mbs, curves = self.table.curves[(self.decode_phase, self.k)]
+        for m, c in zip(mbs, curves):
+            pts[float(m)] = float(c.vals[0][4])
+        pmbs, pcurves = self.table.curves[("prefill", 1)]
+        top = max(pts)
+        for ctx, v in zip(pcurves[0].ctx, pcurves[0].vals):
+            if pmbs[0] == 1 and ctx > top:
+                pts[float(ctx)] = float(v[4])
+        tok = np.array(sorted(pts))
+        return tok, np.array([pts[t] for t in tok])
+
+    def nonatt_ms(self, tokens: float) -> float:
+        """Linear in tokens between the table's points, the last segment extended above them."""
+        x, y = self._tok, self._nonatt
+        if len(x) == 1 or tokens <= x[0]:
+            return float(y[0]) * (tokens / x[0] if tokens < x[0] else 1.0)
+        if tokens >= x[-1]:
+            return float(y[-1] + (y[-1] - y[-2]) / (x[-1] - x[-2]) * (tokens - x[-1]))
+        return float(np.interp(tokens, x, y))
+
+    def _selective_ms(self, b: BatchShape) -> float:
+        """Selective batching: the non-attention work of all the step's tokens in one batched pass,
+        plus each request's attention on its own (the one-request row's cost_attn_ms at the mean
+        context of its kind: exact when attention is linear in context)."""
+        ms = self.nonatt_ms(b.prefill_tokens + b.decode_tokens)
+        n_pre, t_pre = b.num_prefill, b.prefill_tokens
+        if b.num_verify:
+            vk = self._verify_k(b.verify_tokens / b.num_verify - 1)
+            if vk is not None and self.table.has_split("verify", vk):
+                ms += b.num_verify * float(self.table.lookup("verify", round(b.verify_ctx_sum / b.num_verify), 1, vk)[5])
+                n_pre -= b.num_verify
+                t_pre -= b.verify_tokens
+        if n_pre:
+            ms += n_pre * float(self.table.lookup("prefill", round(t_pre / n_pre), 1)[5])
+        if b.decode_tokens:
+            ms += b.decode_tokens * float(self.table.lookup(self.decode_phase, round(b.decode_ctx_sum / b.decode_tokens),
+                                                            1, self.k)[5])
+        self.energy_mj += ms * self._mj_per_ms
+        return ms
 
     def _time(self, v: np.ndarray) -> float:
         mean, p95 = float(v[0]), float(v[1])
@@ -266,6 +325,8 @@ class LutModel:
         return min(self._vks, key=lambda x: (abs(x - k), x))
 
     def step_time(self, b: BatchShape) -> float:
+        if self.selective:
+            return self._selective_ms(b) * 1e-3 if (b.prefill_tokens or b.decode_tokens) else 0.0
         ms = 0.0
         n_pre, t_pre = b.num_prefill, b.prefill_tokens
         if b.num_verify:
@@ -381,8 +442,10 @@ def _shape(phase: str, ctx: int, mb: int, k: int) -> BatchShape:
 
 
 def export_rows(step_model, model, device, tp: int, contexts=CONTEXTS, microbatches=MICROBATCHES,
-                verify_k=(1, 2, 4, 8), dtype: str = "bf16", source: str = "") -> list[dict]:
-    """Tabulate any step-time model into LUT rows (energy at the device's board power)."""
+                verify_k=(1, 2, 4, 8), dtype: str = "bf16", source: str = "", split: bool = False) -> list[dict]:
+    """Tabulate any step-time model into LUT rows (energy at the device's board power).  ``split``:
+    also cost_nonatt_ms (the model's time with no attention work: no causal pairs, no context read)
+    and cost_attn_ms (the rest), for selective batching."""
     rows = []
     weights_mb = model.weight_bytes / tp / 1e6
     kv_tok_mb = model.kv_bytes_per_token / 1e6
@@ -400,6 +463,12 @@ def export_rows(step_model, model, device, tp: int, contexts=CONTEXTS, microbatc
                         "peak_mem_mb": round(weights_mb + mb * (ctx + new) * kv_tok_mb / tp, 3),
                         "kv_delta_mb": round(mb * new * kv_tok_mb, 6),
                         "energy_mj": round(device.tdp_w * tp * ms, 3), "source": source})
+                    if split:
+                        bare = _shape(phase, ctx, mb, k)._replace(prefill_attn_pairs=0, prefill_ctx_tokens=0,
+                                                                   decode_ctx_sum=0)
+                        non = step_model.step_time(bare) * 1e3
+                        rows[-1]["cost_nonatt_ms"] = round(non, 6)
+                        rows[-1]["cost_attn_ms"] = round(max(ms - non, 0.0), 6)
     return rows
 
 

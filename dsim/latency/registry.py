@@ -106,9 +106,12 @@ def _lut(lat, ctx, path, chained=False):
         rows = pool_rows(read_lut(p), sel, ctx.model.name, ctx.device.name, ctx.engine.tensor_parallel_size, path)
     else:
         rows = select_rows(read_lut(p), sel, path)
-    step = LutModel(LutTable(rows, str(p)), lat.decode_phase, lat.fanout_k, lat.tail, ctx.rng)
-    return step, _gpu_alpha(lat, ctx), {"path": str(p), "select": sel, "tail": lat.tail,
-                                        "decode_phase": lat.decode_phase, "fanout_k": lat.fanout_k}
+    step = LutModel(LutTable(rows, str(p)), lat.decode_phase, lat.fanout_k, lat.tail, ctx.rng, lat.selective_batching,
+                    path)
+    desc = {"path": str(p), "select": sel, "tail": lat.tail, "decode_phase": lat.decode_phase, "fanout_k": lat.fanout_k}
+    if lat.selective_batching:
+        desc["selective_batching"] = True
+    return step, _gpu_alpha(lat, ctx), desc
 
 
 def _vidur(lat, ctx, path):

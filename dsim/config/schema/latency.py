@@ -211,6 +211,9 @@ class LutLatency(LatencyCommon):
     """Which phase's rows cost the decode tokens."""
     fanout_k: Int(1) = 1
     """Fan-out of the decode rows read (tree drafts)."""
+    selective_batching: Bool = False
+    """Cost a step as Orca's selective batching from the rows' cost_nonatt_ms / cost_attn_ms: the non-attention
+    work of all its tokens in one batched pass plus each request's attention (false: whole-pass rows)."""
     alpha: Coefficients(3) | None = None
     """API-server costs [a0, a1, a2], microseconds (None: the engine generation's)."""
 
