@@ -119,8 +119,11 @@ def _vidur(lat, ctx, path):
     kw = {k: getattr(lat, k) for k in VidurModel.DEFAULTS}
     e = ctx.engine
     step = VidurModel(ctx.model, ctx.device, e.tensor_parallel_size, max_tokens=e.max_num_batched_tokens,
-                      tp_comm=lat.tp_comm, all_reduce=e.all_reduce_algorithm, **kw)
-    return step, _gpu_alpha(lat, ctx), dict(kw, profile=step.profile, tp_comm=step.comm)
+                      tp_comm=lat.tp_comm, all_reduce=e.all_reduce_algorithm, network_device=lat.network_device, **kw)
+    desc = dict(kw, profile=step.profile, tp_comm=step.comm)
+    if lat.network_device is not None:
+        desc.update(network_device=lat.network_device, network_profile=step.network_profile)
+    return step, _gpu_alpha(lat, ctx), desc
 
 
 def _calibrated_tps(lat, ctx, path):

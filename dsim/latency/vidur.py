@@ -91,12 +91,26 @@ def _row_arch(r: dict) -> tuple:
             r["use_gated_mlp"].strip().lower() == "true")
 
 
-def find_profile(model, device_name: str, root: Path | None = None) -> tuple[Path, Path | None]:
-    """(mlp.csv of the profiled model with ``model``'s architecture, all_reduce.csv or None)."""
+def network_devices(root: Path | None = None) -> list[str]:
+    """The network profiles (folders of all_reduce.csv / send_recv.csv) under the data folder."""
+    base = (root or data_dir()) / "network"
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def find_profile(model, device_name: str, root: Path | None = None,
+                 network: str | None = None) -> tuple[Path, Path | None]:
+    """(mlp.csv of the profiled model with ``model``'s architecture, all_reduce.csv or None).
+    ``network``: the network profile folder (VIDUR's network_device, e.g. h100_pairwise_nvlink);
+    None: the GPU's DGX profile."""
     root = root or data_dir()
     if device_name not in DEVICE_DIRS:
         raise MissingAssetError("hardware", device_name, f"a GPU with VIDUR profiles: {', '.join(DEVICE_DIRS)}")
     gpu, net = DEVICE_DIRS[device_name]
+    if network is not None:
+        if not (root / "network" / network).is_dir():
+            raise MissingAssetError("latency.network_device", network, "a VIDUR network profile under "
+                                    f"{root / 'network'}: {', '.join(network_devices(root)) or 'none'}")
+        net = network
     base = root / "compute" / gpu
     if not base.is_dir():
         raise MissingAssetError("latency.model", "vidur", f"VIDUR profiles under {base} (set DSIM_VIDUR_DATA)")
@@ -118,7 +132,7 @@ def find_profile(model, device_name: str, root: Path | None = None) -> tuple[Pat
     raise MissingAssetError("model", model.name, f"a model whose layer shapes were profiled on {gpu}: {', '.join(seen)}")
 
 
-def _train(mlp_csv: Path, ar_csv: Path | None, tp: int) -> dict:
+def _train(mlp_csv: Path, ar_csv: Path | None, tp: int, per_node: int | None = None) -> dict:
     rows = [r for r in _read_csv(mlp_csv) if int(r["num_tensor_parallel_workers"]) == tp]
     if not rows:
         tps = sorted({int(r["num_tensor_parallel_workers"]) for r in _read_csv(mlp_csv)})
@@ -129,7 +143,7 @@ def _train(mlp_csv: Path, ar_csv: Path | None, tp: int) -> dict:
     allreduce = None
     if tp > 1 and ar_csv is not None:
         ar = [r for r in _read_csv(ar_csv) if int(r["num_workers"]) == tp
-              and int(r["devices_per_node"]) == tp]
+              and int(r["devices_per_node"]) == (per_node or tp)]
         if ar:
             allreduce = OperatorModel(np.array([float(r["size"]) for r in ar]),
                                       np.array([float(r["time_stats.all_reduce.median"]) for r in ar]))
@@ -144,17 +158,19 @@ def _digest(*parts) -> str:
 
 
 @lru_cache(maxsize=16)
-def trained(mlp_csv: str, ar_csv: str | None, tp: int) -> dict:
-    """Operator models for (profile, TP): from memory, else the joblib cache, else trained."""
+def trained(mlp_csv: str, ar_csv: str | None, tp: int, per_node: int | None = None) -> dict:
+    """Operator models for (profile, TP, GPUs per node of the all-reduce: None all on one node):
+    from memory, else the joblib cache, else trained."""
     m, a = Path(mlp_csv), Path(ar_csv) if ar_csv else None
-    key = _digest(m.read_bytes(), a.read_bytes() if a else b"", tp, VERSION, TREE_DEPTH)
+    parts = (tp,) if per_node in (None, tp) else (tp, per_node)
+    key = _digest(m.read_bytes(), a.read_bytes() if a else b"", *parts, VERSION, TREE_DEPTH)
     f = cache_dir() / f"{key}.joblib"
     if f.exists():
         try:
             return joblib.load(f)
         except Exception:  # a corrupt or incompatible cache entry: retrain and overwrite
             pass
-    out = _train(m, a, tp)
+    out = _train(m, a, tp, per_node)
     try:
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_suffix(f".{os.getpid()}.tmp")
@@ -170,14 +186,19 @@ class VidurModel:
     DEFAULTS = {"attn_compute_efficiency": 0.8, "attn_memory_efficiency": 0.8}
 
     def __init__(self, model, device, tp: int = 1, max_tokens: int = 8192, profiles: Path | None = None,
-                 tp_comm: str = "profile", all_reduce: str | None = None, **params):
+                 tp_comm: str = "profile", all_reduce: str | None = None, network_device: str | None = None,
+                 **params):
         unknown = set(params) - set(self.DEFAULTS)
         if unknown:
             raise TypeError(f"unknown vidur parameters: {sorted(unknown)}")
         p = {**self.DEFAULTS, **params}
-        mlp, ar = find_profile(model, device.name, profiles)
+        mlp, ar = find_profile(model, device.name, profiles, network_device)
         self.profile = str(mlp)
-        t = trained(str(mlp), str(ar) if ar else None, tp)
+        self.network_profile = str(ar) if ar else None
+        # a TP group beyond hardware.gpus_per_node: the profile's rows of that many GPUs per node, if any
+        across = device.crosses_nodes(tp)
+        per_node = device.gpus_per_node if across else None
+        t = trained(str(mlp), str(ar) if ar else None, tp, per_node)
         self.ops = t["ops"]
         L = model.num_layers
         n = np.arange(max_tokens + 1, dtype=float)
@@ -185,10 +206,9 @@ class VidurModel:
         table = self.ops["emb"].predict(n) + L * per_layer
         bpp = model.bytes_per_param
         if tp > 1:
-            across = device.crosses_nodes(tp)      # the profiles are of one node's all-reduce
-            if t["allreduce"] is not None and tp_comm == "profile" and not across:
+            if t["allreduce"] is not None and tp_comm == "profile":
                 table = table + 2 * L * t["allreduce"].predict(n * model.hidden_size * bpp)
-                self.comm = "profiled all_reduce"
+                self.comm = "profiled all_reduce" + (f" ({per_node} GPUs per node)" if across else "")
             else:
                 fixed, coef, bw = all_reduce_terms(device, tp, all_reduce)
                 table = table + 2 * L * 1e3 * (fixed + coef * n * model.hidden_size * bpp / bw)

@@ -228,6 +228,9 @@ class VidurLatency(LatencyCommon):
     """Achieved fraction of peak HBM bandwidth in attention, in (0, 1]."""
     tp_comm: Choice("profile", "roofline") = "profile"
     """Tensor-parallel all-reduce: the profiled NCCL times, or a vLLM-like ring on the roofline."""
+    network_device: Str | None = None
+    """VIDUR's network profile for the all-reduce, a folder of its network/ data (h100_dgx, h100_pairwise_nvlink,
+    a100_dgx, a100_pairwise_nvlink, ...) (None: the GPU's DGX profile)."""
     alpha: Coefficients(3) | None = None
     """API-server costs [a0, a1, a2], microseconds (None: the engine generation's)."""
 
