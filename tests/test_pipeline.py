@@ -1,6 +1,8 @@
 """engine.pipeline_parallel_size: stage reservations by hand (the bubble and the overlap), one
 request's token time equal to the unpipelined step plus the hops, two virtual engines filling the
 pipeline, the KV split and GPU accounting, and what PP refuses."""
+import math
+
 import pytest
 
 import dsim
@@ -90,3 +92,26 @@ def test_kv_blocks_are_per_gpu_and_split_among_virtual_engines():
                                      "engine.kv_offload.cpu_gb=10"])           # not combined with PP yet
 def test_pp_refusals_are_one_line_exit_2_and_write_nothing(setting, tmp_path, capsys):
     assert_refused("pipeline_parallel", [setting], "engine.pipeline_parallel_size", tmp_path, capsys)
+
+
+def test_stage_boundaries_between_nodes_use_the_internode_link():
+    """TP 4 x PP 4 on nodes of 8 GPUs: stages 0-1 on node 0, 2-3 on node 1; only the 1 -> 2 hop
+    crosses, at the NIC's rate and latency."""
+    from dsim.config.engine import load_engine
+    from dsim.config.hardware import load_device
+    from dsim.config.model import load_model
+    from dsim.serving.pipeline import build_pipeline
+    m = load_model("meta-llama/Llama-3.1-70B")
+    dev = {"name": "n", "peak_tflops_bf16": 1000, "hbm_gb_s": 3000, "memory_gb": 80, "interconnect_gb_s": 400,
+           "interconnect_latency_us": 5, "gpus_per_node": 8, "internode_gb_s": 50, "internode_latency_us": 20}
+    e = load_engine({"tensor_parallel_size": 4, "pipeline_parallel_size": 4})
+    pipe = build_pipeline(e, m, load_device(dev))
+    intra = (5e-6, m.hidden_size * 2 / 4 / 400e9)
+    inter = (20e-6, m.hidden_size * 2 / 4 / 50e9)
+    assert [h for hop in pipe.hops for h in hop] == pytest.approx([*intra, *inter, *intra], rel=1e-12)
+    tokens, stage = 100, 1e-3
+    want = 4 * stage + sum(f + per * tokens for f, per in pipe.hops)
+    assert math.isclose(pipe.traverse(0.0, stage, tokens), want, rel_tol=1e-12)
+    # one node, or no inter-node figure: the uniform hop as before
+    assert build_pipeline(e, m, load_device({**dev, "gpus_per_node": 16})).hops is None
+    assert build_pipeline(e, m, load_device({k: v for k, v in dev.items() if k != "internode_gb_s"})).hops is None

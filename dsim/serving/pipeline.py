@@ -25,16 +25,30 @@ from __future__ import annotations
 class Pipeline:
     """The P stages of one PP group: stage k is reserved until ``free[k]``."""
 
-    __slots__ = ("free", "p2p_fixed_s", "p2p_s_per_token")
+    __slots__ = ("free", "p2p_fixed_s", "p2p_s_per_token", "hops")
 
-    def __init__(self, stages: int, p2p_fixed_s: float, p2p_s_per_token: float):
+    def __init__(self, stages: int, p2p_fixed_s: float, p2p_s_per_token: float, hops: list | None = None):
+        """``hops``: (fixed s, s per token) of each stage boundary, when they differ (a boundary
+        between nodes); None: every boundary is (p2p_fixed_s, p2p_s_per_token)."""
         self.free = [0.0] * stages
         self.p2p_fixed_s = p2p_fixed_s
         self.p2p_s_per_token = p2p_s_per_token
+        self.hops = hops
 
     def traverse(self, start: float, stage_s: float, tokens: int) -> float:
         """Reserve every stage in order for a batch ready at ``start``; return when it leaves."""
         free = self.free
+        if self.hops is not None:
+            t = start
+            for k in range(len(free)):
+                if k:
+                    f, per = self.hops[k - 1]
+                    t += f + per * tokens
+                if free[k] > t:
+                    t = free[k]
+                t += stage_s
+                free[k] = t
+            return t
         hop = self.p2p_fixed_s + self.p2p_s_per_token * tokens
         t = start
         for k in range(len(free)):
@@ -81,7 +95,15 @@ class PipelineStep:
 
 
 def build_pipeline(engine, model, device) -> Pipeline:
-    """Stages and the stage-to-stage hop of one PP group (activations of bf16 hidden states)."""
-    tp = engine.tensor_parallel_size
+    """Stages and the stage-to-stage hop of one PP group (activations of bf16 hidden states).  With
+    ``hardware.gpus_per_node`` and ``internode_gb_s``, stages are packed onto nodes in order and a
+    boundary between two nodes runs on the per-GPU inter-node link (each TP rank its own NIC)."""
+    tp, pp = engine.tensor_parallel_size, engine.pipeline_parallel_size
     per_token = model.hidden_size * 2 / tp / device.interconnect_bytes_s
-    return Pipeline(engine.pipeline_parallel_size, device.interconnect_latency_s, per_token)
+    hops = None
+    g = device.gpus_per_node
+    if g is not None and device.internode_bytes_s is not None and tp * pp > g:
+        inter = (device.internode_latency_s, model.hidden_size * 2 / tp / device.internode_bytes_s)
+        hops = [inter if (k - 1) * tp // g != k * tp // g else (device.interconnect_latency_s, per_token)
+                for k in range(1, pp)]
+    return Pipeline(pp, device.interconnect_latency_s, per_token, hops)
