@@ -70,6 +70,14 @@ def serve_args(pool) -> tuple[list[str], list[str]]:
     if e.kv_offload is not None:
         notes.append(f"kv_offload ({e.kv_offload.cpu_gb:g} GB CPU tier): configure vLLM's CPU offloading "
                      "for your version by hand")
+    if e.context_parallel_size > 1:
+        notes.append(f"context_parallel_size {e.context_parallel_size}: dsim models ring-attention context "
+                     "parallelism; set your engine's context-parallel option by hand")
+    if e.all_reduce_algorithm:
+        notes.append(f"all_reduce_algorithm {e.all_reduce_algorithm}: set NCCL_ALGO={e.all_reduce_algorithm.title()} "
+                     "in the server's environment")
+    if not e.moe_fused_kernel and pool.model.is_moe:
+        notes.append("moe.fused_kernel false is a what-if: vLLM always runs its fused MoE kernel")
     if pool.role in ("prefill", "decode"):
         args += ["--kv-transfer-config", json.dumps(KV_TRANSFER, separators=(",", ":"))]
     return args, notes
