@@ -452,7 +452,8 @@ class Fleet:
 
 def _check_parallel_groups(spec, scn) -> None:
     """What PP virtual engines and DP ranks are not combined with yet (each needs a decision on how a
-    group of them takes part): P/D roles, speculation, the CPU tier, swap preemption, controllers that scale."""
+    group of them takes part): P/D roles (DP ranks; PP virtual engines take them), speculation, the CPU tier,
+    swap preemption, controllers that scale."""
     for c in spec.clusters:
         for p in c.pools:
             pp = p.engine.pipeline_parallel_size * p.engine.data_parallel_size
