@@ -56,6 +56,15 @@ def test_first_tier_with_data_is_used_per_pool(tmp_path, monkeypatch):
     assert _digest(dsim.run(one)) == _digest(dsim.run(plain))
 
 
+def test_tiers_take_the_head_sections_scale_and_host(tmp_path):
+    lat = {"model": "lut", "path": str(tmp_path / "missing.csv"), "scale": 2.0, "host": {"step_us": 500},
+           "fallback": ["roofline", {"model": "roofline", "scale": 3.0}]}
+    res = dsim.run(scenario(model=L7, latency=lat))
+    want = dsim.run(scenario(model=L7, latency={"model": "roofline", "scale": 2.0, "host": {"step_us": 500}}))
+    assert _digest(res) == _digest(want)
+    assert res.manifest["latency"]["scale"] == 2.0 and res.manifest["latency"]["host_us"]["step_us"] == 500
+
+
 def test_every_tier_missing_is_one_config_error(tmp_path):
     lat = {"model": "lut", "path": str(tmp_path / "a.csv"), "fallback": [{"model": "lut", "path": str(tmp_path / "b.csv")}]}
     with pytest.raises(ConfigError, match=r"latency.fallback: a tier with data .*a.csv.*b.csv"):

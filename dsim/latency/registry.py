@@ -189,7 +189,11 @@ def build_latency(lat, ctx: LatencyContext, path: str = "latency"):
         raise TypeError(f"build_latency takes a typed latency section (parse_latency(mapping)), not {lat!r}")
     if not lat.fallback:
         return _build_tier(lat, ctx, path)
-    tiers = [(lat, path)] + [(t, f"{path}.fallback[{i}]") for i, t in enumerate(lat.fallback)]
+    # the engine's host overrides and the what-if scale belong to the replica, not to one model:
+    # a tier that does not write them takes the head section's
+    inherit = {k: (lat.host.to_dict() if k == "host" else getattr(lat, k)) for k in ("host", "scale") if lat.given(k)}
+    tiers = [(lat, path)] + [(parse_latency({**inherit, **t.to_dict()}, f"{path}.fallback[{i}]") if inherit else t,
+                              f"{path}.fallback[{i}]") for i, t in enumerate(lat.fallback)]
     chain = [t.model for t, _ in tiers]
     skipped = []
     for i, (tier, where) in enumerate(tiers):
