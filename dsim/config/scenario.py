@@ -166,6 +166,9 @@ def _build(data: dict, cfg, shown: str, base_dir, overrides) -> Scenario:
         from ..specdec.config import check_targets, load_spec
         spec = load_spec(cfg.speculation, "speculation", base_dir, model)
         check_targets(spec, fleet.pools)
+        if cfg.speculation.topology is not None:
+            from ..specdec.topology import plan
+            spec.connectivity = plan(cfg.speculation.topology, spec.groups, fleet, cfg.network, spec.gateway)
     slo = cfg.slo
     return Scenario(raw=data, base_dir=base_dir, seed=cfg.seed, seeds=cfg.seeds.model_dump() if cfg.seeds else None,
                     name=name, model=model, device=device,

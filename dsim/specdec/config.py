@@ -68,6 +68,7 @@ class SpecConfig:
     portfolio: object = None          # Portfolio (dsim.specdec.portfolio) or None: one drafter
     verify_order: str = "fcfs"        # fcfs | edf: which ready rounds a step's token budget serves first
     expectation: bool = False         # acceptance_draws: expectation (accepted = the expected count, carried)
+    connectivity: object = None       # auto-topology (dsim.specdec.topology.Connectivity) or None: all pools
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""

@@ -16,6 +16,7 @@ from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
 from .base import (BeforeValidator, Bool, Choice, Discriminator, Float, Int, Raw, Section, Str, Tag, checked,
                    field_validator, model_validator, one_of)
 from .speculation_gamma import GammaField, K, StaticGamma
+from .topology import AutoTopology
 
 MODES = ("off", "fused", "distributed", "hybrid")
 KINDS = ("phone", "laptop", "edge")
@@ -418,6 +419,9 @@ class SpeculationConfig(Section):
     """Ready rounds a step's token budget serves first: fcfs (admission order) | edf (earliest deadline)."""
     portfolio: PortfolioField | None = None
     """Several drafters, chosen per request and escalated mid-decode (None: one drafter)."""
+    topology: AutoTopology | None = None
+    """Auto-topology: which pools each draft device may send to, and the generated links (None:
+    every device reaches every pool; docs/specdec.md)."""
 
     @field_validator("drafts", mode="before")
     @classmethod
@@ -441,6 +445,8 @@ class SpeculationConfig(Section):
                 if g.max_batch > 1:
                     raise ConfigError(f"drafts[{i}].max_batch", g.max_batch,
                                       f"1 with {what} (batched drafting is modelled for one drafter's chains only)")
+        if self.topology is not None and not self.drafts:
+            raise ConfigError("topology", None, "draft devices (drafts) to connect", show_value=False)
         if self.mode in ("distributed", "hybrid") and not self.drafts:
             raise ConfigError("drafts", None, f"draft devices: mode {self.mode} drafts on them", show_value=False)
         if self.acceptance_draws == "expectation" and self.tree is not None:
