@@ -488,6 +488,8 @@ def _manifest(ses: Session) -> dict:
     if scn.spec is not None:
         manifest["speculation"] = {"mode": scn.spec.mode, "drafter": scn.spec.drafter.name,
                                    "acceptance": scn.spec.acceptance_desc, "gamma_policy": scn.spec.policy}
+    if scn.policy_bundle is not None:
+        manifest["policy_bundle"] = scn.policy_bundle
     if scn.fleet.declared:
         manifest["pools"] = {p.name: {"cluster": p.cluster.name, "role": p.role, "model": p.spec.model.name,
                                       "hardware": p.spec.device.name, "engine": p.spec.engine.__dict__,

@@ -46,6 +46,7 @@ class Scenario:
     config: object = None            # the validated ScenarioConfig (dsim.config.schema): typed sections
     data_files: frozenset = frozenset()   # resolved paths of the data files loading read (manifest hashes)
     seeds: dict | None = None        # seeds: per-group master seeds (workload / simulation / jitter), dsim.core.rng
+    policy_bundle: dict | None = None    # the applied policy bundle (dsim.config.policy_bundle), for manifest.json
 
     @property
     def digest(self) -> str:
@@ -138,12 +139,18 @@ def load_scenario(source, overrides=None, seed: int | None = None, base_dir=None
     else:
         data, base_dir, shown = read_scenario_file(source), Path(source).resolve().parent, str(source)
     data = apply_overrides(data, overrides)
+    bundle = None
+    if data.get("policy_bundle") is not None:
+        from .policy_bundle import apply_bundle
+        data, bundle = apply_bundle(data, base_dir)
+        data = apply_overrides(data, overrides)      # --set wins over the bundle
     if seed is not None:
         data["seed"] = seed
     from .schema.scenario import parse_scenario
     with recording_reads() as read:
         scn = _build(data, cfg := parse_scenario(data), shown, base_dir, overrides)
     scn.data_files = frozenset(read)
+    scn.policy_bundle = bundle
     return scn
 
 
