@@ -106,3 +106,23 @@ def test_generated_links_and_a_network_section_are_one_or_the_other():
     d["speculation"].pop("drafts")
     with pytest.raises(ConfigError, match="^speculation.topology"):
         load_scenario(d)
+
+
+def test_validate_prints_the_edges_and_the_summary_lists_them(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from dsim.cli import main
+    p = tmp_path / "hand.yaml"
+    p.write_text(yaml.safe_dump(HAND))
+    assert main(["validate", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "edge: phone -> C (edge): 3 devices, rtt 43.02 ms, 20 Mbit/s" in out
+    assert "edge: laptop -> A (dc): 1 devices, rtt 16.02 ms, 100 Mbit/s" in out
+    import dsim
+    res = dsim.run(str(p), tmp_path / "out", plots=False)
+    topo = json.loads((res.out_dir / "summary.json").read_text())["speculation"]["topology"]
+    assert [(e["group"], e["pool"], e["devices"]) for e in topo["edges"]] == [
+        ("phone", "B", 3), ("phone", "C", 3), ("laptop", "A", 1), ("laptop", "B", 2), ("laptop", "C", 1)]
+    assert topo["generated_network"]["clusters"]["edge"] == {"rtt_ms": 3.0, "bw_mbps": 10000.0}
