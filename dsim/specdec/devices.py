@@ -3,9 +3,11 @@
 A device is one busy loop (architecture rule: one per device, never one per token) that drafts
 for its conversations in FIFO order: a chain of callbacks with one SimPy event per job when it
 drafts one round at a time, a SimPy process when it batches rounds (``max_batch`` > 1).
-Drafting k tokens costs k batch-1 decode steps of the drafter model on the device, timed by
-dsim's roofline with the device's bandwidth and FLOP/s (quantised weights read fewer bytes: int4
-weights move a quarter of the bf16 bytes).  Thermal
+Drafting k tokens costs k batch-1 decode steps of the drafter model on the device, timed by a
+draft-side LUT of the profile's ``lut_ids`` when one covers the drafter, else by dsim's roofline with
+the device's bandwidth and FLOP/s (quantised weights read fewer bytes: int4 weights move a quarter
+of the bf16 bytes).  A batch of rounds is capped by ``max_parallel_tokens`` and by the drafter KV
+that fits in ``kv_cache_limit_mb``.  Thermal
 throttling slows drafting by ``throttle_factor`` after ``throttle_after_s`` of continuous work
 (reset by ``cooldown_s`` idle); availability windows pause drafting; energy is power x drafting
 time, or ``joules_per_token`` when the profile gives it.
