@@ -600,6 +600,11 @@ def _main(argv=None) -> int:
             from .metrics.console import workload_line
             print(f"ok: {scn.name} ({what}, {len(ses.reqs)} requests)")
             print(workload_line(ses.reqs))
+            conn = scn.spec.connectivity if scn.spec is not None else None
+            if conn is not None:          # auto-topology: the generated draft-to-pool edges
+                for e in conn.edges:
+                    print(f"edge: {e.group} -> {e.pool} ({e.cluster}): {e.devices} devices, "
+                          f"rtt {e.rtt_ms:g} ms, {e.bw_mbps:g} Mbit/s")
             return 0
         from .runner import default_out_dir, run
         scn = load_scenario(args.scenario, args.overrides, args.seed)

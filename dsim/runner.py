@@ -185,6 +185,12 @@ class Session:
         self.fleet = Fleet(sim, scn, check_invariants, network=self.network,
                            tracer_factory=self._recorder_factory(vllm_traces), keep_steps=keep_steps)
         self.spec = None
+        conn = scn.spec.connectivity if scn.spec is not None else None
+        if conn is not None and conn.uplinks:     # auto-topology: the generated gateway -> cluster -> replica links
+            self.network = self.fleet.network = conn.network(sim.env, sim.rng.stream("network"))
+            for rep in self.fleet.replicas():
+                conn.attach(self.network, rep)
+            self.fleet.replica_hooks.append(lambda rep: conn.attach(self.network, rep))
         if scn.spec is not None:
             if vllm_traces is not None:
                 raise ConfigError("speculation", None, "no --emit-vllm-traces (speculative steps are not traced)",
@@ -193,6 +199,8 @@ class Session:
             self.reqs = list(self.workload)
             self.spec = SpecRuntime(sim, self.fleet, self.network, scn.spec, self.reqs, scn.horizon_s,
                                     scn.slo_tpot_ms, scn.slo_tvt_ms)
+            if conn is not None:
+                conn.install(self.spec, self.fleet)
         _check_kv_fits(self.workload, self.fleet)
         self._cut = False                  # a planner's forecast child stops the real arrivals
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet, self) + list(controllers)
@@ -480,6 +488,8 @@ def _manifest(ses: Session) -> dict:
     if scn.spec is not None:
         manifest["speculation"] = {"mode": scn.spec.mode, "drafter": scn.spec.drafter.name,
                                    "acceptance": scn.spec.acceptance_desc, "gamma_policy": scn.spec.policy}
+    if scn.policy_bundle is not None:
+        manifest["policy_bundle"] = scn.policy_bundle
     if scn.fleet.declared:
         manifest["pools"] = {p.name: {"cluster": p.cluster.name, "role": p.role, "model": p.spec.model.name,
                                       "hardware": p.spec.device.name, "engine": p.spec.engine.__dict__,
@@ -521,6 +531,8 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
         summary["speculation"] = spec_summary(ses.spec, reqs, ses.end, {"ttft_ms": scn.slo_ttft_ms,
                                                                        "tpot_ms": scn.slo_tpot_ms,
                                                                        "tvt_ms": scn.slo_tvt_ms})
+        if ses.spec.cfg.connectivity is not None:
+            summary["speculation"]["topology"] = ses.spec.cfg.connectivity.describe()
     # the manifest is built when first read (write_report reads it at once): a run that writes
     # nothing, such as `dsim bench` or a sweep's point, does not ask git or hash data files
     res = Result(scn, reqs, summary, partial(_manifest, ses), fleet.replicas()[0].inst, fleet,

@@ -20,6 +20,7 @@ SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yam
            "pd_speculation.yaml": ["workload.num_requests=150"],
            "draft_sweep_single_target.yaml": ["workload.num_requests=100"],
            "draft_sweep_multicluster.yaml": ["workload.num_requests=150"],
+           "draft_sweep_hetero.yaml": ["workload.num_requests=100"], "auto_topology.yaml": ["workload.num_requests=100"],
            "online_planner.yaml": ["cluster.controllers[0].cadence_s=30"],
            "online_planner_azure.yaml": ["workload.num_requests=1500"]}
 

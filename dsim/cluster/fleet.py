@@ -77,8 +77,14 @@ class Cluster:
         _, e, d = self._lists()
         return e + d if d else e
 
-    def choose_entry(self, r) -> Replica:
+    def choose_entry(self, r, allowed=None) -> Replica | None:
+        """The entry replica for r; ``allowed``: the pool names r's draft device connects to
+        (dsim.specdec.topology), None for any.  None when no allowed pool has a ready replica."""
         cands = self.entry_candidates()
+        if allowed is not None:
+            cands = [c for c in cands if c.pool.name in allowed]
+            if not cands:
+                return None
         if self.affinity == "session" and r.session >= 0:
             rep = self.sessions.get(r.session)
             if rep is not None and rep.state == READY and rep.pool.role != "decode":
@@ -186,6 +192,7 @@ class Fleet:
         self.in_transfer = 0
         self.ingress = None              # (request, replica) -> event when it reaches the replica, or None
         self.speculation = None          # the SpecRuntime of a speculative run (dsim.specdec.runtime)
+        self.reach = None                # request -> pool names it may be routed to, or None (auto-topology)
         self.scale_events: list = []    # (time, pool, action, replica)
         self._pools_by_replica: dict = {}
         self._disagg = any(c.disagg for c in self.clusters)
@@ -200,8 +207,17 @@ class Fleet:
         that talks to one replica directly: ``dsim serve --replica-ports``)."""
         self.arrived += 1
         self.live[r.rid] = r
+        allowed = self.reach(r) if self.reach is not None else None
         if replica is not None:
             cluster, rep = replica.pool.cluster, replica
+        elif allowed is not None:
+            cluster, rep = self._route_within(r, allowed)
+            if rep is None:              # none of the device's pools has a ready replica
+                r.state = REJECTED
+                r.reject_reason = "unreachable"
+                self.admission_rejected += 1
+                self._finish(r)
+                return
         elif self.global_router is not None:
             cluster = self.global_router.choose(r, self._live_clusters()).cluster
             rep = cluster.choose_entry(r)
@@ -229,6 +245,19 @@ class Fleet:
             self.in_transfer -= 1
             rep.inst.submit(r)
         hop.callbacks.append(reached)
+
+    def _route_within(self, r, allowed) -> tuple:
+        """(cluster, replica) among the pools in ``allowed`` only (a draft device's connectivity):
+        the global router picks among the clusters holding one of them with a ready replica."""
+        if self.global_router is None:
+            c = self.clusters[0]
+            return c, c.choose_entry(r, allowed)
+        views = [v for v in self.cluster_views
+                 if any(rep.pool.name in allowed for rep in v.cluster.entry_candidates())]
+        if not views:
+            return None, None
+        cluster = self.global_router.choose(r, views).cluster
+        return cluster, cluster.choose_entry(r, allowed)
 
     def _live_clusters(self) -> list:
         live = [v for v in self.cluster_views if v.cluster.entry_candidates()]

@@ -46,6 +46,7 @@ class Scenario:
     config: object = None            # the validated ScenarioConfig (dsim.config.schema): typed sections
     data_files: frozenset = frozenset()   # resolved paths of the data files loading read (manifest hashes)
     seeds: dict | None = None        # seeds: per-group master seeds (workload / simulation / jitter), dsim.core.rng
+    policy_bundle: dict | None = None    # the applied policy bundle (dsim.config.policy_bundle), for manifest.json
 
     @property
     def digest(self) -> str:
@@ -138,12 +139,18 @@ def load_scenario(source, overrides=None, seed: int | None = None, base_dir=None
     else:
         data, base_dir, shown = read_scenario_file(source), Path(source).resolve().parent, str(source)
     data = apply_overrides(data, overrides)
+    bundle = None
+    if data.get("policy_bundle") is not None:
+        from .policy_bundle import apply_bundle
+        data, bundle = apply_bundle(data, base_dir)
+        data = apply_overrides(data, overrides)      # --set wins over the bundle
     if seed is not None:
         data["seed"] = seed
     from .schema.scenario import parse_scenario
     with recording_reads() as read:
         scn = _build(data, cfg := parse_scenario(data), shown, base_dir, overrides)
     scn.data_files = frozenset(read)
+    scn.policy_bundle = bundle
     return scn
 
 
@@ -166,6 +173,9 @@ def _build(data: dict, cfg, shown: str, base_dir, overrides) -> Scenario:
         from ..specdec.config import check_targets, load_spec
         spec = load_spec(cfg.speculation, "speculation", base_dir, model)
         check_targets(spec, fleet.pools)
+        if cfg.speculation.topology is not None:
+            from ..specdec.topology import plan
+            spec.connectivity = plan(cfg.speculation.topology, spec.groups, fleet, cfg.network, spec.gateway)
     slo = cfg.slo
     return Scenario(raw=data, base_dir=base_dir, seed=cfg.seed, seeds=cfg.seeds.model_dump() if cfg.seeds else None,
                     name=name, model=model, device=device,

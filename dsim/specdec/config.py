@@ -68,6 +68,7 @@ class SpecConfig:
     portfolio: object = None          # Portfolio (dsim.specdec.portfolio) or None: one drafter
     verify_order: str = "fcfs"        # fcfs | edf: which ready rounds a step's token budget serves first
     expectation: bool = False         # acceptance_draws: expectation (accepted = the expected count, carried)
+    connectivity: object = None       # auto-topology (dsim.specdec.topology.Connectivity) or None: all pools
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
@@ -119,9 +120,16 @@ def _groups(rows, path: str) -> list:
     out = []
     for i, (g, name) in enumerate(zip(rows, names(rows, "drafts"))):
         prof = load_draft_profile(g.profile, f"{path}[{i}].profile")
+        rtt, bw, link = g.rtt_ms, g.bw_mbps, prof.default_link     # a group's own link wins
+        if link is None and (rtt is None or bw is None):
+            key = "rtt_ms" if rtt is None else "bw_mbps"
+            raise ConfigError(f"{path}[{i}].{key}", None, f"the access link's {key} (the profile {prof.name} "
+                              "has no default_link)", show_value=False)
+        rtt = link[0] if rtt is None else rtt
+        bw = link[1] if bw is None else bw
         t = g.think_time
         think = ("constant", 0.0, 0.0) if t is None else (t.dist, t.mean_s, t.sigma)
-        out.append(DraftGroup(name, prof, g.count, g.rtt_ms, g.bw_mbps, g.cohort, g.closed_loop, think,
+        out.append(DraftGroup(name, prof, g.count, rtt, bw, g.cohort, g.closed_loop, think,
                               list(g.available or ()), list(g.rtt_schedule or ()), g.max_batch, g.max_wait_ms / 1e3))
     return out
 

@@ -3,9 +3,11 @@
 A device is one busy loop (architecture rule: one per device, never one per token) that drafts
 for its conversations in FIFO order: a chain of callbacks with one SimPy event per job when it
 drafts one round at a time, a SimPy process when it batches rounds (``max_batch`` > 1).
-Drafting k tokens costs k batch-1 decode steps of the drafter model on the device, timed by
-dsim's roofline with the device's bandwidth and FLOP/s (quantised weights read fewer bytes: int4
-weights move a quarter of the bf16 bytes).  Thermal
+Drafting k tokens costs k batch-1 decode steps of the drafter model on the device, timed by a
+draft-side LUT of the profile's ``lut_ids`` when one covers the drafter, else by dsim's roofline with
+the device's bandwidth and FLOP/s (quantised weights read fewer bytes: int4 weights move a quarter
+of the bf16 bytes).  A batch of rounds is capped by ``max_parallel_tokens`` and by the drafter KV
+that fits in ``kv_cache_limit_mb``.  Thermal
 throttling slows drafting by ``throttle_factor`` after ``throttle_after_s`` of continuous work
 (reset by ``cooldown_s`` idle); availability windows pause drafting; energy is power x drafting
 time, or ``joules_per_token`` when the profile gives it.
@@ -24,6 +26,8 @@ from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
 
 DRAFT_PROFILE_DIR = package_folder("dsim.device_profiles") / "drafts"   # device_profiles/drafts/
+DRAFT_LUT_DIR = DRAFT_PROFILE_DIR / "luts"                                 # draft-side LUTs, by id
+LINKS_FILE = package_folder("dsim.device_profiles") / "links" / "access.yaml"   # default_link classes
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,19 @@ class DraftProfile:
     throttle_factor: float
     cooldown_s: float
     source: str = ""            # where the figures come from (datasheet, memory configuration)
+    lut_ids: tuple = ()         # draft-side latency tables (device_profiles/drafts/luts/<id>.csv)
+    kv_cache_limit_mb: float | None = None    # the drafter's KV memory: bounds a draft batch's contexts
+    max_parallel_tokens: int | None = None    # tokens per forward pass: caps a batch, splits a wide tree level
+    default_link: tuple | None = None         # (rtt_ms, bw_mbps, class name or "") for groups that give none
+
+    def step_model(self, drafter):
+        """The drafter's step-time model on this device: the first of ``lut_ids`` whose draft_decode
+        rows are for this drafter, else the roofline."""
+        for lid in self.lut_ids:
+            table = _draft_tables(lid).get(drafter.name)
+            if table is not None:
+                return DraftLut(table, lid, self.step_overhead_ms * 1e-3)
+        return self.roofline(drafter)
 
     def roofline(self, drafter) -> RooflineModel:
         """The drafter's step-time model on this device."""
@@ -54,6 +71,44 @@ class DraftProfile:
                              memory_efficiency=self.memory_efficiency, step_overhead_us=self.step_overhead_ms * 1e3)
 
 
+class DraftLut:
+    """A drafter's token time from a draft-side LUT's draft_decode rows (interpolated by context
+    and batch, dsim.latency.lut.LutTable), plus the profile's per-step overhead."""
+
+    pure = True
+    name = "lut"
+
+    def __init__(self, table, lut_id: str, overhead_s: float):
+        self.table, self.lut_id, self.overhead_s = table, lut_id, overhead_s
+
+    def step_time(self, b: BatchShape) -> float:
+        n = max(b.decode_tokens, 1)
+        return float(self.table.lookup("draft_decode", b.decode_ctx_sum / n, n)[0]) * 1e-3 + self.overhead_s
+
+
+@lru_cache(maxsize=None)
+def _draft_tables(lut_id: str) -> dict:
+    """drafter model name -> LutTable of the draft_decode rows (TP 1) of device_profiles/drafts/luts/<id>.csv."""
+    from ..latency.lut import LutTable, read_lut
+    rows = [r for r in read_lut(DRAFT_LUT_DIR / f"{lut_id}.csv")
+            if r["phase"] == "draft_decode" and r["tensor_parallel"] == 1 and r["fanout_k"] == 1]
+    by_model: dict = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    return {m: LutTable(rs, f"{lut_id}.csv") for m, rs in by_model.items()}
+
+
+def lut_ids() -> list[str]:
+    return sorted(f.stem for f in DRAFT_LUT_DIR.glob("*.csv"))
+
+
+@lru_cache(maxsize=None)
+def access_links() -> dict:
+    """Link classes of device_profiles/links/access.yaml: name -> (rtt_ms, bw_mbps)."""
+    d = read_yaml(LINKS_FILE.read_text(), shipped=True) or {}
+    return {str(k): (float(v["rtt_ms"]), float(v["bw_mbps"])) for k, v in d.items()}
+
+
 @lru_cache(maxsize=None)
 def _profiles() -> dict:
     out = {}
@@ -63,16 +118,33 @@ def _profiles() -> dict:
     return out
 
 
-def _from_spec(name: str, spec) -> DraftProfile:
-    """A DraftProfile from a validated profile (dsim.config.schema.speculation.DraftDeviceProfile)."""
-    return DraftProfile(name=name, **{k: getattr(spec, k) for k in type(spec).model_fields if k != "name"})
+def _from_spec(name: str, spec, path: str = "") -> DraftProfile:
+    """A DraftProfile from a validated profile (dsim.config.schema.speculation.DraftDeviceProfile);
+    its LUT ids and link class are checked here (``path``: the profile's key)."""
+    from ..config.errors import ConfigError
+    kw = {k: getattr(spec, k) for k in type(spec).model_fields if k != "name"}
+    known = lut_ids()
+    for i, lid in enumerate(spec.lut_ids):
+        if lid not in known:
+            raise ConfigError(f"{path}.lut_ids[{i}]", lid, f"a draft LUT id ({', '.join(known) or 'none shipped'})")
+    kw["lut_ids"] = tuple(spec.lut_ids)
+    link = spec.default_link
+    if isinstance(link, str):
+        classes = access_links()
+        if link not in classes:
+            raise ConfigError(f"{path}.default_link", link, f"a link class ({', '.join(sorted(classes))}) "
+                              "or {rtt_ms, bw_mbps}")
+        kw["default_link"] = (*classes[link], link)
+    elif link is not None:
+        kw["default_link"] = (link.rtt_ms, link.bw_mbps, "")
+    return DraftProfile(name=name, **kw)
 
 
 def _build(name: str, d, path: str) -> DraftProfile:
     """A named profile of the profile files, validated by the schema model inline profiles use."""
     from ..config.schema.base import parse
     from ..config.schema.speculation import DraftDeviceProfile
-    return _from_spec(name, parse(DraftDeviceProfile, d, path))
+    return _from_spec(name, parse(DraftDeviceProfile, d, path), path)
 
 
 def load_draft_profile(value, path: str) -> DraftProfile:
@@ -80,12 +152,12 @@ def load_draft_profile(value, path: str) -> DraftProfile:
     ``InlineDraftProfile`` (a scenario's, parsed at the door) or a mapping with the same keys."""
     from ..config.schema.base import Section
     if isinstance(value, Section):
-        return _from_spec(value.name, value)
+        return _from_spec(value.name, value, path)
     if isinstance(value, dict):
         from ..config.schema.base import parse
         from ..config.schema.speculation import InlineDraftProfile
         spec = parse(InlineDraftProfile, value, path)
-        return _from_spec(spec.name, spec)
+        return _from_spec(spec.name, spec, path)
     return resolve_profile(value, path, _profiles(), _build, "draft device profile")
 
 
@@ -99,7 +171,11 @@ class DraftDevice:
         self.group = group
         self.kind = group.profile.kind
         self.prof = group.profile
-        self.step = self.prof.roofline(drafter)
+        self.step = self.prof.step_model(drafter)
+        # kv_cache_limit_mb: the drafter's KV of the contexts a batch holds must fit in it
+        lim = self.prof.kv_cache_limit_mb
+        self.kv_budget = None if lim is None else (lim * 1e6, drafter.kv_bytes_per_token)
+        self.largest_batch = 0        # most rounds drafted together (max_batch, max_parallel_tokens, KV)
         # batch-1 token times by context: the same for every device of a group (one profile, one
         # drafter), so the runtime hands its devices one shared dict; a round looks up k of them
         self._tok = token_cache if token_cache is not None else {}
@@ -199,8 +275,11 @@ class DraftDevice:
                 d += t if t is not None else self.token_time(c)
         else:
             step = (model or self.step).step_time
+            mpt = p.max_parallel_tokens
+            passes = [(j, t) for j, t in enumerate(steps or [1] * k)] if mpt is None else \
+                [(j, min(mpt, t - i)) for j, t in enumerate(steps or [1] * k) for i in range(0, t, mpt)]
             d = sum(step(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1), num_sampled=t, running=1))
-                    for j, t in enumerate(steps or [1] * k))
+                    for j, t in passes)
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
@@ -220,6 +299,8 @@ class DraftDevice:
     def _loop(self):
         env = self.env
         cap = self.group.max_batch
+        if self.prof.max_parallel_tokens is not None:      # one token per round per pass
+            cap = min(cap, self.prof.max_parallel_tokens)
         while True:
             if not self.jobs:
                 self._wake = env.event()
@@ -243,7 +324,20 @@ class DraftDevice:
             return
         if t > env.now:
             yield env.timeout(t - env.now)
-        jobs = [self.jobs.popleft() for _ in range(min(cap, len(self.jobs)))]
+        jobs = [self.jobs.popleft()]
+        if self.kv_budget is None:
+            jobs += [self.jobs.popleft() for _ in range(min(cap - 1, len(self.jobs)))]
+        else:                         # rounds join while their contexts' KV fits (the first always drafts)
+            limit, per_tok = self.kv_budget
+            used = (jobs[0][1] + jobs[0][0]) * per_tok
+            while len(jobs) < cap and self.jobs:
+                need = (self.jobs[0][1] + self.jobs[0][0]) * per_tok
+                if used + need > limit:
+                    break
+                used += need
+                jobs.append(self.jobs.popleft())
+        if len(jobs) > self.largest_batch:
+            self.largest_batch = len(jobs)
         now = env.now
         if self.hot_since is None or now - self.last_end >= p.cooldown_s:
             self.hot_since = now

@@ -157,7 +157,7 @@ class SpecRuntime(Conversations, DraftingModes):
         key = (dev.group.name, i)
         m = self._models.get(key)
         if m is None:
-            m = self._models[key] = dev.prof.roofline(self.cfg.portfolio.drafters[i].model)
+            m = self._models[key] = dev.prof.step_model(self.cfg.portfolio.drafters[i].model)
         return m
 
     def first_token_at_server(self, r) -> float:

@@ -106,6 +106,10 @@ class ScenarioConfig(Section):
     """Links between clients, routers and replicas (None: no network delay)."""
     speculation: Lazy("dsim.config.schema.speculation:SpeculationField") = None
     """Speculative decoding: drafters, verification, gamma policy (None: off)."""
+    policy_bundle: Str | None = None
+    """A policy bundle file (relative to the scenario): one named, versioned set of policies (routers,
+    admission, scheduling, gamma, mode switch, verify order, ...) written over the scenario's own
+    (docs/specdec.md, "Policy bundles"; None: none)."""
 
 
 def parse_scenario(data: dict) -> ScenarioConfig:

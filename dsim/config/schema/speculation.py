@@ -16,6 +16,7 @@ from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
 from .base import (BeforeValidator, Bool, Choice, Discriminator, Float, Int, Raw, Section, Str, Tag, checked,
                    field_validator, model_validator, one_of)
 from .speculation_gamma import GammaField, K, StaticGamma
+from .topology import AutoTopology
 
 MODES = ("off", "fused", "distributed", "hybrid")
 KINDS = ("phone", "laptop", "edge")
@@ -184,6 +185,24 @@ class TreeDrafts(Section):
 
 # ---- draft devices ----------------------------------------------------------------------------------------
 
+class AccessLink(Section):
+    """A draft device's access link to the gateway."""
+    rtt_ms: Float(0, MAX_MS)
+    """Round-trip time, ms."""
+    bw_mbps: Float(MIN_BW_MBPS)
+    """Bandwidth, Mbit/s."""
+
+
+def _link_shape(v):
+    if not isinstance(v, (str, dict, Section)):
+        raise ConfigError("", v, "a link class name (wifi, lte, 5g, ethernet) or {rtt_ms, bw_mbps}")
+    return v
+
+
+LinkField = _one_of({"a link class": Str, "a link": AccessLink},
+                    lambda v: "a link class" if isinstance(v, str) else "a link", _link_shape)
+
+
 class DraftDeviceProfile(Section):
     """A phone, laptop or edge GPU that drafts (an entry of device_profiles/drafts/*.yaml,
     or written inline).  Drafting is memory-bound at batch 1, so mem_gb_s matters most."""
@@ -215,6 +234,18 @@ class DraftDeviceProfile(Section):
     """Idle time that resets throttling, s."""
     source: Str = ""
     """Where the figures come from (datasheet, memory configuration)."""
+    lut_ids: list[Str] = []
+    """Draft-side latency tables (device_profiles/drafts/luts/<id>.csv): the first whose draft_decode rows
+    are for the drafter times its tokens; a drafter no table has is timed by the roofline."""
+    kv_cache_limit_mb: Float(0, lo_open=True) | None = None
+    """Memory for the drafter's KV cache, MB: a draft batch holds contexts whose KV fits in it (the first
+    round of a batch is drafted whatever its size) (None: no bound)."""
+    max_parallel_tokens: Int(1, 4096) | None = None
+    """Tokens the device drafts in one forward pass: caps a draft batch (max_batch) and splits a tree
+    level wider than it into several passes (None: no cap)."""
+    default_link: LinkField | None = None
+    """The device's usual access link, for a draft group that gives no rtt_ms / bw_mbps: a link class of
+    device_profiles/links.yaml (wifi, lte, 5g, ethernet) or {rtt_ms, bw_mbps} (None: the group must give them)."""
 
 
 class InlineDraftProfile(DraftDeviceProfile):
@@ -253,10 +284,10 @@ class DraftGroup(Section):
     """A draft device profile name (phone-flagship, laptop-rtx4060, edge-orin-agx, ...) or an inline profile."""
     count: Int(1, MAX_DEVICES) = 1
     """Devices in the group."""
-    rtt_ms: Float(0, MAX_MS)
-    """Round-trip time of a device's access link to the gateway, ms."""
-    bw_mbps: Float(MIN_BW_MBPS)
-    """Bandwidth of a device's access link, Mbit/s."""
+    rtt_ms: Float(0, MAX_MS) | None = None
+    """Round-trip time of a device's access link to the gateway, ms (None: the profile's default_link)."""
+    bw_mbps: Float(MIN_BW_MBPS) | None = None
+    """Bandwidth of a device's access link, Mbit/s (None: the profile's default_link)."""
     cohort: Str | None = None
     """Requests whose tenant (workload mix class) equals this go to this group (None: any request)."""
     closed_loop: Bool = False
@@ -418,6 +449,9 @@ class SpeculationConfig(Section):
     """Ready rounds a step's token budget serves first: fcfs (admission order) | edf (earliest deadline)."""
     portfolio: PortfolioField | None = None
     """Several drafters, chosen per request and escalated mid-decode (None: one drafter)."""
+    topology: AutoTopology | None = None
+    """Auto-topology: which pools each draft device may send to, and the generated links (None:
+    every device reaches every pool; docs/specdec.md)."""
 
     @field_validator("drafts", mode="before")
     @classmethod
@@ -441,6 +475,8 @@ class SpeculationConfig(Section):
                 if g.max_batch > 1:
                     raise ConfigError(f"drafts[{i}].max_batch", g.max_batch,
                                       f"1 with {what} (batched drafting is modelled for one drafter's chains only)")
+        if self.topology is not None and not self.drafts:
+            raise ConfigError("topology", None, "draft devices (drafts) to connect", show_value=False)
         if self.mode in ("distributed", "hybrid") and not self.drafts:
             raise ConfigError("drafts", None, f"draft devices: mode {self.mode} drafts on them", show_value=False)
         if self.acceptance_draws == "expectation" and self.tree is not None:
