@@ -555,7 +555,7 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
             from .metrics.kv_events import write_jsonl
             one = len(res.kv_logs) == 1
             for name, kv in res.kv_logs:
-                with open(ao.path("kv_events.jsonl" if one else f"kv_events/{name}.jsonl"), "w") as f:
+                with open(ao.path("kv_events.jsonl" if one else f"kv_events/{name}.jsonl"), "w", encoding="utf-8") as f:
                     write_jsonl(f, kv.log, kv.block_size)
         if res.scenario.timeline:
             from .metrics.timeline import chrome_trace

@@ -157,7 +157,8 @@ def _batch(rec, where: str):
     elif isinstance(rec, dict) and "ts" in rec:
         ts, events = rec["ts"], rec.get("events")
     else:
-        raise ConfigError(where, str(rec)[:60], "a KV event batch: [ts, events, ...] or {\"ts\": ..., \"events\": [...]}")
+        raise ConfigError(where, str(rec)[:60],
+                          "a KV event batch: [ts, events, ...] or {\"ts\": ..., \"events\": [...]}")
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
         raise ConfigError(f"{where}: ts", ts, "a finite number (seconds)")
     if not isinstance(events, list):
