@@ -45,6 +45,7 @@ class Result:
     fleet: Fleet = field(default=None, repr=False)
     out_dir: Path | None = None
     recorders: list = field(default_factory=list, repr=False)
+    kv_logs: list = field(default_factory=list, repr=False)   # (replica, RecordedKVCache) with output.kv_events
 
     @property
     def manifest(self) -> dict:
@@ -184,6 +185,9 @@ class Session:
             self.network = build_network(scn.config.network, sim.env, sim.rng.stream("network"))
         self.fleet = Fleet(sim, scn, check_invariants, network=self.network,
                            tracer_factory=self._recorder_factory(vllm_traces), keep_steps=keep_steps)
+        self.kv_logs: list = []            # (replica name, its recording KV pool) with output.kv_events
+        if getattr(getattr(scn.config, "output", None), "kv_events", False):
+            self._record_kv_events()
         self.spec = None
         conn = scn.spec.connectivity if scn.spec is not None else None
         if conn is not None and conn.uplinks:     # auto-topology: the generated gateway -> cluster -> replica links
@@ -240,6 +244,16 @@ class Session:
                 inst.tier.events = rec.kv_events = []
             return rec
         return make
+
+    def _record_kv_events(self) -> None:
+        """Every replica's KV pool, present and future, logs its prefix-cache events (kv_events.jsonl)."""
+        from .metrics.kv_events import record
+
+        def rec(rep):
+            self.kv_logs.append((rep.inst.name, record(rep.inst)))
+        for rep in self.fleet.replicas():
+            rec(rep)
+        self.fleet.replica_hooks.append(rec)
 
     def _release(self, r) -> None:
         """A request finished: a closed-loop client slot is free again."""
@@ -536,7 +550,7 @@ def finish(ses: Session, out_dir=None, plots: bool | None = None, ao: AtomicOutp
     # the manifest is built when first read (write_report reads it at once): a run that writes
     # nothing, such as `dsim bench` or a sweep's point, does not ask git or hash data files
     res = Result(scn, reqs, summary, partial(_manifest, ses), fleet.replicas()[0].inst, fleet,
-                 recorders=ses.recorders)
+                 recorders=ses.recorders, kv_logs=ses.kv_logs)
     if out_dir is not None:
         res.out_dir = write_report(res, Path(out_dir), scn.plots if plots is None else plots, ao)
     return res
@@ -555,6 +569,12 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
         reps = res.fleet.replicas()
         if res.recorders:
             res.write_vllm_traces(ao.path("vllm_traces.otlp.jsonl"))
+        if res.kv_logs:
+            from .metrics.kv_events import write_jsonl
+            one = len(res.kv_logs) == 1
+            for name, kv in res.kv_logs:
+                with open(ao.path("kv_events.jsonl" if one else f"kv_events/{name}.jsonl"), "w", encoding="utf-8") as f:
+                    write_jsonl(f, kv.log, kv.block_size)
         if res.scenario.timeline:
             from .metrics.timeline import chrome_trace
             ao.write_text("timeline.json", chrome_trace([r.inst for r in reps]))

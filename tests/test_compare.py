@@ -11,11 +11,15 @@ from dsim.explore.baseline import compare, load_side, make_baseline
 from dsim.shipped import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
-STORED = sorted((ROOT / "tests" / "fixtures" / "baselines").glob("*.json"))
-QUICK = ROOT / "tests" / "fixtures" / "baselines" / "quickstart.json"
+BASELINES = ROOT / "tests" / "fixtures" / "baselines"
+QUICK = BASELINES / "quickstart.json"
+# re-run with every seed of the baseline (the rest are checked against the one run of
+# tests/test_scenarios.py, which is the first seed of their baseline)
+RERUN = ("quickstart", "burst", "router_comparison", "pd_disagg")
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", STORED, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [BASELINES / f"{n}.json" for n in RERUN], ids=lambda p: p.stem)
 def test_shipped_scenario_within_its_baseline(path):
     stored = json.loads(path.read_text())
     scn = stored["scenario"]
@@ -27,6 +31,39 @@ def test_shipped_scenario_within_its_baseline(path):
     assert res["moved"] == [], f"moved beyond the seed spread: {res['moved']}; if meant, re-record: " \
                                f"{stored['command']}"
     assert len(res["metrics"]) >= 55 and {"p99_ttft_ms", "p99_tpot_ms", "goodput_fraction"} <= set(fresh["metrics"])
+
+
+def test_every_shipped_scenario_has_a_current_baseline():
+    """Each scenario under scenarios/ has tests/fixtures/baselines/NAME.json, made by
+    tests/fixtures/make_baselines.py from this version of the scenario file with the scenario
+    tests' shortening, well formed (each metric's mean/std/min/max are those of its values)."""
+    import statistics
+    import sys
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from make_baselines import command, stale
+    from test_scenarios import SHORTEN
+
+    from dsim.explore.evaluate import resolve as load
+    names = sorted(p.stem for p in BASELINES.glob("*.json"))
+    assert names == [p.stem for p in SCENARIOS], "a baseline per shipped scenario, and none for others: " \
+        "PYTHONPATH=. python tests/fixtures/make_baselines.py --missing"
+    for path in SCENARIOS:
+        over = SHORTEN.get(path.name) or []
+        doc = json.loads((BASELINES / f"{path.stem}.json").read_text())
+        why = stale(path.stem, over)
+        assert why is None, f"{path.stem}: {why}; re-make: PYTHONPATH=. python tests/fixtures/make_baselines.py " \
+                            f"{path.stem}"
+        assert doc["kind"] == "dsim-baseline" and doc["format"] == 1
+        assert doc["command"] == command(path.stem, len(doc["seeds"]), over)
+        seed = load(str(path), over).seed
+        assert doc["seeds"] == [seed + i for i in range(len(doc["seeds"]))] and len(doc["seeds"]) >= 3
+        assert {"p99_ttft_ms", "completed", "duration"} <= set(doc["metrics"]), path.stem
+        for k, st in doc["metrics"].items():
+            v = st["values"]
+            assert len(v) == len(doc["seeds"]) and min(v) == st["min"] and max(v) == st["max"], (path.stem, k)
+            assert st["mean"] == pytest.approx(statistics.fmean(v), rel=1e-12, abs=1e-12), (path.stem, k)
+            assert st["std"] == pytest.approx(statistics.stdev(v), rel=1e-9, abs=1e-12), (path.stem, k)
 
 
 @pytest.fixture(scope="module")

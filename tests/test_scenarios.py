@@ -1,6 +1,7 @@
-"""Every scenario under scenarios/ validates and runs (shortened where it is long), and its requests
+"""Every scenario under scenarios/ validates and runs (shortened where it is long), its requests
 are the ones recorded in tests/fixtures/scenario_digests.json (by an older checkout: speed work must
-not move a request)."""
+not move a request), and its headline metrics stay within the seed spread of its stored baseline
+(tests/fixtures/baselines/, made by tests/fixtures/make_baselines.py with the same shortening)."""
 import json
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from make_scenario_digests import FIXTURE, rows_digest  # noqa: E402
 
+from dsim.explore.baseline import compare, load_side  # noqa: E402
+
 DIGESTS = json.loads(FIXTURE.read_text())
 SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yaml": ["workload.num_requests=300"],
            "pipeline_parallel.yaml": ["workload.num_requests=300"], "dp_ep_moe.yaml": ["workload.num_requests=400"],
@@ -22,7 +25,8 @@ SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yam
            "draft_sweep_multicluster.yaml": ["workload.num_requests=150"],
            "draft_sweep_hetero.yaml": ["workload.num_requests=100"], "auto_topology.yaml": ["workload.num_requests=100"],
            "online_planner.yaml": ["cluster.controllers[0].cadence_s=30"],
-           "online_planner_azure.yaml": ["workload.num_requests=1500"]}
+           "online_planner_azure.yaml": ["workload.num_requests=1500"],
+           "cohort_capability.yaml": ["workload.num_requests=120"]}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
@@ -37,10 +41,17 @@ def test_scenario_runs(path, tmp_path):
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
 def test_scenario_requests_are_the_recorded_ones(path, tmp_path):
     """Run as a user runs it (no invariant checks: quiet stretches are fast-forwarded), the
-    scenario's request rows hash to the digest an older checkout recorded."""
+    scenario's request rows hash to the digest an older checkout recorded, and no headline metric
+    of the run left its baseline's seed spread (``dsim compare BASELINE RUN`` exits 0; the run is
+    the baseline's first seed, so this costs no simulation of its own)."""
     pin = DIGESTS.get(path.name)
     assert pin is not None, f"{path.name}: no digest; record one with tests/fixtures/make_scenario_digests.py"
     assert pin["overrides"] == (SHORTEN.get(path.name) or [])
     dsim.run(str(path), tmp_path / "out", overrides=SHORTEN.get(path.name), plots=False)
     assert rows_digest(tmp_path / "out" / "requests.csv", pin["columns"])[1] == pin["sha256"], (
         f"{path.name}: requests differ from those recorded at {pin['recorded_at']}")
+    base = ROOT / "tests" / "fixtures" / "baselines" / f"{path.stem}.json"
+    if base.is_file():         # that every scenario has one is tests/test_compare.py's check
+        res = compare(load_side(base), load_side(tmp_path / "out"))
+        assert res["moved"] == [], (f"{path.name}: moved beyond its baseline's seed spread: {res['moved']}; if "
+                                    f"meant, re-make: PYTHONPATH=. python tests/fixtures/make_baselines.py {path.stem}")

@@ -138,13 +138,17 @@ def engine_clock_latency(run: RealRun, lat):
     return dict(lat, alpha=[0.0, a[1] if lat.get("model") == "unified5" else 0.0, 0.0])
 
 
-def simulate_run(run: RealRun, base=None, overrides=(), seed: int | None = None, latency=None):
+def simulate_run(run: RealRun, base=None, overrides=(), seed: int | None = None, latency=None,
+                 kv_events: bool = False):
     """Run dsim on the real run's workload.  Returns (Result, scenario mapping used).  A ``latency``
-    section given here replaces the scenario's, with the engine-clock rule applied to it too."""
+    section given here replaces the scenario's, with the engine-clock rule applied to it too;
+    ``kv_events``: the replay's pools record their prefix-cache events (Result.kv_logs)."""
     from ..runner import run as run_scenario
     with tempfile.TemporaryDirectory() as td:
         tr = Path(td) / "replay.jsonl"
         scn = replay_scenario(run, base, overrides, seed, tr if run.trace_rows is not None else None)
+        if kv_events:
+            scn["output"]["kv_events"] = True
         if latency is not None:
             scn["latency"] = engine_clock_latency(run, copy.deepcopy(latency))
         if run.trace_rows is not None:
@@ -307,6 +311,12 @@ def markdown(rep: dict) -> str:
             lines.append(f"| {st['stage']} | {m.upper()} | {_ks(p['ks']['value'])} | {_mark(p['ks']['passed'])} | "
                          f"{_fmt(p['median_error']['value'], True)} | {_mark(p['median_error']['passed'])} | "
                          f"{_mark(p['passed'])} |")
+    kv = rep.get("kv_cache")
+    if kv:
+        lines += ["", f"## KV cache (vLLM's KV events, {kv['medium']}: `{kv['file']}`)", "", kv["note"] + ".", "",
+                  "| figure | real | sim | error |", "|---|---|---|---|"]
+        lines += [f"| {c['what']} | {_fmt(c['real'])} | {_fmt(c['sim'])} | {_fmt(c['error'], True)} |"
+                  for c in kv["compared"].values()]
     return "\n".join(lines) + "\n"
 
 
@@ -361,8 +371,12 @@ def cosimulate(run: RealRun, base=None, overrides=(), seed=None, out_dir=None, p
     """Replay, compare, and (with ``out_dir``) write cosim.json, cosim.md, scenario.yaml (+ the replay
     trace, so ``dsim run out/scenario.yaml`` reruns it) and plots/cdf.png, atomically.  ``latency``
     replaces the scenario's latency section (as in ``simulate_run``); ``extra`` is added to the report."""
-    res, scn = simulate_run(run, base, overrides, seed, latency)
+    from .kvevents import cosim_kv, events_file
+    kv_file = events_file(run)
+    res, scn = simulate_run(run, base, overrides, seed, latency, kv_events=kv_file is not None)
     rep = cosim_report(run, res, scn)
+    if kv_file is not None:           # the run recorded vLLM's KV events: check the KV-cache model with them
+        rep["kv_cache"] = cosim_kv(run, res, kv_file)
     rep.update(extra or {})
     check_comparable(run, rep)
     rep["assumed"] = assumed_settings(run, base, overrides)
@@ -430,6 +444,10 @@ def cosim_cli(args, columns) -> int:
                 f"{m.upper()} {p['ks']['value']:.3f} {_MARK[p['passed']]}" for m, p in marks)
                 + f"  (pass: KS < {KS_PASS} and |median error| < {MEDIAN_PASS:.0%}): stage "
                 + _MARK[st["passed"]].upper())
+    if rep.get("kv_cache"):
+        from .kvevents import kv_lines
+        for line in kv_lines(run.name, rep["kv_cache"]):
+            print(line)
     mm = rep["mean_mape"]
     print(f"mean MAPE (TTFT/TPOT/E2E): {'n/a' if mm is None else f'{mm:.1%}'}; report: {rep['out_dir']}")
     return 0

@@ -240,7 +240,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             hs = block_hashes(r, full, self.bs)
             register = self.kv.register
             for i in range(len(hashes), full):
-                if not plain or not register(hs[i]):
+                if not plain or not register(hs[i], hs[i - 1] if i else None):
                     break
                 hashes.append(hs[i])
                 plain -= 1

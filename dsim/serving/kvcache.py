@@ -44,7 +44,6 @@ class KVCache:
                 q[key] = cnt - n
                 return True
             break
-        cached = self.cached
         while n:
             key, cnt = q.popitem(last=False)
             if cnt:                       # anonymous run
@@ -54,11 +53,15 @@ class KVCache:
                     return True
                 n -= cnt
             else:                         # cached block: evict its content
-                del cached[key]
-                if self.tier is not None and not self.tier.write_through:
-                    self.tier.store(key)
+                self._evict(key)
                 n -= 1
         return True
+
+    def _evict(self, key) -> None:
+        """A free cached block is reused: its content leaves the cache (to the CPU tier, if any)."""
+        del self.cached[key]
+        if self.tier is not None and not self.tier.write_through:
+            self.tier.store(key)
 
     def num_cached_prefix(self, hashes) -> int:
         """Leading blocks of ``hashes`` whose content is cached (in use or free)."""
@@ -84,8 +87,10 @@ class KVCache:
                 self.free_count -= 1
             cached[h] = c + 1
 
-    def register(self, h) -> bool:
-        """A block a request just filled gets content hash h; False if h is already cached."""
+    def register(self, h, parent=None) -> bool:
+        """A block a request just filled gets content hash h; False if h is already cached.
+        ``parent``: the hash of the block before it (None: the first), for the KV event log
+        (dsim.metrics.kv_events); the pool itself does not need it."""
         if h in self.cached:
             return False
         self.cached[h] = 1

@@ -161,8 +161,10 @@ class TierAdmission:
         """GPU blocks for content coming back from the CPU tier, held by r and cached again."""
         kv = self.kv
         kv.allocate(len(loaded))
+        prev = r.hashes[-1] if r.hashes else None
         for h in loaded:
-            kv.register(h)
+            kv.register(h, prev)
+            prev = h
         r.hashes.extend(loaded)
 
     def _start_load(self, r, hit_hashes, loaded, watermark: int, now: float) -> bool:

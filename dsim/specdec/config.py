@@ -42,6 +42,7 @@ class DraftGroup:
     rtt_schedule: list                # [(t_s, rtt_ms)]
     max_batch: int = 1                # rounds a device drafts together (seed 002 6.1)
     max_wait_s: float = 0.0           # how long a device waits for a batch to fill
+    weight: float | None = None       # capability weight per device (cohort_assignment: capability)
 
 
 @dataclass
@@ -69,6 +70,7 @@ class SpecConfig:
     verify_order: str = "fcfs"        # fcfs | edf: which ready rounds a step's token budget serves first
     expectation: bool = False         # acceptance_draws: expectation (accepted = the expected count, carried)
     connectivity: object = None       # auto-topology (dsim.specdec.topology.Connectivity) or None: all pools
+    cohort_assignment: str = "round_robin"   # round_robin | capability: binding of rows without draft_id
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
@@ -130,7 +132,8 @@ def _groups(rows, path: str) -> list:
         t = g.think_time
         think = ("constant", 0.0, 0.0) if t is None else (t.dist, t.mean_s, t.sigma)
         out.append(DraftGroup(name, prof, g.count, rtt, bw, g.cohort, g.closed_loop, think,
-                              list(g.available or ()), list(g.rtt_schedule or ()), g.max_batch, g.max_wait_ms / 1e3))
+                              list(g.available or ()), list(g.rtt_schedule or ()), g.max_batch, g.max_wait_ms / 1e3,
+                              g.weight))
     return out
 
 
@@ -204,7 +207,7 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
                       cfg.mode_switch.model_dump(), cfg.partial_verification.model_dump(),
                       cfg.kv_admission.max_kv_utilization_pct, cfg.cold_start.model_dump(), cfg.token_bytes,
                       cfg.bundle_bytes_per_token, cfg.header_bytes, cfg.gateway, groups, tree, portfolio,
-                      cfg.verify_order, cfg.acceptance_draws == "expectation")
+                      cfg.verify_order, cfg.acceptance_draws == "expectation", cfg.cohort_assignment)
 
 
 def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:

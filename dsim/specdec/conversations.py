@@ -14,13 +14,45 @@ from .config import PER_TARGET
 from .state import SpecState
 
 
+class SmoothWeighted:
+    """Smooth weighted round robin over ``items``: each pick adds every item's weight to its credit,
+    takes the item with the most credit (the first on a tie) and charges it the total weight.  After
+    n picks item i was taken n * w_i / W times to within one (interleaved, not in blocks), with no
+    random draw: the same trace binds the same way in every run.  Equal weights: plain round robin."""
+
+    def __init__(self, items, weights):
+        self.items = list(items)
+        self.weights = [float(w) for w in weights]
+        self.total = sum(self.weights)
+        self.credit = [0.0] * len(self.items)
+
+    def pick(self):
+        c = self.credit
+        best = 0
+        for i, w in enumerate(self.weights):
+            c[i] += w
+            if c[i] > c[best]:
+                best = i
+        c[best] -= self.total
+        return self.items[best]
+
+
+def capability(dev) -> float:
+    """A device's weight under cohort_assignment: capability: its group's ``weight``, else its drafting
+    speed (batch-1 draft tokens per second of the drafter on its profile, at an empty context)."""
+    w = dev.group.weight
+    return w if w is not None else 1.0 / dev.token_time(0)
+
+
 class Conversations:
     def _bind(self, reqs) -> None:
         """Canonical trace mapping (seed 002): a request whose trace row names a device (draft_id)
         goes to it; one whose tenant names a group's cohort goes to that group, others to every
-        device in turn; a session stays on the device that opened it (a row's draft_id wins)."""
+        device; within that pool in turn (round_robin) or by capability (``SmoothWeighted``); a
+        session stays on the device that opened it (a row's draft_id wins)."""
         if not self.devices:          # fused or plain: a canonical trace's draft ids name nothing here
             return
+        weighted = self.cfg.cohort_assignment == "capability"
         by_name = {d.name: d for d in self.devices}
         by_cohort: dict = {}
         for d in self.devices:
@@ -41,9 +73,15 @@ class Conversations:
             if dev is None:
                 pool = by_cohort.get(r.tenant, self.devices)
                 key = r.tenant if r.tenant in by_cohort else None
-                i = turn.get(key, 0)
-                dev = pool[i % len(pool)]
-                turn[key] = i + 1
+                if weighted:
+                    wrr = turn.get(key)
+                    if wrr is None:
+                        wrr = turn[key] = SmoothWeighted(pool, [capability(d) for d in pool])
+                    dev = wrr.pick()
+                else:
+                    i = turn.get(key, 0)
+                    dev = pool[i % len(pool)]
+                    turn[key] = i + 1
                 if r.session >= 0:
                     sessions[r.session] = dev
             dev.requests.append(r)

@@ -43,6 +43,10 @@ class OutputConfig(Section):
     """Write plots/*.png (latency CDFs, queue and KV use over time)."""
     timeline: Bool = False
     """Write timeline.json, a Chrome/Perfetto trace of every replica's steps and requests."""
+    kv_events: Bool = False
+    """Write kv_events.jsonl (one replica) or kv_events/REPLICA.jsonl: vLLM's KV cache events
+    (BlockStored / BlockRemoved) of the prefix cache, one JSON batch per instant, as vLLM's KV events
+    subscriber writes them; `dsim cosim` compares a real run's file with its replay's (docs/calibration.md)."""
     percentiles: list[Float(0, 100, lo_open=True)] = [50, 90, 95, 99]
     """Latency percentiles reported in summary.json, each in (0, 100] (sorted, duplicates dropped)."""
 

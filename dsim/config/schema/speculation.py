@@ -290,6 +290,9 @@ class DraftGroup(Section):
     """Bandwidth of a device's access link, Mbit/s (None: the profile's default_link)."""
     cohort: Str | None = None
     """Requests whose tenant (workload mix class) equals this go to this group (None: any request)."""
+    weight: Float(0, lo_open=True) | None = None
+    """Capability weight of each device of the group, with cohort_assignment: capability (None: the
+    device's drafting speed, batch-1 draft tokens/s of the drafter on its profile)."""
     closed_loop: Bool = False
     """A device opens its next conversation only after the previous one finished plus a think time."""
     think_time: ThinkTime | None = None
@@ -447,6 +450,10 @@ class SpeculationConfig(Section):
     """Tree drafts (None: chains)."""
     verify_order: Choice("fcfs", "edf") = "fcfs"
     """Ready rounds a step's token budget serves first: fcfs (admission order) | edf (earliest deadline)."""
+    cohort_assignment: Choice("round_robin", "capability") = "round_robin"
+    """How a request that names no draft device (draft_id) is bound to one of its pool (its cohort's
+    group, else every device): round_robin (in turn) | capability (smooth weighted round robin, each
+    device's share its weight: the group's weight, else its drafting speed; docs/traces.md)."""
     portfolio: PortfolioField | None = None
     """Several drafters, chosen per request and escalated mid-decode (None: one drafter)."""
     topology: AutoTopology | None = None
@@ -464,6 +471,15 @@ class SpeculationConfig(Section):
     @classmethod
     def _unique(cls, v):
         return v if v is None else _unique_names(v, "drafts", "group")
+
+    @model_validator(mode="after")
+    def _weights_need_capability(self):
+        if self.cohort_assignment != "capability":
+            for i, g in enumerate(self.drafts or ()):
+                if g.weight is not None:
+                    raise ConfigError(f"drafts[{i}].weight", g.weight, "no weight unless cohort_assignment is "
+                                      "capability (round_robin ignores weights)")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self):
