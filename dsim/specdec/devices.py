@@ -43,6 +43,7 @@ class DraftProfile:
     throttle_factor: float
     cooldown_s: float
     source: str = ""            # where the figures come from (datasheet, memory configuration)
+    storage_gb_s: float | None = None   # storage read rate: a cold drafter loads at it (dsim.specdec.devmem)
 
     def roofline(self, drafter) -> RooflineModel:
         """The drafter's step-time model on this device."""
@@ -135,12 +136,13 @@ class DraftDevice:
                                                                 num_sampled=1, running=1))
         return t
 
-    def submit(self, k: int, ctx: int, done, lost=None, steps=None, model=None) -> None:
+    def submit(self, k: int, ctx: int, done, lost=None, steps=None, model=None, seconds=None) -> None:
         """Draft k tokens after ctx; ``done()`` when drafted, ``lost()`` if the device goes offline
         for good before it starts (its conversation must then finish without it).  ``steps``: a
         tree's tokens per forward pass (dsim.specdec.tree.DraftTree.draft_steps), None for a chain;
-        ``model``: another drafter's roofline on this device (a portfolio's), None for its own."""
-        self.jobs.append((k, ctx, done, lost, steps, model))
+        ``model``: another drafter's roofline on this device (a portfolio's), None for its own;
+        ``seconds``: the drafting time when the caller costs it (a multi-level chain's)."""
+        self.jobs.append((k, ctx, done, lost, steps, model, seconds))
         if self.group.max_batch > 1:
             if self._wake is not None and not self._wake.triggered:
                 self._wake.succeed()
@@ -186,12 +188,14 @@ class DraftDevice:
         self._busy = False
 
     def _draft(self, job) -> None:
-        k, ctx, done, _, steps, model = job
+        k, ctx, done, _, steps, model, seconds = job
         env, p = self.env, self.prof
         now = env.now
         if self.hot_since is None or now - self.last_end >= p.cooldown_s:
             self.hot_since = now
-        if steps is None and model is None:
+        if seconds is not None:
+            d = seconds
+        elif steps is None and model is None:
             tok = self._tok
             d = 0
             for c in range(ctx, ctx + k):

@@ -30,13 +30,15 @@ from .acceptance import expected_accepted, sample_accepted
 from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
+from .eagle import EagleHead
 from .gamma import DISTRIBUTED, FUSED, Telemetry
+from .levels import LevelRounds
 from .modes import DraftingModes
 from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime(Conversations, DraftingModes):
+class SpecRuntime(Conversations, DraftingModes, LevelRounds):
     """The speculative-decoding run: draft devices and their links, the targets' state, and the
     rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
@@ -91,7 +93,8 @@ class SpecRuntime(Conversations, DraftingModes):
         self.by_context: dict = {}       # power-of-two context bin -> [rounds, verified, accepted]
         self.by_second: dict = {}        # whole simulated second -> [rounds, drafted, verified, accepted]
         # _next_round's fused fast path: chains, every draft holding KV (no partial-verification draw)
-        self._fused_fast = cfg.tree is None and cfg.partial["mode"] == "all"
+        self._fused_fast = cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
+        self._levels_init()
         self._bind(reqs)
         fleet.replica_hooks.append(self._setup_replica)
         for rep in fleet.replicas():
@@ -114,8 +117,13 @@ class SpecRuntime(Conversations, DraftingModes):
         cfg = self.cfg
         spec = rep.pool.spec
         load = cfg.cold["load_s"]
-        if load is None:
-            load = cfg.fused_drafter.weight_bytes / spec.device.weight_load_bytes_s
+        top = (RooflineModel(cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter,
+                             spec.device, 1) if cfg.framework == "vanilla" else
+               EagleHead(spec.model, RooflineModel(spec.model, spec.device, spec.engine.tensor_parallel_size)))
+        if load is None:                 # the fused drafter's weights (the EAGLE head's; every level's)
+            nbytes = cfg.fused_drafter.weight_bytes if cfg.framework == "vanilla" else top.weight_bytes
+            nbytes += sum(lv.model.weight_bytes for lv in cfg.levels.levels) if cfg.levels is not None else 0
+            load = nbytes / spec.device.weight_load_bytes_s
         pol = cfg.make_policy() if cfg.policy in PER_TARGET else None
         self.targets[rep.name] = TargetState(pol, cfg.cold["initially_warm"], load)
         self._gpu[rep.name] = spec.device
@@ -124,8 +132,9 @@ class SpecRuntime(Conversations, DraftingModes):
             raise ConfigError("network", rep.name, f"a path from the gateway {self.gw!r} to replica {rep.name!r} "
                               "(draft devices reach the replicas that are network nodes through it)", show_value=False)
         self.targets[rep.name].override = self.overrides.get(rep.pool.name)
-        first = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter
-        rep.inst.draft_model = RooflineModel(first, spec.device, 1)
+        rep.inst.draft_model = top
+        if cfg.levels is not None:
+            rep.inst.draft_cost = self._levels_fused_time
         rep.inst.verify_edf = cfg.verify_order == "edf"
         rep.inst.mixed_drafts = cfg.tree is not None or cfg.portfolio is not None
 
@@ -395,6 +404,8 @@ class SpecRuntime(Conversations, DraftingModes):
             steps = st.tree.draft_steps(k)
         else:
             st.tree = None
+            if cfg.levels is not None:
+                k = self._levels_draw(st, r, k)      # L_0 drafts k; the target verifies the top level's
         st.drafted_now = k
         pv = cfg.partial
         kv_k = k
@@ -436,6 +447,11 @@ class SpecRuntime(Conversations, DraftingModes):
 
         def at_device(_e):
             st.net_s += self.env.now - t0
+            ns = st.levels_ns
+            if ns is not None:
+                dev.submit(ns[0], r.num_computed, drafted, lost, None, None,
+                           self._levels_device_seconds(dev, r.num_computed, ns))
+                return
             dev.submit(k, r.num_computed, drafted, lost, steps,
                        self._device_model(dev, st.drafter) if st.drafter > 0 else None)
         ev.callbacks.append(at_device)
@@ -446,6 +462,16 @@ class SpecRuntime(Conversations, DraftingModes):
         st.t_ready = self.env.now
         st.deadline = st.t_ready + self.round_budget_s
         inst.wake()
+
+    def mechanisms_summary(self) -> dict:
+        """summary.json entries of the mechanisms that are on (none by default)."""
+        cfg = self.cfg
+        out = {}
+        if cfg.framework != "vanilla":
+            out["framework"] = cfg.framework
+        if cfg.levels is not None:
+            out["levels"] = self.levels_summary("top")
+        return out
 
     # ---- control ---------------------------------------------------------------------------------------
     def set_override(self, pool: str, mode: str | None, k: int | None) -> list:
