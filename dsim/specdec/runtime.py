@@ -27,6 +27,7 @@ from ..latency.roofline import RooflineModel
 from ..network.fabric import Network
 from ..network.topology import MBPS, Topology
 from .acceptance import expected_accepted, sample_accepted
+from .cohorts import CohortSteps
 from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
@@ -38,7 +39,7 @@ from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime(Conversations, DraftingModes, LevelRounds):
+class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps):
     """The speculative-decoding run: draft devices and their links, the targets' state, and the
     rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
@@ -95,6 +96,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds):
         # _next_round's fused fast path: chains, every draft holding KV (no partial-verification draw)
         self._fused_fast = cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
         self._levels_init()
+        self._cohorts_init()
         self._bind(reqs)
         fleet.replica_hooks.append(self._setup_replica)
         for rep in fleet.replicas():
@@ -135,6 +137,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds):
         rep.inst.draft_model = top
         if cfg.levels is not None:
             rep.inst.draft_cost = self._levels_fused_time
+        self._cohorts_setup(rep.inst)
         rep.inst.verify_edf = cfg.verify_order == "edf"
         rep.inst.mixed_drafts = cfg.tree is not None or cfg.portfolio is not None
 
@@ -471,6 +474,8 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds):
             out["framework"] = cfg.framework
         if cfg.levels is not None:
             out["levels"] = self.levels_summary("top")
+        if cfg.verify_order == "context_cohort" or cfg.verify_attention != "exact":
+            out["verify_cohorts"] = self.cohorts_summary()
         return out
 
     # ---- control ---------------------------------------------------------------------------------------

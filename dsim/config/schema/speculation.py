@@ -431,11 +431,11 @@ class SpeculationConfig(Section):
     """Tree drafts (None: chains)."""
     verify_order: Choice("fcfs", "edf", "context_cohort") = "fcfs"
     """Ready rounds a step's token budget serves first: fcfs (admission order) | edf (earliest deadline)
-    | context_cohort (only the rounds whose context is in the power-of-two bin of the longest-waiting
-    round's; the others wait for a later step)."""
+    | context_cohort (one verify batch per power-of-two context bin, the longest-waiting round's bin
+    served first)."""
     verify_attention: Choice("exact", "padded") = "exact"
-    """Cost of a step's verify attention: exact (each round its own context) | padded (every round
-    padded to the step's longest context and longest chunk: a static-shape batch)."""
+    """Cost of the verify attention: exact (each round its own context) | padded (each verify batch
+    padded to its longest context and chunk: one batch per step, or per cohort with context_cohort)."""
     framework: Choice("vanilla", "eagle") = "vanilla"
     """vanilla: a fused round drafts with fused_drafter; eagle: with an EAGLE head on the target (one
     decoder layer + the LM head per drafted token, costed as that share of a target decode step)."""
