@@ -78,7 +78,7 @@ def test_padding_is_charged_only_where_contexts_or_chunks_differ(monkeypatch, tm
     n_pad = sum(1 for x in r0 if len({c for c, _ in x}) > 1 or len({k for _, k in x}) > 1)
     n_more = sum(1 for a, b in zip(d0, d1) if b > a)
     assert n_more == n_pad > 5
-    assert sum(1 for x in r0 if len(x) == 1) > 3             # one-row steps: nothing to pad, same cost
+    assert sum(1 for x in r0 if len(x) == 1) >= 2            # one-row steps: nothing to pad, same cost
     assert all(b >= a for a, b in zip(d0, d1))
 
 
