@@ -117,6 +117,7 @@ class DraftDevice:
         self.requests: list = []
         self.think_rng = think_rng    # the group's think-time stream (closed loop)
         self._busy = False            # max_batch 1: a job is drafting or waiting for its window
+        self.mem = None               # DeviceMemory (dsim.specdec.devmem): drafter KV and weights, when modelled
         if group.max_batch > 1:
             env.process(self._loop())
 
@@ -136,13 +137,14 @@ class DraftDevice:
                                                                 num_sampled=1, running=1))
         return t
 
-    def submit(self, k: int, ctx: int, done, lost=None, steps=None, model=None, seconds=None) -> None:
+    def submit(self, k: int, ctx: int, done, lost=None, steps=None, model=None, seconds=None, req=None) -> None:
         """Draft k tokens after ctx; ``done()`` when drafted, ``lost()`` if the device goes offline
         for good before it starts (its conversation must then finish without it).  ``steps``: a
         tree's tokens per forward pass (dsim.specdec.tree.DraftTree.draft_steps), None for a chain;
         ``model``: another drafter's roofline on this device (a portfolio's), None for its own;
-        ``seconds``: the drafting time when the caller costs it (a multi-level chain's)."""
-        self.jobs.append((k, ctx, done, lost, steps, model, seconds))
+        ``seconds``: the drafting time when the caller costs it (a multi-level chain's); ``req``: the
+        request, for the device's KV cache (dsim.specdec.devmem)."""
+        self.jobs.append((k, ctx, done, lost, steps, model, seconds, req))
         if self.group.max_batch > 1:
             if self._wake is not None and not self._wake.triggered:
                 self._wake.succeed()
@@ -188,9 +190,16 @@ class DraftDevice:
         self._busy = False
 
     def _draft(self, job) -> None:
-        k, ctx, done, _, steps, model, seconds = job
+        k, ctx, done, _, steps, model, seconds, req = job
         env, p = self.env, self.prof
         now = env.now
+        mem = self.mem
+        if mem is not None:
+            wait = mem.cold_wait(now)    # a cold drafter loads first (once), then the round drafts
+            if wait:
+                ev = env.timeout(wait)
+                ev.callbacks.append(lambda _e: self._draft(job))
+                return
         if self.hot_since is None or now - self.last_end >= p.cooldown_s:
             self.hot_since = now
         if seconds is not None:
@@ -205,6 +214,8 @@ class DraftDevice:
             step = (model or self.step).step_time
             d = sum(step(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1), num_sampled=t, running=1))
                     for j, t in enumerate(steps or [1] * k))
+        if req is not None:              # the context the device's KV cache lacks
+            d += mem.extra_seconds(model or self.step, req, ctx, k)
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
@@ -217,6 +228,8 @@ class DraftDevice:
         self.tokens += k
         self.energy_j += p.joules_per_token * k if p.joules_per_token is not None else p.power_w * d
         self.last_end = self.env.now
+        if self.mem is not None:
+            self.mem.drafted(self.last_end)
         done()
         self._next_job()
 

@@ -31,6 +31,7 @@ from .cohorts import CohortSteps
 from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
+from .devmem import DeviceMemories
 from .eagle import EagleHead
 from .gamma import DISTRIBUTED, FUSED, Telemetry
 from .levels import LevelRounds
@@ -39,7 +40,7 @@ from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps):
+class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories):
     """The speculative-decoding run: draft devices and their links, the targets' state, and the
     rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
@@ -80,6 +81,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps):
                 self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng, tok_cache))
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
+        self._devmem_init()
         self.targets: dict = {}
         self.overrides: dict = {}        # pool -> SetSpeculation override for its replicas
         self.states: dict = {}           # rid -> SpecState
@@ -105,8 +107,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps):
         fleet.ingress = self._ingress
         if not self.devices:
             self.env.process(self._issue_direct(reqs))
+        pools = self._warm_pools()       # warm-first groups: one issue loop that picks the device
         for dev in self.devices:
-            self.env.process(self._issue(dev))
+            if dev.group.name not in pools:
+                self.env.process(self._issue(dev))
+        for devs in pools.values():
+            self.env.process(self._issue_pool(devs))
 
     # ---- construction ------------------------------------------------------------------------
     def _star(self) -> Network:
@@ -274,6 +280,8 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps):
             st.acc_est = ACC_PRIOR
         gamma = tree.depth(st.drafted_now) if tree is not None else st.drafted_now
         st.last_k, st.last_a = gamma, a
+        if self.devmem and not st.fused and st.device is not None:
+            st.device.mem.verified(r, a, st.drafted_now)     # the device's drafter KV keeps the valid prefix
         pol = st.policy or tgt.policy
         if getattr(pol, "wants_feedback", True):
             pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
@@ -456,7 +464,8 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps):
                            self._levels_device_seconds(dev, r.num_computed, ns))
                 return
             dev.submit(k, r.num_computed, drafted, lost, steps,
-                       self._device_model(dev, st.drafter) if st.drafter > 0 else None)
+                       self._device_model(dev, st.drafter) if st.drafter > 0 else None, None,
+                       r if self.cfg.draft_kv is not None else None)
         ev.callbacks.append(at_device)
 
     def _ready(self, st: SpecState, inst) -> None:
@@ -474,6 +483,8 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps):
             out["framework"] = cfg.framework
         if cfg.levels is not None:
             out["levels"] = self.levels_summary("top")
+        if self.devmem:
+            out["draft_memory"] = self.devmem_summary()
         if cfg.verify_order == "context_cohort" or cfg.verify_attention != "exact":
             out["verify_cohorts"] = self.cohorts_summary()
         return out

@@ -505,6 +505,11 @@ class SpeculationConfig(Section):
                 if g.max_batch > 1:
                     raise ConfigError(f"drafts[{i}].max_batch", g.max_batch, f"1 with {key} (device memory is "
                                       "modelled for devices drafting one round at a time)")
+        if self.draft_kv is not None:
+            for key, bad in (("tree", self.tree), ("portfolio", self.portfolio), ("levels", self.levels)):
+                if bad is not None:
+                    raise ConfigError(key, None, "null with draft_kv (the drafter KV cache is modelled for one "
+                                      "drafter's chains)", show_value=False)
         if self.draft_load is not None and self.draft_load.placement == "warm_first":
             for i, g in enumerate(self.drafts or ()):
                 if g.closed_loop:
