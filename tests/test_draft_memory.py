@@ -150,3 +150,17 @@ def test_an_idle_device_unloads_after_its_retention(tmp_path):
 ])
 def test_bad_device_memory_keys_are_refused(sets, where, tmp_path, capsys):
     assert_refused("mobile_cloud_distributed", sets, where, tmp_path, capsys)
+
+
+def test_a_batching_device_loads_before_its_first_batch(tmp_path):
+    load = {"storage_gb_s": 2.0, "warm_at_start": 0}
+    rows = SPACED[:2]
+    box = {**EDGE, "count": 1, "max_batch": 4}
+    cold = dist(tmp_path, rows, drafts=[box], draft_load=load)
+    warm = dist(tmp_path, rows, drafts=[box])
+    (dev,) = cold.spec.devices
+    load_s = load_model("meta-llama/Llama-3.2-1B").weight_bytes / 2e9
+    assert dev.mem.cold_starts == 1 and dev.mem.load_wait_s == pytest.approx(load_s, rel=1e-12)
+    e2e = [r.t_completion - r.arrival for r in cold.reqs]
+    e2e0 = [r.t_completion - r.arrival for r in warm.reqs]
+    assert e2e[0] - e2e0[0] == pytest.approx(load_s, abs=2e-3) and e2e[1] == pytest.approx(e2e0[1], abs=2e-3)

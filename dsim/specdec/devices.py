@@ -260,6 +260,11 @@ class DraftDevice:
             return
         if t > env.now:
             yield env.timeout(t - env.now)
+        if self.mem is not None:         # a cold drafter loads first (dsim.specdec.devmem)
+            wait = self.mem.cold_wait(env.now)
+            while wait:
+                yield env.timeout(wait)
+                wait = self.mem.cold_wait(env.now)
         jobs = [self.jobs.popleft() for _ in range(min(cap, len(self.jobs)))]
         now = env.now
         if self.hot_since is None or now - self.last_end >= p.cooldown_s:
@@ -280,3 +285,5 @@ class DraftDevice:
         self.tokens += k_all
         self.energy_j += p.joules_per_token * k_all if p.joules_per_token is not None else p.power_w * d
         self.last_end = env.now
+        if self.mem is not None:
+            self.mem.drafted(self.last_end)

@@ -108,25 +108,26 @@ class DeviceMemory:
         self.used = 0
 
     # ---- KV ------------------------------------------------------------------------------------
-    def key(self, r):
-        return ("s", r.session) if self.session_reuse and r.session >= 0 else ("r", r.rid)
-
+    # A live conversation's entry is keyed ("r", rid); a finished one's, when its session may come
+    # back, ("s", session) (the session's latest turn; two turns of one session running at once
+    # keep entries of their own).
     def extra_seconds(self, model, r, ctx: int, k: int) -> float:
         """A round of k drafts at context ctx for request r: the time its first forward takes beyond
         the decode step it replaces (the tokens the cache lacks), and the cache's update."""
         if self.cap is None:
             return 0.0
-        key = self.key(r)
+        key = ("r", r.rid)
         e = self.kv.get(key)
         if e is None:
+            prev = self.kv.pop(("s", r.session), None) if self.session_reuse and r.session >= 0 else None
             e = self.kv[key] = KVEntry(r.rid, None, 0)
-        elif e.rid != r.rid:             # the session's next turn: the shared prefix is reusable
-            keep = min(e.valid, shared_prefix(e.segs, r.segments))
-            self.reused_tokens += keep
-            self.used -= e.valid - keep
-            e.rid, e.valid = r.rid, keep
-        if e.segs is None and r.segments is not None:
-            e.segs = tuple(r.segments) + ((-(r.rid + 1), r.max_tokens),)
+            if prev is not None:         # the session's next turn: the shared prefix is reusable
+                keep = min(prev.valid, shared_prefix(prev.segs, r.segments))
+                self.reused_tokens += keep
+                self.used -= prev.valid - keep
+                e.valid = keep
+            if r.segments is not None:
+                e.segs = tuple(r.segments) + ((-(r.rid + 1), r.max_tokens),)
         self.kv.move_to_end(key)
         have = min(e.valid, ctx)
         miss = ctx - have
@@ -144,19 +145,25 @@ class DeviceMemory:
 
     def verified(self, r, a: int, k: int) -> None:
         """The round's verification: keep the valid prefix (see the module's docstring)."""
-        e = self.kv.get(self.key(r))
-        if e is None or e.rid != r.rid:
+        e = self.kv.get(("r", r.rid))
+        if e is None:
             return
         valid = min(e.valid, e.ctx + a + 1 - (a == k))
         self.used -= e.valid - valid
         e.valid = valid
 
     def finished(self, r) -> None:
-        key = self.key(r)
-        e = self.kv.get(key)
-        if e is not None and e.rid == r.rid and key[0] == "r":      # nothing can reuse it: free it
+        """A finished conversation's KV stays for its session's next turn, or is freed."""
+        e = self.kv.pop(("r", r.rid), None)
+        if e is None:
+            return
+        if self.session_reuse and r.session >= 0:
+            old = self.kv.pop(("s", r.session), None)
+            if old is not None:
+                self.used -= old.valid
+            self.kv[("s", r.session)] = e
+        else:
             self.used -= e.valid
-            del self.kv[key]
 
     def _evict(self, keep) -> None:
         while self.used > self.cap and self.kv:

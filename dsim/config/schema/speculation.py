@@ -498,13 +498,11 @@ class SpeculationConfig(Section):
                                       "one sampled chain of drafters)")
         if self.framework == "eagle" and self.portfolio is not None:
             raise ConfigError("framework", "eagle", "vanilla with a drafter portfolio")
-        for key, sec in (("draft_kv", self.draft_kv), ("draft_load", self.draft_load)):
-            if sec is None:
-                continue
+        if self.draft_kv is not None:
             for i, g in enumerate(self.drafts or ()):
                 if g.max_batch > 1:
-                    raise ConfigError(f"drafts[{i}].max_batch", g.max_batch, f"1 with {key} (device memory is "
-                                      "modelled for devices drafting one round at a time)")
+                    raise ConfigError(f"drafts[{i}].max_batch", g.max_batch, "1 with draft_kv (the drafter KV "
+                                      "cache is modelled for devices drafting one round at a time)")
         if self.draft_kv is not None:
             for key, bad in (("tree", self.tree), ("portfolio", self.portfolio), ("levels", self.levels)):
                 if bad is not None:
