@@ -3,7 +3,6 @@ each verify batch padded to its longest context and chunk; ``verify_order: conte
 batch per power-of-two context bin, the longest-waiting round's bin first."""
 from types import SimpleNamespace as NS
 
-import pytest
 from helpers import assert_refused, scenario, trace_file
 from test_specdec import ROOF, run, spec_scn
 

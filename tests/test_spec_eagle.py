@@ -4,6 +4,7 @@ import pytest
 from helpers import assert_refused
 from test_specdec import run, spec_scn
 
+from dsim.config.errors import ConfigError
 from dsim.config.hardware import load_device
 from dsim.config.model import load_model
 from dsim.latency.base import BatchShape
@@ -71,5 +72,17 @@ def test_head_cold_start_loads_the_heads_weights():
 
 
 def test_eagle_is_refused_where_no_target_drafts(tmp_path, capsys):
-    assert_refused("mobile_cloud_distributed", ["speculation.framework=eagle"], "speculation.framework", tmp_path, capsys)
+    assert_refused("mobile_cloud_distributed", ["speculation.framework=eagle"], "speculation.framework",
+                   tmp_path, capsys)
     assert_refused("eagle_fused", ["speculation.framework=tree"], "speculation.framework", tmp_path, capsys)
+
+
+def test_a_fused_eagle_head_needs_no_drafter_of_the_targets_family():
+    """A Qwen target: the default (Llama) drafter is refused for vanilla fused drafting, but a fused
+    EAGLE head uses no drafter model at all."""
+    qwen = {"model": "Qwen/Qwen2.5-7B-Instruct"}
+    spec = {"mode": "fused", "acceptance": {"geometric": 0.7}, "gamma": {"k": 2}}
+    with pytest.raises(ConfigError, match="speculation.drafter"):
+        run(spec_scn(spec, out=8, **qwen))
+    ses = run(spec_scn({**spec, "framework": "eagle"}, out=8, **qwen))
+    assert ses.reqs[0].n_out == 8

@@ -196,7 +196,8 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
                                None if target_model is None else target_model.vocab_size)
     levels = load_levels(cfg.levels, f"{path}.levels", base_dir, load_model, _acceptance,
                          None if target_model is None else target_model.vocab_size)
-    if target_model is not None and drafter.vocab_size != target_model.vocab_size:
+    if (target_model is not None and drafter.vocab_size != target_model.vocab_size
+            and not (cfg.framework == "eagle" and mode == "fused")):
         raise ConfigError(f"{path}.drafter", drafter.name,
                           f"a drafter sharing the target's vocabulary ({target_model.vocab_size} tokens, "
                           f"not {drafter.vocab_size})")
@@ -211,9 +212,11 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
 def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:
     """Every pool a drafter may verify on shares its vocabulary (its tokenizer family): a Qwen pool
     behind a Llama drafter would verify tokens it cannot read.  ``pools``: the fleet's PoolSpecs."""
-    # an EAGLE head shares the target's vocabulary by construction
-    drafters = [spec.drafter] + ([spec.fused_drafter] if spec.framework != "eagle" else []) + ([d.model for d in spec.portfolio.drafters]
-                                                     if spec.portfolio is not None else [])
+    # an EAGLE head shares the target's vocabulary by construction (and fused EAGLE uses no drafter)
+    eagle = spec.framework == "eagle"
+    drafters = [] if eagle and spec.mode == "fused" else [spec.drafter]
+    drafters += [] if eagle else [spec.fused_drafter]
+    drafters += [d.model for d in spec.portfolio.drafters] if spec.portfolio is not None else []
     drafters += [lv.model for lv in spec.levels.levels] if spec.levels is not None else []
     for pool in pools:
         for d in drafters:

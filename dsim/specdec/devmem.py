@@ -139,8 +139,9 @@ class DeviceMemory:
             return 0.0
         self.prefill_tokens += miss
         c = miss + 1
-        chunk = model.step_time(BatchShape(prefill_tokens=c, num_prefill=1, prefill_attn_pairs=c * have + c * (c + 1) // 2,
-                                           prefill_ctx_tokens=have, num_sampled=1, prefill_chunk_sq=c * c, running=1))
+        chunk = model.step_time(BatchShape(prefill_tokens=c, num_prefill=1,
+                                           prefill_attn_pairs=c * have + c * (c + 1) // 2, prefill_ctx_tokens=have,
+                                           num_sampled=1, prefill_chunk_sq=c * c, running=1))
         return chunk - model.step_time(BatchShape(decode_tokens=1, decode_ctx_sum=ctx + 1, num_sampled=1, running=1))
 
     def verified(self, r, a: int, k: int) -> None:

@@ -146,8 +146,8 @@ def load_levels(rows, path: str, base_dir, load_model, load_acceptance, target_v
         where = f"{path}[{i}]"
         model = load_model(row.drafter, f"{where}.drafter", base_dir)
         if target_vocab is not None and model.vocab_size != target_vocab:
-            raise ConfigError(f"{where}.drafter", model.name,
-                              f"a drafter sharing the target's vocabulary ({target_vocab} tokens, not {model.vocab_size})")
+            raise ConfigError(f"{where}.drafter", model.name, f"a drafter sharing the target's vocabulary "
+                              f"({target_vocab} tokens, not {model.vocab_size})")
         acc, desc = load_acceptance(row.acceptance, f"{where}.acceptance", base_dir)
         out.append(Level(name, model, acc, desc))
     return Chain(out)
