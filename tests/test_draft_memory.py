@@ -166,3 +166,11 @@ def test_a_batching_device_loads_before_its_first_batch(tmp_path):
     e2e = [r.t_completion - r.arrival for r in cold.reqs]
     e2e0 = [r.t_completion - r.arrival for r in warm.reqs]
     assert e2e[0] - e2e0[0] == pytest.approx(load_s, abs=2e-3) and e2e[1] == pytest.approx(e2e0[1], abs=2e-3)
+
+
+def test_warm_first_keeps_a_trace_rows_device(tmp_path):
+    rows = [dict(r, draft_id="edge-1") if i == 2 else r for i, r in enumerate(SPACED)]
+    ses = dist(tmp_path, rows, drafts=[EDGE], draft_load={"warm_at_start": 1, "placement": "warm_first"})
+    warm, cold = ses.spec.devices
+    assert [r.rid for r in warm.requests] == [0, 1, 3] and [r.rid for r in cold.requests] == [2]
+    assert cold.mem.cold_starts == 1

@@ -228,8 +228,9 @@ class DeviceMemories:
 
     def _issue_pool(self, devs):
         """The open-loop issue loop of a warm-first group: each request goes, at its arrival, to the
-        device its session is on, else to the one ``_pick`` chooses."""
+        device its trace row names (draft_id) or its session is on, else to the one ``_pick`` chooses."""
         env = self.env
+        named = {r.rid: d for d in devs for r in d.requests if r.draft_id}
         reqs = sorted((r for d in devs for r in d.requests), key=lambda r: (r.arrival, r.rid))
         for d in devs:
             d.requests = []
@@ -241,7 +242,7 @@ class DeviceMemories:
             if r.arrival > env.now:
                 yield env.timeout(r.arrival - env.now)
             r.arrival = env.now
-            dev = session.get(r.session) if r.session >= 0 else None
+            dev = named.get(r.rid) or (session.get(r.session) if r.session >= 0 else None)
             if dev is None:
                 dev = self._pick(devs, env.now)
                 if r.session >= 0:
