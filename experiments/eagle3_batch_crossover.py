@@ -6,7 +6,8 @@ step times from dsim's roofline model, acceptance from the shipped EAGLE-3 MT-be
 Per decoding round of a batch of B sequences (context C tokens each):
   plain:       one decode step, B tokens               -> B tokens
   speculative: gamma EAGLE-3 draft steps (one decoder layer + the LM head of the target, costed as
-               (1 + lm_head share) / L of a target decode step) + one verify step of B x (gamma + 1)
+               (1 + lm_head share) / L of a target decode step: dsim.specdec.eagle.head_fraction,
+               which speculation.framework: eagle charges in the loop) + one verify step of B x (gamma + 1)
                tokens, each sequence a chunk of gamma + 1 after its C-token context
                                                         -> B x tau(gamma) tokens
 Speed-up = tokens per second speculative / plain.  The target's step time is memory-bound at small B
@@ -28,6 +29,7 @@ from dsim.latency.roofline import RooflineModel  # noqa: E402
 from dsim.config.generations import by_name  # noqa: E402
 from dsim.latency.host import HostStepModel, resolve_host  # noqa: E402
 from dsim.specdec.acceptance import geometric_rate_for_tau, load_curves, tokens_per_step  # noqa: E402
+from dsim.specdec.eagle import head_fraction  # noqa: E402
 
 CTX = 1024
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -91,8 +93,7 @@ def main():
     dev = load_device("RTX4090")
     step = RooflineModel(m, dev, 1)
     curve = load_curves(ROOT / "dsim" / "data" / "acceptance" / "published_curves.yaml")["eagle-3-llama-3.1-8b-mt-bench-t0"]
-    lm_share = m.vocab_size * m.hidden_size / (m.active_params / m.num_layers)   # LM head in layer units
-    draft_frac = (1 + lm_share) / m.num_layers
+    draft_frac = head_fraction(m)     # one decoder layer + the LM head, as a share of a decode step
     rows = []
     for B in BATCHES:
         t_dec = decode(step, B)

@@ -134,6 +134,7 @@ def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
                 per[names[st.drafter]]["finished_on"] += 1
         out["portfolio"] = {"choose": cfg.portfolio.choose, "escalate_below": cfg.portfolio.escalate_below,
                             "drafters": per, "escalations": sum(st.escalations for _, st in pairs)}
+    out.update(rt.mechanisms_summary())       # levels, draft device memory, verify cohorts (when on)
     good = sum(1 for r, st in done if _meets(r, st, slo))
     out["goodput"] = {"slo": {k: v for k, v in slo.items() if v is not None}, "requests_meeting_slo": good,
                       "fraction": good / max(1, len(pairs)), "requests_per_s": good / span}

@@ -110,6 +110,9 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self.by_priority = self.policy is not None
         self.verify_edf = False          # set by dsim.specdec: ready rounds by deadline (seed 002 6.2)
         self.mixed_drafts = False        # set by dsim.specdec: tree drafts or several drafters to cost
+        self.draft_cost = None           # set by dsim.specdec: (inst, spec rows) -> fused draft seconds (levels)
+        self.verify_cohort = None        # set by dsim.specdec: order -> order (verify_order: context_cohort)
+        self.verify_padding = None       # set by dsim.specdec: spec rows -> (extra pairs, extra ctx) (padded attention)
         self.waiting = PriorityWaiting() if self.by_priority else deque()
         self.swapped = PriorityWaiting() if self.by_priority else deque()   # swapped out, oldest first
         self.running: dict = {}          # rid -> Request, in admission order
@@ -357,6 +360,10 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                     else:
                         d_tok += 1
                         dec_ctx += p + 1
+                if self.verify_padding is not None:     # shape divergence (dsim.specdec.cohorts)
+                    xp, xc = self.verify_padding(spec)
+                    p_pairs += xp
+                    p_ctx += xc
                 extra += spec[0][0].spec.accept_all(spec)
                 n_samp += len(spec)
                 if self.draft_model is not None:

@@ -238,6 +238,8 @@ class SchedulerIteration:
             order.sort(key=_sched_key)
         if self.verify_edf:
             order.sort(key=_verify_key)          # stable: the rest keep the order above
+        if self.verify_cohort is not None:      # verify_order: context_cohort (dsim.specdec.cohorts)
+            order = self.verify_cohort(order)
         bs = self.bs
         thr = e.long_prefill_token_threshold
         preempted = False

@@ -11,6 +11,8 @@ class SpeculativeSteps:
     def _draft_time(self, spec) -> float:
         """Drafters on this replica draft k tokens one step at a time, batched across requests:
         draft step j runs every fused request with k >= j."""
+        if self.draft_cost is not None:  # multi-level chains (dsim.specdec.levels)
+            return self.draft_cost(self, spec)
         if self.mixed_drafts:
             return self._mixed_draft_time(spec)
         n = ctx = 0

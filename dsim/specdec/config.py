@@ -21,6 +21,7 @@ from ..config.schema.speculation_gamma import check_finite
 from . import gamma as G
 from .acceptance import GeometricAcceptance as Geometric, load_curves
 from .devices import load_draft_profile
+from .levels import load_levels
 from .portfolio import load_portfolio
 from .tree import TreeSpec
 
@@ -71,6 +72,11 @@ class SpecConfig:
     expectation: bool = False         # acceptance_draws: expectation (accepted = the expected count, carried)
     connectivity: object = None       # auto-topology (dsim.specdec.topology.Connectivity) or None: all pools
     cohort_assignment: str = "round_robin"   # round_robin | capability: binding of rows without draft_id
+    framework: str = "vanilla"        # vanilla | eagle: what drafts fused rounds (dsim.specdec.eagle)
+    verify_attention: str = "exact"   # exact | padded: the verify attention's cost (dsim.specdec.cohorts)
+    levels: object = None             # Chain (dsim.specdec.levels) or None: one drafter level
+    draft_kv: object = None           # schema DraftKv or None (dsim.specdec.devmem)
+    draft_load: object = None         # schema DraftLoad or None (dsim.specdec.devmem)
 
     def make_policy(self):
         """A fresh gamma policy (one per conversation, or per target for controllers)."""
@@ -199,7 +205,10 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
     tree = None if t is None else TreeSpec(t.topk, t.tokens, t.sibling_acceptance)
     portfolio = load_portfolio(cfg.portfolio, f"{path}.portfolio", base_dir, load_model, _acceptance,
                                None if target_model is None else target_model.vocab_size)
-    if target_model is not None and drafter.vocab_size != target_model.vocab_size:
+    levels = load_levels(cfg.levels, f"{path}.levels", base_dir, load_model, _acceptance,
+                         None if target_model is None else target_model.vocab_size)
+    if (target_model is not None and drafter.vocab_size != target_model.vocab_size
+            and not (cfg.framework == "eagle" and mode == "fused")):
         raise ConfigError(f"{path}.drafter", drafter.name,
                           f"a drafter sharing the target's vocabulary ({target_model.vocab_size} tokens, "
                           f"not {drafter.vocab_size})")
@@ -207,14 +216,21 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
                       cfg.mode_switch.model_dump(), cfg.partial_verification.model_dump(),
                       cfg.kv_admission.max_kv_utilization_pct, cfg.cold_start.model_dump(), cfg.token_bytes,
                       cfg.bundle_bytes_per_token, cfg.header_bytes, cfg.gateway, groups, tree, portfolio,
-                      cfg.verify_order, cfg.acceptance_draws == "expectation", cfg.cohort_assignment)
+                      cfg.verify_order, cfg.acceptance_draws == "expectation",
+                      cohort_assignment=cfg.cohort_assignment, framework=cfg.framework,
+                      verify_attention=cfg.verify_attention, levels=levels, draft_kv=cfg.draft_kv,
+                      draft_load=cfg.draft_load)
 
 
 def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:
     """Every pool a drafter may verify on shares its vocabulary (its tokenizer family): a Qwen pool
     behind a Llama drafter would verify tokens it cannot read.  ``pools``: the fleet's PoolSpecs."""
-    drafters = [spec.drafter, spec.fused_drafter] + ([d.model for d in spec.portfolio.drafters]
-                                                     if spec.portfolio is not None else [])
+    # an EAGLE head shares the target's vocabulary by construction (and fused EAGLE uses no drafter)
+    eagle = spec.framework == "eagle"
+    drafters = [] if eagle and spec.mode == "fused" else [spec.drafter]
+    drafters += [] if eagle else [spec.fused_drafter]
+    drafters += [d.model for d in spec.portfolio.drafters] if spec.portfolio is not None else []
+    drafters += [lv.model for lv in spec.levels.levels] if spec.levels is not None else []
     for pool in pools:
         for d in drafters:
             if d.vocab_size != pool.model.vocab_size:

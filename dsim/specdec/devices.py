@@ -60,6 +60,7 @@ class DraftProfile:
             if table is not None:
                 return DraftLut(table, lid, self.step_overhead_ms * 1e-3)
         return self.roofline(drafter)
+    storage_gb_s: float | None = None   # storage read rate: a cold drafter loads at it (dsim.specdec.devmem)
 
     def roofline(self, drafter) -> RooflineModel:
         """The drafter's step-time model on this device."""
@@ -192,6 +193,7 @@ class DraftDevice:
         self.requests: list = []
         self.think_rng = think_rng    # the group's think-time stream (closed loop)
         self._busy = False            # max_batch 1: a job is drafting or waiting for its window
+        self.mem = None               # DeviceMemory (dsim.specdec.devmem): drafter KV and weights, when modelled
         if group.max_batch > 1:
             env.process(self._loop())
 
@@ -211,12 +213,14 @@ class DraftDevice:
                                                                 num_sampled=1, running=1))
         return t
 
-    def submit(self, k: int, ctx: int, done, lost=None, steps=None, model=None) -> None:
+    def submit(self, k: int, ctx: int, done, lost=None, steps=None, model=None, seconds=None, req=None) -> None:
         """Draft k tokens after ctx; ``done()`` when drafted, ``lost()`` if the device goes offline
         for good before it starts (its conversation must then finish without it).  ``steps``: a
         tree's tokens per forward pass (dsim.specdec.tree.DraftTree.draft_steps), None for a chain;
-        ``model``: another drafter's roofline on this device (a portfolio's), None for its own."""
-        self.jobs.append((k, ctx, done, lost, steps, model))
+        ``model``: another drafter's roofline on this device (a portfolio's), None for its own;
+        ``seconds``: the drafting time when the caller costs it (a multi-level chain's); ``req``: the
+        request, for the device's KV cache (dsim.specdec.devmem)."""
+        self.jobs.append((k, ctx, done, lost, steps, model, seconds, req))
         if self.group.max_batch > 1:
             if self._wake is not None and not self._wake.triggered:
                 self._wake.succeed()
@@ -262,12 +266,21 @@ class DraftDevice:
         self._busy = False
 
     def _draft(self, job) -> None:
-        k, ctx, done, _, steps, model = job
+        k, ctx, done, _, steps, model, seconds, req = job
         env, p = self.env, self.prof
         now = env.now
+        mem = self.mem
+        if mem is not None:
+            wait = mem.cold_wait(now)    # a cold drafter loads first (once), then the round drafts
+            if wait:
+                ev = env.timeout(wait)
+                ev.callbacks.append(lambda _e: self._draft(job))
+                return
         if self.hot_since is None or now - self.last_end >= p.cooldown_s:
             self.hot_since = now
-        if steps is None and model is None:
+        if seconds is not None:
+            d = seconds
+        elif steps is None and model is None:
             tok = self._tok
             d = 0
             for c in range(ctx, ctx + k):
@@ -280,6 +293,8 @@ class DraftDevice:
                 [(j, min(mpt, t - i)) for j, t in enumerate(steps or [1] * k) for i in range(0, t, mpt)]
             d = sum(step(BatchShape(decode_tokens=t, decode_ctx_sum=t * (ctx + j + 1), num_sampled=t, running=1))
                     for j, t in passes)
+        if req is not None:              # the context the device's KV cache lacks
+            d += mem.extra_seconds(model or self.step, req, ctx, k)
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
@@ -292,6 +307,8 @@ class DraftDevice:
         self.tokens += k
         self.energy_j += p.joules_per_token * k if p.joules_per_token is not None else p.power_w * d
         self.last_end = self.env.now
+        if self.mem is not None:
+            self.mem.drafted(self.last_end)
         done()
         self._next_job()
 
@@ -324,6 +341,11 @@ class DraftDevice:
             return
         if t > env.now:
             yield env.timeout(t - env.now)
+        if self.mem is not None:         # a cold drafter loads first (dsim.specdec.devmem)
+            wait = self.mem.cold_wait(env.now)
+            while wait:
+                yield env.timeout(wait)
+                wait = self.mem.cold_wait(env.now)
         jobs = [self.jobs.popleft()]
         if self.kv_budget is None:
             jobs += [self.jobs.popleft() for _ in range(min(cap - 1, len(self.jobs)))]
@@ -357,3 +379,5 @@ class DraftDevice:
         self.tokens += k_all
         self.energy_j += p.joules_per_token * k_all if p.joules_per_token is not None else p.power_w * d
         self.last_end = env.now
+        if self.mem is not None:
+            self.mem.drafted(self.last_end)

@@ -27,16 +27,20 @@ from ..latency.roofline import RooflineModel
 from ..network.fabric import Network
 from ..network.topology import MBPS, Topology
 from .acceptance import expected_accepted, sample_accepted
+from .cohorts import CohortSteps
 from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
+from .devmem import DeviceMemories
+from .eagle import EagleHead
 from .gamma import DISTRIBUTED, FUSED, Telemetry
+from .levels import LevelRounds
 from .modes import DraftingModes
 from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime(Conversations, DraftingModes):
+class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories):
     """The speculative-decoding run: draft devices and their links, the targets' state, and the
     rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
@@ -77,6 +81,7 @@ class SpecRuntime(Conversations, DraftingModes):
                 self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng, tok_cache))
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
+        self._devmem_init()
         self.targets: dict = {}
         self.overrides: dict = {}        # pool -> SetSpeculation override for its replicas
         self.states: dict = {}           # rid -> SpecState
@@ -91,7 +96,9 @@ class SpecRuntime(Conversations, DraftingModes):
         self.by_context: dict = {}       # power-of-two context bin -> [rounds, verified, accepted]
         self.by_second: dict = {}        # whole simulated second -> [rounds, drafted, verified, accepted]
         # _next_round's fused fast path: chains, every draft holding KV (no partial-verification draw)
-        self._fused_fast = cfg.tree is None and cfg.partial["mode"] == "all"
+        self._fused_fast = cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
+        self._levels_init()
+        self._cohorts_init()
         self._bind(reqs)
         fleet.replica_hooks.append(self._setup_replica)
         for rep in fleet.replicas():
@@ -100,8 +107,12 @@ class SpecRuntime(Conversations, DraftingModes):
         fleet.ingress = self._ingress
         if not self.devices:
             self.env.process(self._issue_direct(reqs))
+        pools = self._warm_pools()       # warm-first groups: one issue loop that picks the device
         for dev in self.devices:
-            self.env.process(self._issue(dev))
+            if dev.group.name not in pools:
+                self.env.process(self._issue(dev))
+        for devs in pools.values():
+            self.env.process(self._issue_pool(devs))
 
     # ---- construction ------------------------------------------------------------------------
     def _star(self) -> Network:
@@ -114,8 +125,13 @@ class SpecRuntime(Conversations, DraftingModes):
         cfg = self.cfg
         spec = rep.pool.spec
         load = cfg.cold["load_s"]
-        if load is None:
-            load = cfg.fused_drafter.weight_bytes / spec.device.weight_load_bytes_s
+        top = (RooflineModel(cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter,
+                             spec.device, 1) if cfg.framework == "vanilla" else
+               EagleHead(spec.model, RooflineModel(spec.model, spec.device, spec.engine.tensor_parallel_size)))
+        if load is None:                 # the fused drafter's weights (the EAGLE head's; every level's)
+            nbytes = cfg.fused_drafter.weight_bytes if cfg.framework == "vanilla" else top.weight_bytes
+            nbytes += sum(lv.model.weight_bytes for lv in cfg.levels.levels) if cfg.levels is not None else 0
+            load = nbytes / spec.device.weight_load_bytes_s
         pol = cfg.make_policy() if cfg.policy in PER_TARGET else None
         self.targets[rep.name] = TargetState(pol, cfg.cold["initially_warm"], load)
         self._gpu[rep.name] = spec.device
@@ -124,8 +140,10 @@ class SpecRuntime(Conversations, DraftingModes):
             raise ConfigError("network", rep.name, f"a path from the gateway {self.gw!r} to replica {rep.name!r} "
                               "(draft devices reach the replicas that are network nodes through it)", show_value=False)
         self.targets[rep.name].override = self.overrides.get(rep.pool.name)
-        first = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter
-        rep.inst.draft_model = RooflineModel(first, spec.device, 1)
+        rep.inst.draft_model = top
+        if cfg.levels is not None:
+            rep.inst.draft_cost = self._levels_fused_time
+        self._cohorts_setup(rep.inst)
         rep.inst.verify_edf = cfg.verify_order == "edf"
         rep.inst.mixed_drafts = cfg.tree is not None or cfg.portfolio is not None
 
@@ -262,6 +280,8 @@ class SpecRuntime(Conversations, DraftingModes):
             st.acc_est = ACC_PRIOR
         gamma = tree.depth(st.drafted_now) if tree is not None else st.drafted_now
         st.last_k, st.last_a = gamma, a
+        if self.devmem and not st.fused and st.device is not None:
+            st.device.mem.verified(r, a, st.drafted_now)     # the device's drafter KV keeps the valid prefix
         pol = st.policy or tgt.policy
         if getattr(pol, "wants_feedback", True):
             pol.on_round(gamma, a, round_s, self._rtt_ms(st), tpot_ms,
@@ -395,6 +415,8 @@ class SpecRuntime(Conversations, DraftingModes):
             steps = st.tree.draft_steps(k)
         else:
             st.tree = None
+            if cfg.levels is not None:
+                k = self._levels_draw(st, r, k)      # L_0 drafts k; the target verifies the top level's
         st.drafted_now = k
         pv = cfg.partial
         kv_k = k
@@ -436,8 +458,14 @@ class SpecRuntime(Conversations, DraftingModes):
 
         def at_device(_e):
             st.net_s += self.env.now - t0
+            ns = st.levels_ns
+            if ns is not None:
+                dev.submit(ns[0], r.num_computed, drafted, lost, None, None,
+                           self._levels_device_seconds(dev, r.num_computed, ns))
+                return
             dev.submit(k, r.num_computed, drafted, lost, steps,
-                       self._device_model(dev, st.drafter) if st.drafter > 0 else None)
+                       self._device_model(dev, st.drafter) if st.drafter > 0 else None, None,
+                       r if self.cfg.draft_kv is not None else None)
         ev.callbacks.append(at_device)
 
     def _ready(self, st: SpecState, inst) -> None:
@@ -446,6 +474,20 @@ class SpecRuntime(Conversations, DraftingModes):
         st.t_ready = self.env.now
         st.deadline = st.t_ready + self.round_budget_s
         inst.wake()
+
+    def mechanisms_summary(self) -> dict:
+        """summary.json entries of the mechanisms that are on (none by default)."""
+        cfg = self.cfg
+        out = {}
+        if cfg.framework != "vanilla":
+            out["framework"] = cfg.framework
+        if cfg.levels is not None:
+            out["levels"] = self.levels_summary("top")
+        if self.devmem:
+            out["draft_memory"] = self.devmem_summary()
+        if cfg.verify_order == "context_cohort" or cfg.verify_attention != "exact":
+            out["verify_cohorts"] = self.cohorts_summary()
+        return out
 
     # ---- control ---------------------------------------------------------------------------------------
     def set_override(self, pool: str, mode: str | None, k: int | None) -> list:

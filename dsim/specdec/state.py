@@ -19,7 +19,7 @@ class SpecState:
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
                  "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline", "fused_until",
-                 "acc_carry", "rb_carry")
+                 "acc_carry", "rb_carry", "levels_ns")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -49,6 +49,7 @@ class SpecState:
         self.rb_carry = 0.0              # ... and the expected rollbacks not yet charged
         self.draft_model = None          # this round's fused drafter when not the replica's own
         self.deadline = 0.0              # when this round's verification is due (verify_order: edf)
+        self.levels_ns = None            # multi-level chains: this round's tokens per level (dsim.specdec.levels)
 
     @property
     def drafter_name(self) -> str:

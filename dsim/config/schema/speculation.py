@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..limits import MAX_DEVICES, MAX_SPEC_K, MAX_TIME_S, MIN_BW_MBPS
 from .base import (BeforeValidator, Bool, Choice, Discriminator, Float, Int, Raw, Section, Str, Tag, checked,
                    field_validator, model_validator, one_of)
+from .speculation_devices import DraftKv, DraftLoad
 from .speculation_gamma import GammaField, K, StaticGamma
 from .topology import AutoTopology
 
@@ -246,6 +247,8 @@ class DraftDeviceProfile(Section):
     default_link: LinkField | None = None
     """The device's usual access link, for a draft group that gives no rtt_ms / bw_mbps: a link class of
     device_profiles/links.yaml (wifi, lte, 5g, ethernet) or {rtt_ms, bw_mbps} (None: the group must give them)."""
+    storage_gb_s: Float(0, lo_open=True) | None = None
+    """Storage read bandwidth, GB/s: a cold drafter loads at it (None: speculation.draft_load's)."""
 
 
 class InlineDraftProfile(DraftDeviceProfile):
@@ -407,6 +410,18 @@ def _portfolio_shape(v):
 PortfolioField = _one_of(_PORTFOLIO, _portfolio_kind, _portfolio_shape)
 
 
+# ---- multi-level speculation: drafters chained below the top drafter ---------------------------------------
+
+class DraftLevel(Section):
+    """A drafter below the top one in a multi-level chain (docs/specdec.md, "Multi-level speculation")."""
+    name: Str | None = None
+    """Level name, unique (None: level<i>, i its index)."""
+    drafter: ModelRef
+    """The level's model: a catalogue name or {config: path/to/config.json}; must share the target's vocabulary."""
+    acceptance: AcceptanceField = CurveAcceptance()
+    """Its acceptance against the next level up (the last level's: against the top drafter)."""
+
+
 # ---- the section --------------------------------------------------------------------------------------------
 
 class SpeculationConfig(Section):
@@ -448,8 +463,24 @@ class SpeculationConfig(Section):
     """Draft device groups (required by distributed and hybrid modes)."""
     tree: TreeDrafts | None = None
     """Tree drafts (None: chains)."""
-    verify_order: Choice("fcfs", "edf") = "fcfs"
-    """Ready rounds a step's token budget serves first: fcfs (admission order) | edf (earliest deadline)."""
+    verify_order: Choice("fcfs", "edf", "context_cohort") = "fcfs"
+    """Ready rounds a step's token budget serves first: fcfs (admission order) | edf (earliest deadline)
+    | context_cohort (one verify batch per power-of-two context bin, the longest-waiting round's bin
+    served first)."""
+    verify_attention: Choice("exact", "padded") = "exact"
+    """Cost of the verify attention: exact (each round its own context) | padded (each verify batch
+    padded to its longest context and chunk: one batch per step, or per cohort with context_cohort)."""
+    framework: Choice("vanilla", "eagle") = "vanilla"
+    """vanilla: a fused round drafts with fused_drafter; eagle: with an EAGLE head on the target (one
+    decoder layer + the LM head per drafted token, costed as that share of a target decode step)."""
+    levels: list[DraftLevel] | None = None
+    """Drafters chained below the top drafter, smallest first: the first drafts k tokens, each next
+    one verifies them and adds its own token, the target verifies the top drafter's (None: one level)."""
+    draft_kv: DraftKv | None = None
+    """Draft devices' drafter KV cache, reused across rounds and a session's turns (None: not modelled,
+    no drafter prefill is charged)."""
+    draft_load: DraftLoad | None = None
+    """Draft devices load the drafter before drafting, and warm devices are preferred (None: always loaded)."""
     cohort_assignment: Choice("round_robin", "capability") = "round_robin"
     """How a request that names no draft device (draft_id) is bound to one of its pool (its cohort's
     group, else every device): round_robin (in turn) | capability (smooth weighted round robin, each
@@ -459,6 +490,18 @@ class SpeculationConfig(Section):
     topology: AutoTopology | None = None
     """Auto-topology: which pools each draft device may send to, and the generated links (None:
     every device reaches every pool; docs/specdec.md)."""
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _some_levels(cls, v):
+        if v is not None and (not isinstance(v, list) or not v):
+            raise ConfigError("", v, "a non-empty list of drafters, smallest first (or null)")
+        return v
+
+    @field_validator("levels")
+    @classmethod
+    def _unique_levels(cls, v):
+        return v if v is None else _unique_names(v, "level", "level")
 
     @field_validator("drafts", mode="before")
     @classmethod
@@ -495,6 +538,33 @@ class SpeculationConfig(Section):
             raise ConfigError("topology", None, "draft devices (drafts) to connect", show_value=False)
         if self.mode in ("distributed", "hybrid") and not self.drafts:
             raise ConfigError("drafts", None, f"draft devices: mode {self.mode} drafts on them", show_value=False)
+        if self.framework == "eagle" and self.mode == "distributed":
+            raise ConfigError("framework", "eagle", "vanilla with mode distributed (an EAGLE head drafts on the "
+                              "target, from its hidden states: mode fused or hybrid)")
+        if self.levels is not None:
+            for key, val, bad in (("tree", "{...}", self.tree is not None), ("portfolio", "{...}", self.portfolio is not None),
+                                  ("framework", "eagle", self.framework == "eagle"),
+                                  ("acceptance_draws", "expectation", self.acceptance_draws == "expectation")):
+                if bad:
+                    raise ConfigError(key, val, "its default with levels (multi-level chains are modelled for "
+                                      "one sampled chain of drafters)")
+        if self.framework == "eagle" and self.portfolio is not None:
+            raise ConfigError("framework", "eagle", "vanilla with a drafter portfolio")
+        if self.draft_kv is not None:
+            for i, g in enumerate(self.drafts or ()):
+                if g.max_batch > 1:
+                    raise ConfigError(f"drafts[{i}].max_batch", g.max_batch, "1 with draft_kv (the drafter KV "
+                                      "cache is modelled for devices drafting one round at a time)")
+        if self.draft_kv is not None:
+            for key, bad in (("tree", self.tree), ("portfolio", self.portfolio), ("levels", self.levels)):
+                if bad is not None:
+                    raise ConfigError(key, None, "null with draft_kv (the drafter KV cache is modelled for one "
+                                      "drafter's chains)", show_value=False)
+        if self.draft_load is not None and self.draft_load.placement == "warm_first":
+            for i, g in enumerate(self.drafts or ()):
+                if g.closed_loop:
+                    raise ConfigError(f"drafts[{i}].closed_loop", True, "false with draft_load.placement: "
+                                      "warm_first (a closed-loop device is one user, it cannot be chosen)")
         if self.acceptance_draws == "expectation" and self.tree is not None:
             raise ConfigError("acceptance_draws", "expectation", "sample with tree drafts (the expectation is "
                               "taken over a chain's positions)")
