@@ -260,6 +260,10 @@ def _calibrate_parser(sub) -> None:
     k.add_argument("--evaluate", action="store_true",
                    help="add seed 003's system-level report: E2E MAPE < 15 %%, TTFT worst < 100 %%, saturation "
                    "cliff within 20 %% of the real one (staged runs with an overloaded stage)")
+    k.add_argument("--cliff-penalty", type=float, default=0.0, metavar="WEIGHT",
+                   help="add to stage 2's loss WEIGHT x how far (log ratio) each staged run's simulated saturation "
+                   "cliff lies outside its real failure-onset bracket widened by 20 %% (0, the default: off; each "
+                   "stage-2 evaluation then bisects the cliff of every run with an overloaded stage)")
 
 
 def _fit_parser(sub) -> None:

@@ -36,7 +36,7 @@ sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over
 sys.path.insert(0, str(ROOT / "experiments"))
 from dsim.calibrate.command import fit_runs, replica_context  # noqa: E402
 from dsim.calibrate.cosim import cosim_report, simulate_run  # noqa: E402
-from dsim.calibrate.fit import saturation_cliff  # noqa: E402
+from dsim.calibrate.cliff import saturation_cliff  # noqa: E402
 from dsim.calibrate.realrun import load_real  # noqa: E402
 from dsim.latency.unified5 import Unified5Model  # noqa: E402
 from dsim.latency.credibility import BAND_COLUMNS  # noqa: E402
@@ -237,7 +237,8 @@ def main(argv=None):
     cliffs = []
     for r in runs:
         if r.overloaded and r.scenario["workload"].get("type") == "staged":
-            rate, low = saturation_cliff(r, None)
+            c = saturation_cliff(r, None)
+            rate, low = c.rate, c.low_ttft_s
             offered = max(s.rate for s in r.stages)
             cliffs.append({"run": r.name, "offered": offered, "failures": sum(s.failures for s in r.stages),
                            "cliff": rate, "low_ttft_ms": low * 1e3})

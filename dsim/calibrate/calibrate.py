@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.errors import ConfigError
+from .cliff import MARGIN, cliff_penalty, real_bracket
 from .runs import RealRun
 
 MAX_WINDOW_PREFILLS = 2_000_000      # (window, prefill) pairs stage 1 holds in memory (x GEMM kinds)
@@ -311,12 +312,15 @@ class _Budget(Exception):
 
 
 def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: int = 1, log=None,
-           optimizer: str = "nelder-mead") -> dict:
+           optimizer: str = "nelder-mead", cliff_weight: float = 0.0) -> dict:
     """Minimise the loss over the parameters in ``space`` (each mapped from R into its physical
     range) with at most ``max_evals`` simulations of every run: Nelder-Mead from the start (seed 003
     stage 2), or scipy's differential evolution or dual annealing over the whole range (seeded with
     ``seed``; the start is one of their first points), which cannot be trapped by the saturation
-    cliff's flat region but spend their budget exploring (seed 003 Part 2's robustness table)."""
+    cliff's flat region but spend their budget exploring (seed 003 Part 2's robustness table).
+    ``cliff_weight`` > 0 adds seed 003's saturation penalty (dsim.calibrate.cliff.cliff_penalty) over
+    the staged runs with an overloaded stage: ``cliff_weight`` x how far (log ratio) each simulated
+    cliff lies outside its real bracket widened by 20 %, 0 inside."""
     from scipy.optimize import minimize
     if optimizer not in OPTIMIZERS:
         raise ConfigError("--optimizer", optimizer, "one of " + ", ".join(OPTIMIZERS))
@@ -342,7 +346,10 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
         for p, xi in zip(space, x):
             set_value(out, p.name, value(p, xi))
         return out
-    hist, targets, points = [], [], []
+    hist, targets, points, pens = [], [], [], []
+    if cliff_weight and not any(real_bracket(r) for r in runs):
+        raise ConfigError("--cliff-penalty", cliff_weight, "a staged run with an overloaded stage among the runs "
+                          "(the penalty compares its simulated cliff with the real failure onset)")
 
     limit = None if optimizer == "nelder-mead" else max_evals      # Nelder-Mead keeps scipy's own maxfev
 
@@ -351,6 +358,10 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
             raise _Budget
         reps = evaluate(usable, base, overrides, seed, latency(x), jobs)
         lo = loss_of(reps)
+        if cliff_weight:
+            pen = cliff_penalty(runs, base, overrides, seed, latency(x), cliff_weight, jobs)
+            pens.append(pen)
+            lo += pen["value"]
         hist.append(lo)
         points.append(np.array(x, dtype=float))
         targets.append(sum(len(run_errors(r)) for r in reps))
@@ -360,7 +371,8 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
     x0 = np.array([position(p, get_value(lat, p.name)) for p in space])
     n = len(x0)
     if optimizer != "nelder-mead":
-        return _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed)
+        out = _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed)
+        return _with_penalty(out, pens, points, hist, cliff_weight)
     simplex = np.vstack([x0] + [x0 for _ in range(n)])
     for i, p in enumerate(space):
         simplex[i + 1, i] = vertex(p, get_value(lat, p.name))
@@ -374,12 +386,25 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
     values = [[value(p, xi) for p, xi in zip(space, row)] for row in sim[0]]
     unc = {p.name: float(np.ptp([v[i] for v in values])) / 2 for i, p in enumerate(space)}
     converged = bool(opt.success) or (spread is not None and spread < 2e-3)
-    return {"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
+    return _with_penalty({"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
             "targets": targets[0], "optimizer": optimizer,
             "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
             "reason": "simplex converged" if opt.success else
             (f"stopped at {max_evals} evaluations; final simplex loss spread "
-             + ("n/a (a vertex's loss is not finite)" if spread is None else f"{spread:.4f}"))}
+             + ("n/a (a vertex's loss is not finite)" if spread is None else f"{spread:.4f}"))},
+        pens, points, hist, cliff_weight, opt.x)
+
+
+def _with_penalty(out: dict, pens, points, hist, weight, x=None) -> dict:
+    """Stage 2's result with the saturation penalty at its start and at its result (when asked for):
+    the result is ``x`` (Nelder-Mead's best vertex) or the best point simulated (the global ones)."""
+    if not weight:
+        return out
+    i = next((k for k, p in enumerate(points) if x is not None and np.array_equal(p, x)), None)
+    if i is None:
+        i = min(range(len(hist)), key=lambda k: hist[k])
+    out["cliff_penalty"] = {"weight": weight, "margin": MARGIN, "start": pens[0], "result": pens[i]}
+    return out
 
 
 def _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed) -> dict:
