@@ -275,6 +275,9 @@ def _fit_parser(sub) -> None:
     f.add_argument("--scenario", default=None, help="scenario the traces were recorded with (model, hardware, engine)")
     f.add_argument("--max-evals", type=int, default=60, help="stage-2 simulator evaluations (default 60)")
     f.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")
+    f.add_argument("--residual", default=None, metavar="OUT.json",
+                   help="physics only: also fit a gradient-boosted correction of log(real / physics) step time on "
+                   "the traces (validated leave one trace file out) and write it here; use it with latency.residual")
     _add_specdec(sub)
     a = sub.add_parser("acceptance", help="speculative-decoding acceptance bundles: train one from profiling "
                        "logs, or evaluate one on held-out logs")

@@ -330,6 +330,8 @@ def fit_cli(args) -> int:
     check_flag("--max-evals", args.max_evals, 1, MAX_EVALS)
     check_flag("--jobs", args.jobs, 1, MAX_JOBS)
     check_flag("--seed", getattr(args, "seed", None), 0, MAX_SEED)
+    from .residual import check_args
+    check_args(args.model, traces, getattr(args, "residual", None))
     if traces:
         res, trained = fit_traces(traces, args.model, base)
         print(f"stage 1: {res['fit']['rows']} steps, MAPE {res['fit']['mape']:.2%}, beta {res['beta']}")
@@ -360,6 +362,13 @@ def fit_cli(args) -> int:
         print(f"stage 2: loss {s2['loss_start']:.4f} -> {s2['loss']:.4f} in {s2['evaluations']} simulations")
         _stage2_diagnostics(res, UNIFIED5, {"model": "unified5", "beta": res["beta"], "alpha": res["alpha"]},
                             s2["targets"])
+    if getattr(args, "residual", None):
+        from .residual import fit_residual, write_residual
+        resid, val = fit_residual(traces, res, base)
+        write_residual(args.residual, resid, val, {"coefficients": str(args.out), **trained})
+        res["fit"]["residual"] = {"path": str(args.residual), **val}
+        print(f"residual: MAPE held out ({val['how']}) {val['mape_physics']:.2%} physics -> "
+              f"{val['mape_with_residual']:.2%} with the residual; wrote {args.residual}")
     write_coeffs(Path(args.out), args.model, res, trained)
     report = Path(args.out).with_suffix(".report.json")
     _write_report(report, {"model": args.model, "method": res["method"], "trained_on": trained, "fit": res["fit"],
