@@ -366,7 +366,8 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
         points.append(np.array(x, dtype=float))
         targets.append(sum(len(run_errors(r)) for r in reps))
         if log:
-            log(f"stage 2 eval {len(hist)}: loss {lo:.4f}")
+            log(f"stage 2 eval {len(hist)}: loss {lo:.4f}"
+                + (f" (saturation-cliff penalty {pens[-1]['value']:.4f})" if cliff_weight else ""))
         return lo
     x0 = np.array([position(p, get_value(lat, p.name)) for p in space])
     n = len(x0)
