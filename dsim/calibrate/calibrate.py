@@ -33,6 +33,7 @@ class Param:
     name: str
     lo: float
     hi: float
+    log: bool = False       # Bayesian optimisation proposes it log-uniformly (lo > 0): it spans decades
 
 
 ROOFLINE = (Param("compute_efficiency", 0.05, 1.0), Param("memory_efficiency", 0.05, 1.0),
@@ -45,7 +46,38 @@ UNIFIED5 = tuple(Param(f"beta.{i}", lo, hi) for i, (lo, hi) in
 # a fixed time per step, a fixed time before queueing), so the fit stays a scaled physical prior
 PHYSICS = (Param("beta.0,1,3", 1.0, 20.0), Param("beta.2,4", 1.0, 20.0), Param("beta.15", 0.0, 0.05),
            Param("alpha.3", 0.0, 0.2))
-SPACES = {"roofline": ROOFLINE, "unified5": UNIFIED5, "physics": PHYSICS}
+# blackbox (BLIS, seed 000 Approach 1): b0, b1, b2 and a0, microseconds, searched log-uniformly (by
+# Bayesian optimisation unless told otherwise) within multiples of their roofline reading
+# (``blackbox_reading``): a step no faster than one read of the weights at peak bandwidth, a prefill
+# token no faster than its FLOPs at peak, a decode token's marginal cost from 1 % of that up (in a
+# memory-bound step it is mostly hidden), each at most 30 x.  ``BLACKBOX`` is the space of a
+# replica whose reading is (1000, 10, 10) us; ``blackbox_space`` gives a replica's own.
+BLACKBOX_BOX = ((1.0, 30.0), (1.0, 30.0), (0.01, 30.0))
+A0_RANGE = (1.0, 200000.0)
+
+
+def blackbox_space(reading) -> tuple:
+    return tuple(Param(f"beta.{i}", lo * r, hi * r, True) for i, ((lo, hi), r) in enumerate(zip(BLACKBOX_BOX, reading))) \
+        + (Param("alpha.0", *A0_RANGE, True),)
+
+
+def blackbox_reading(ctx) -> list:
+    """[one read of the active weights at peak HBM bandwidth, one token's linear FLOPs at peak (x 2: b1
+    and b2)], microseconds, for a replica of ``ctx``."""
+    m, d, tp = ctx.model, ctx.device, ctx.engine.tensor_parallel_size
+    per_token = m.flops_per_token_linear / tp / d.peak_flops * 1e6
+    return [m.layer_weight_bytes(m.experts_per_token if m.is_moe else None) / tp / d.hbm_bytes_s * 1e6,
+            per_token, per_token]
+
+
+BLACKBOX = blackbox_space((1000.0, 10.0, 10.0))
+SPACES = {"roofline": ROOFLINE, "unified5": UNIFIED5, "physics": PHYSICS, "blackbox": BLACKBOX}
+
+
+def space_for(kind: str, ctx) -> tuple:
+    """The stage-2 parameters of ``kind`` for a replica of ``ctx``."""
+    return blackbox_space(blackbox_reading(ctx)) if kind == "blackbox" else SPACES[kind]
+DEFAULT_OPTIMIZER = {"blackbox": "bayesian"}      # the others: nelder-mead from a physical start
 
 
 def get_value(lat: dict, name: str) -> float:
@@ -86,8 +118,12 @@ def start_latency(kind: str, ctx) -> dict:
         lat = {"model": "physics", "beta": list(c.beta), "alpha": list(c.alpha)}
         for p in PHYSICS:           # the shipped prior is below the physical floor in places: start at it
             set_value(lat, p.name, min(max(get_value(lat, p.name), p.lo), p.hi))
+    elif kind == "blackbox":
+        # twice the roofline reading (half the peak rates): only the first point of the search
+        lat = {"model": "blackbox", "beta": [2.0 * r for r in blackbox_reading(ctx)],
+               "alpha": list(ctx.engine.generation.alpha_us)}
     else:
-        raise ConfigError("--latency-model", kind, "roofline, unified5 or physics")
+        raise ConfigError("--latency-model", kind, "roofline, unified5, physics or blackbox")
     return lat
 
 
@@ -303,7 +339,7 @@ def evaluate(runs, base, overrides, seed, lat, jobs: int = 1) -> list:
     return Parallel(n_jobs=jobs)(delayed(_stats)(r, base, overrides, seed, lat) for r in runs)
 
 
-OPTIMIZERS = ("nelder-mead", "differential-evolution", "dual-annealing")
+OPTIMIZERS = ("nelder-mead", "differential-evolution", "dual-annealing", "bayesian")
 POSITION_BOUND = 9.22       # logistic positions searched by the global optimisers: 1e-4 .. 1 - 1e-4 of each range
 
 
@@ -372,7 +408,7 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
     x0 = np.array([position(p, get_value(lat, p.name)) for p in space])
     n = len(x0)
     if optimizer != "nelder-mead":
-        out = _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed)
+        out = _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed, position)
         return _with_penalty(out, pens, points, hist, cliff_weight)
     simplex = np.vstack([x0] + [x0 for _ in range(n)])
     for i, p in enumerate(space):
@@ -408,9 +444,9 @@ def _with_penalty(out: dict, pens, points, hist, weight, x=None) -> dict:
     return out
 
 
-def _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed) -> dict:
-    """Differential evolution or dual annealing within the budget; the result is the best point
-    simulated, its uncertainty half the range of each parameter over the n + 1 best points."""
+def _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed, position) -> dict:
+    """Differential evolution, dual annealing or Bayesian optimisation within the budget; the result is
+    the best point simulated, its uncertainty half the range of each parameter over the n + 1 best points."""
     from scipy.optimize import differential_evolution, dual_annealing
     n = len(x0)
     bounds = [(-POSITION_BOUND, POSITION_BOUND)] * n
@@ -430,9 +466,12 @@ def _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_
             pop = max(2, -(-5 // n))
             differential_evolution(g, bounds, seed=seed, popsize=pop, maxiter=10 ** 6, polish=False, x0=x0,
                                    init="latinhypercube", tol=1e-3)
-        else:
+        elif optimizer == "dual-annealing":
             dual_annealing(g, bounds, seed=seed, maxfun=max_evals, x0=x0)
-        finished = True
+        else:
+            from .bayes import tpe_search
+            tpe_search(g, space, value, position, x0, hist, max_evals, seed)
+        finished = optimizer != "bayesian"      # it has no criterion of its own: it spends the budget
     except _Budget:
         pass
     finite = [i for i, v in enumerate(hist) if math.isfinite(v)]

@@ -16,7 +16,7 @@ import yaml
 
 from ..config.errors import ConfigError
 from ..config.scenario import apply_overrides
-from .calibrate import (SPACES, evaluate, get_value, loss_of, physical_issues, run_errors, set_value, stage1,
+from .calibrate import (DEFAULT_OPTIMIZER, SPACES, evaluate, get_value, loss_of, physical_issues, run_errors, set_value, space_for, stage1,
                         stage1_problem, stage2, start_latency)
 from ..metrics.writers import AtomicOutput, to_json
 from .cosim import _merge, assumed_settings, replay_rows, trace_text
@@ -37,7 +37,7 @@ def replica_context(run, base=None, overrides=()):
 
 
 def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals=40, jobs=1, seed=42,
-              allow_nonphysical=False, loro=True, log=None, warn=None, optimizer="nelder-mead",
+              allow_nonphysical=False, loro=True, log=None, warn=None, optimizer=None,
               system=False, cliff_weight=0.0) -> dict:
     """Fit ``kind`` on ``runs`` (RealRun list) and write the calibrated scenario and report; progress
     goes to ``log`` and assumptions to ``warn`` (default: the ``dsim`` logger's INFO and WARNING)."""
@@ -74,12 +74,13 @@ def split_latency_sets(overrides) -> tuple[list, list]:
 
 
 def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical, loro, log,
-             warn, optimizer="nelder-mead", system=False, cliff_weight=0.0) -> dict:
+             warn, optimizer=None, system=False, cliff_weight=0.0) -> dict:
     """Stages 1 and 2, the physical check and the errors before/after (no files); ``ctxs`` from
     ``replica_context``.  The report's ``fitted`` is the calibrated latency section; ``system``: add
     seed 003's system-level report (dsim.calibrate.system); ``cliff_weight`` > 0: stage 2's loss
     adds the saturation-cliff penalty (dsim.calibrate.cliff)."""
     ctx = ctxs[0]
+    optimizer = optimizer or DEFAULT_OPTIMIZER.get(kind, "nelder-mead")
     assumed = {r.name: assumed_settings(r, base, overrides) for r in runs}
     for name, lines in assumed.items():
         for line in lines:
@@ -102,7 +103,7 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
             set_value(lat1, k, min(max(v, 0.0), 1.0) if k.endswith("efficiency") else v)
         log(f"stage 1 ({', '.join(s1['runs'])}): {s1['requests']} decode windows, relative MAPE {s1['mape']:.1%}: "
             + ", ".join(f"{k} {v:.4g}" for k, v in s1["values"].items()))
-    space = SPACES[kind]
+    space = space_for(kind, ctx)
     if all(r.meta.get("clock") == "engine" for r in runs):
         # engine-side timestamps carry no API-server time: a0 is not observable, keep the default
         space = tuple(p for p in space if p.name != "alpha.0")
@@ -261,7 +262,7 @@ def calibrate_cli(args, columns) -> int:
             "max_evals": args.max_evals, "seed": args.seed, "hardware": args.hardware, "model": args.model,
             "columns": columns, "time_unit": args.time_unit, "allow_nonphysical": args.allow_nonphysical,
             "loro": not args.no_loro}
-        if args.optimizer != "nelder-mead" or args.evaluate:      # the folder of a default run keeps its name
+        if args.optimizer not in (None, "nelder-mead") or args.evaluate:   # a default run's folder keeps its name
             settings.update(optimizer=args.optimizer, evaluate=args.evaluate)
         if args.cliff_penalty:
             settings["cliff_penalty"] = args.cliff_penalty
