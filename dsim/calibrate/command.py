@@ -19,6 +19,7 @@ from ..config.scenario import apply_overrides
 from .calibrate import (DEFAULT_OPTIMIZER, SPACES, evaluate, get_value, loss_of, physical_issues, run_errors, set_value, space_for, stage1,
                         stage1_problem, stage2, start_latency)
 from ..metrics.writers import AtomicOutput, to_json
+from .cliff import real_bracket
 from .cosim import _merge, assumed_settings, replay_rows, trace_text
 
 _log = logging.getLogger(__name__)
@@ -126,7 +127,9 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
             rest = [r for j, r in enumerate(runs) if j != i]
             if all(r.overloaded for r in rest):
                 continue
-            fit = stage2(rest, base, overrides, seed, lat1, space, max(8, max_evals // 2), jobs, optimizer=optimizer)
+            w = cliff_weight if any(real_bracket(r) for r in rest) else 0.0
+            fit = stage2(rest, base, overrides, seed, lat1, space, max(8, max_evals // 2), jobs, optimizer=optimizer,
+                         cliff_weight=w)
             rep = evaluate([held], base, overrides, seed, fit["latency"], jobs)[0]
             loro_rows.append({"held_out": held.name, "errors": run_errors(rep)})
     report = {"latency_model": kind, "runs": [r.name for r in runs], "assumed": assumed,
