@@ -66,3 +66,13 @@ def test_bayesian_optimisation_recovers_the_step_coefficients_deterministically(
     assert a["latency"] == b["latency"] and a["loss"] == b["loss"]
     c = stage2([truth_run], None, (), 7, start, space, 8, optimizer="bayesian")
     assert c["latency"] != a["latency"]                                   # another seed, another search
+
+
+def test_bayesian_without_optuna_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from dsim.calibrate.bayes import _optuna
+    from dsim.config.errors import ConfigError
+    monkeypatch.setitem(sys.modules, "optuna", None)           # import optuna -> ImportError
+    with pytest.raises(ConfigError, match=r"dsim\[calibrate\]"):
+        _optuna()

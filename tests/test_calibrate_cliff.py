@@ -89,3 +89,9 @@ def test_stage2_loss_adds_the_cliff_penalty_of_the_overloaded_staged_run():
     assert "cliff_penalty" not in plain
     with pytest.raises(ConfigError, match="--cliff-penalty"):
         stage2([ok], None, (), 42, blackbox(), space, max_evals=2, cliff_weight=1.0)
+
+
+def test_cliff_penalty_flag_is_a_weight(capsys):
+    from dsim.cli import main
+    assert main(["calibrate", "never-read", "--cliff-penalty", "-1"])     # checked before any run is read == 2
+    assert "--cliff-penalty" in capsys.readouterr().err
