@@ -141,7 +141,7 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
               "leave_one_run_out": loro_rows}
     from .diagnostics import calibrate_diagnostics
     report["diagnostics"] = calibrate_diagnostics(prob, ctxs, kind, space, lat, s2["targets"],
-                                                  stage1_used=bool(s1 and s1.get("used", True)))
+                                                  stage1_used=bool(s1 and s1.get("used", True)), optimizer=optimizer)
     if system:
         from .system import system_report
         log("system-level report: replays done; saturation cliffs of the overloaded staged runs")
