@@ -3,7 +3,8 @@
 import pytest
 
 import dsim
-from dsim.calibrate.calibrate import blackbox_reading, blackbox_space, evaluate, loss_of, space_for, stage2, start_latency
+from dsim.calibrate.calibrate import (blackbox_reading, blackbox_space, evaluate, loss_of, space_for, stage2,
+                                     start_latency)
 from dsim.calibrate.command import replica_context
 from dsim.calibrate.runs import RealRun, Stage, quantiles
 from dsim.metrics.measures import ledger_latencies

@@ -57,8 +57,9 @@ A0_RANGE = (1.0, 200000.0)
 
 
 def blackbox_space(reading) -> tuple:
-    return tuple(Param(f"beta.{i}", lo * r, hi * r, True) for i, ((lo, hi), r) in enumerate(zip(BLACKBOX_BOX, reading))) \
-        + (Param("alpha.0", *A0_RANGE, True),)
+    """b0, b1, b2 within BLACKBOX_BOX x their roofline ``reading``, then a0, all log-uniform."""
+    box = [Param(f"beta.{i}", lo * r, hi * r, True) for i, ((lo, hi), r) in enumerate(zip(BLACKBOX_BOX, reading))]
+    return tuple(box) + (Param("alpha.0", *A0_RANGE, True),)
 
 
 def blackbox_reading(ctx) -> list:
@@ -77,6 +78,8 @@ SPACES = {"roofline": ROOFLINE, "unified5": UNIFIED5, "physics": PHYSICS, "black
 def space_for(kind: str, ctx) -> tuple:
     """The stage-2 parameters of ``kind`` for a replica of ``ctx``."""
     return blackbox_space(blackbox_reading(ctx)) if kind == "blackbox" else SPACES[kind]
+
+
 DEFAULT_OPTIMIZER = {"blackbox": "bayesian"}      # the others: nelder-mead from a physical start
 
 
@@ -423,13 +426,13 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
     values = [[value(p, xi) for p, xi in zip(space, row)] for row in sim[0]]
     unc = {p.name: float(np.ptp([v[i] for v in values])) / 2 for i, p in enumerate(space)}
     converged = bool(opt.success) or (spread is not None and spread < 2e-3)
-    return _with_penalty({"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
-            "targets": targets[0], "optimizer": optimizer,
-            "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
-            "reason": "simplex converged" if opt.success else
-            (f"stopped at {max_evals} evaluations; final simplex loss spread "
-             + ("n/a (a vertex's loss is not finite)" if spread is None else f"{spread:.4f}"))},
-        pens, points, hist, cliff_weight, opt.x)
+    out = {"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
+           "targets": targets[0], "optimizer": optimizer,
+           "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
+           "reason": "simplex converged" if opt.success else
+           (f"stopped at {max_evals} evaluations; final simplex loss spread "
+            + ("n/a (a vertex's loss is not finite)" if spread is None else f"{spread:.4f}"))}
+    return _with_penalty(out, pens, points, hist, cliff_weight, opt.x)
 
 
 def _with_penalty(out: dict, pens, points, hist, weight, x=None) -> dict:

@@ -16,8 +16,8 @@ import yaml
 
 from ..config.errors import ConfigError
 from ..config.scenario import apply_overrides
-from .calibrate import (DEFAULT_OPTIMIZER, SPACES, evaluate, get_value, loss_of, physical_issues, run_errors, set_value, space_for, stage1,
-                        stage1_problem, stage2, start_latency)
+from .calibrate import (DEFAULT_OPTIMIZER, SPACES, evaluate, get_value, loss_of, physical_issues, run_errors,
+                        set_value, space_for, stage1, stage1_problem, stage2, start_latency)
 from ..metrics.writers import AtomicOutput, to_json
 from .cliff import real_bracket
 from .cosim import _merge, assumed_settings, replay_rows, trace_text

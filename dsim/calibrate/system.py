@@ -82,7 +82,8 @@ def markdown_lines(sysrep: dict) -> list:
              f"{_verdict(t['pass'])} |"]
     for c in sysrep["cliffs"]:
         sim = (f"none up to {c['sim_keeps_up_rps']:.4g} req/s" if c["sim_cliff_rps"] is None else
-               f"{c['sim_cliff_rps']:.4g} req/s (keeps up at {c['sim_keeps_up_rps']:.4g}, {c['simulations']} simulations)")
+               f"{c['sim_cliff_rps']:.4g} req/s (keeps up at {c['sim_keeps_up_rps']:.4g}, "
+               f"{c['simulations']} simulations)")
         lines.append(f"| saturation cliff, {c['run']} | within {CLIFF:.0%} of ({c['real_above_rps']:g}, "
                      f"{c['real_at_most_rps']:g}] req/s | {sim} | {_verdict(c['pass'])} |")
     if not sysrep["cliffs"]:
