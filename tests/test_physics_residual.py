@@ -140,3 +140,15 @@ def test_fit_residual_reduces_the_held_out_error_of_a_known_nonlinearity(truth_t
     ctx = LatencyContext(s.model, s.device, s.engine, s.engine.kv_blocks(s.model, s.device))
     _, _, desc = build_latency(parse_latency(lat), ctx)
     assert "other physics coefficients" not in (desc.get("warning") or "")
+
+
+def test_two_runs_replicas_of_one_name_are_read_apart(truth_traces):
+    """Two trace files of separate runs both name their replica the same: their steps (ids 0, 1, ...)
+    must not overwrite each other, as they did before."""
+    from dsim.calibrate.vllm_traces import beta_table, read_otlp
+    _, paths = truth_traces
+    each = [read_otlp([p]) for p in paths]
+    assert list(each[0].steps) == list(each[1].steps)                     # the same replica name
+    both = read_otlp(paths)
+    assert len(both.steps) == 2 and len(beta_table(both)) == sum(len(beta_table(t)) for t in each)
+    assert len(both.journeys) == sum(len(t.journeys) for t in each)
