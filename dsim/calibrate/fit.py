@@ -17,10 +17,8 @@ TTFT exceeds 3x its low-load value, by bisection).
 """
 from __future__ import annotations
 
-import copy
 import datetime as _dt
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
