@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="80/20 replay (seed 000 Iteration 10): calibrate on the requests arriving before the last "
                    "FRACTION of the run (e.g. 0.2), replay it all, report KS < 0.15 and median error < 20 %% on "
                    "the rest")
-    c.add_argument("--latency-model", default=None, choices=("roofline", "unified5", "physics"),
+    c.add_argument("--latency-model", default=None, choices=("roofline", "unified5", "physics", "blackbox"),
                    help="with --holdout: the latency model to calibrate (default roofline)")
     c.add_argument("--max-evals", type=int, default=None, help="with --holdout: stage-2 simulations (default 40)")
     c.add_argument("--jobs", type=int, default=None, help="with --holdout: runs simulated in parallel (default 1)")
