@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="80/20 replay (seed 000 Iteration 10): calibrate on the requests arriving before the last "
                    "FRACTION of the run (e.g. 0.2), replay it all, report KS < 0.15 and median error < 20 %% on "
                    "the rest")
-    c.add_argument("--latency-model", default=None, choices=("roofline", "unified5", "physics"),
+    c.add_argument("--latency-model", default=None, choices=("roofline", "unified5", "physics", "blackbox"),
                    help="with --holdout: the latency model to calibrate (default roofline)")
     c.add_argument("--max-evals", type=int, default=None, help="with --holdout: stage-2 simulations (default 40)")
     c.add_argument("--jobs", type=int, default=None, help="with --holdout: runs simulated in parallel (default 1)")
@@ -247,21 +247,27 @@ def _calibrate_parser(sub) -> None:
     k.add_argument("--time-unit", type=float, default=1.0, help="seconds per time unit of a generic file")
     k.add_argument("--hardware", default=None, help="device profile when the runs do not name their GPU")
     k.add_argument("--model", default=None, help="model when the runs do not name it")
-    k.add_argument("--latency-model", default="roofline", choices=("roofline", "unified5", "physics"),
-                   help="latency model to fit (default roofline)")
+    k.add_argument("--latency-model", default="roofline", choices=("roofline", "unified5", "physics", "blackbox"),
+                   help="latency model to fit (default roofline; blackbox: BLIS's b0 + b1 x prefill + b2 x decode "
+                   "tokens and a0, by Bayesian optimisation unless --optimizer says otherwise)")
     k.add_argument("--max-evals", type=int, default=40, help="stage-2 simulations (default 40)")
     k.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")
     k.add_argument("--seed", type=int, default=42, help="seed of the replays (default 42)")
     k.add_argument("--allow-nonphysical", action="store_true",
                    help="write a fit even when it is faster than the hardware allows (flagged in the report)")
     k.add_argument("--no-loro", action="store_true", help="skip the leave-one-run-out refits")
-    k.add_argument("--optimizer", default="nelder-mead",
-                   choices=("nelder-mead", "differential-evolution", "dual-annealing"),
-                   help="stage-2 optimiser (default nelder-mead; the global ones search each parameter's whole "
-                   "range within --max-evals simulations, seeded by --seed)")
+    k.add_argument("--optimizer", default=None,
+                   choices=("nelder-mead", "differential-evolution", "dual-annealing", "bayesian"),
+                   help="stage-2 optimiser (default nelder-mead, bayesian for blackbox; the others search each "
+                   "parameter's whole range within --max-evals simulations, seeded by --seed; bayesian: optuna's "
+                   "TPE, pip install 'dsim[calibrate]')")
     k.add_argument("--evaluate", action="store_true",
                    help="add seed 003's system-level report: E2E MAPE < 15 %%, TTFT worst < 100 %%, saturation "
                    "cliff within 20 %% of the real one (staged runs with an overloaded stage)")
+    k.add_argument("--cliff-penalty", type=float, default=0.0, metavar="WEIGHT",
+                   help="add to stage 2's loss WEIGHT x how far (log ratio) each staged run's simulated saturation "
+                   "cliff lies outside its real failure-onset bracket widened by 20 %% (0, the default: off; each "
+                   "stage-2 evaluation then bisects the cliff of every run with an overloaded stage)")
 
 
 def _fit_parser(sub) -> None:
@@ -273,6 +279,9 @@ def _fit_parser(sub) -> None:
     f.add_argument("--scenario", default=None, help="scenario the traces were recorded with (model, hardware, engine)")
     f.add_argument("--max-evals", type=int, default=60, help="stage-2 simulator evaluations (default 60)")
     f.add_argument("--jobs", type=int, default=1, help="runs simulated in parallel by joblib (default 1)")
+    f.add_argument("--residual", default=None, metavar="OUT.json",
+                   help="physics only: also fit a gradient-boosted correction of log(real / physics) step time on "
+                   "the traces (validated leave one trace file out) and write it here; use it with latency.residual")
     _add_specdec(sub)
     a = sub.add_parser("acceptance", help="speculative-decoding acceptance bundles: train one from profiling "
                        "logs, or evaluate one on held-out logs")

@@ -36,7 +36,7 @@ sys.path.append(str(ROOT))    # after site-packages: an installed dsim wins over
 sys.path.insert(0, str(ROOT / "experiments"))
 from dsim.calibrate.command import fit_runs, replica_context  # noqa: E402
 from dsim.calibrate.cosim import cosim_report, simulate_run  # noqa: E402
-from dsim.calibrate.fit import saturation_cliff  # noqa: E402
+from dsim.calibrate.cliff import saturation_cliff  # noqa: E402
 from dsim.calibrate.realrun import load_real  # noqa: E402
 from dsim.latency.unified5 import Unified5Model  # noqa: E402
 from dsim.latency.credibility import BAND_COLUMNS  # noqa: E402
@@ -237,7 +237,8 @@ def main(argv=None):
     cliffs = []
     for r in runs:
         if r.overloaded and r.scenario["workload"].get("type") == "staged":
-            rate, low = saturation_cliff(r, None)
+            c = saturation_cliff(r, None)
+            rate, low = c.rate, c.low_ttft_s
             offered = max(s.rate for s in r.stages)
             cliffs.append({"run": r.name, "offered": offered, "failures": sum(s.failures for s in r.stages),
                            "cliff": rate, "low_ttft_ms": low * 1e3})
@@ -394,12 +395,12 @@ def write(path, runs, zero, same, same_fit, lomo, lomo_fit, cliffs, step, rt, a,
     L += [f"| {k} | {_fitted(v)} |" for k, v in lomo_fit.items()]
     L += [""] + _grouped(runs, lomo, by_model, "GPU, model") + [""] + _per_stage(runs, lomo) + [""]
     L += ["## 4. Saturation cliff (overloaded runs, roofline defaults)", "",
-          "The offered rate at which simulated TTFT p50 exceeds 3x its low-load value, against the rate at "
-          "which the real server's requests failed.", "",
+          "The offered rate at which simulated TTFT p50 exceeds 3x its low-load value (bisected to 2 %, "
+          "dsim.calibrate.cliff), against the rate at which the real server's requests failed.", "",
           "| run | offered req/s | real failures | simulated cliff req/s | low-load TTFT p50 (ms) | consistent |",
           "|---|---|---|---|---|---|"]
     for c in cliffs:
-        cliff = "none found" if c["cliff"] is None else f"{c['cliff']:g}"
+        cliff = "none found" if c["cliff"] is None else f"{c['cliff']:.3g}"
         agree = "yes" if c["cliff"] is not None and c["cliff"] <= c["offered"] else "no"
         L.append(f"| {c['run']} | {c['offered']:g} | {c['failures']} | {cliff} | {c['low_ttft_ms']:.0f} | {agree} |")
     L += ["", "## 5. Step level against vidur's measurements", "",

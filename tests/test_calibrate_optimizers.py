@@ -7,6 +7,7 @@ from test_calibrate import U5_ALPHA, U5_BETA, u5_scenario
 
 import dsim
 from dsim.calibrate import system
+from dsim.calibrate.cliff import Cliff
 from dsim.calibrate.calibrate import UNIFIED5, evaluate, loss_of, stage2
 from dsim.calibrate.realrun import read_generic
 from dsim.config.errors import ConfigError
@@ -56,7 +57,8 @@ def test_system_report_by_hand(monkeypatch):
                             stages=[SimpleNamespace(rate=8.0, overloaded=False), SimpleNamespace(rate=20.0, overloaded=True)])]
     reps = [{"stages": [_stage("all", 0.10, (0.2, -0.5, 0.3))]},
             {"stages": [_stage("s0", -0.20, (0.1, 0.1, 1.4)), _stage("s1", 5.0, (9.0, 9.0, 9.0), overloaded=True)]}]
-    monkeypatch.setattr("dsim.calibrate.fit.saturation_cliff", lambda run, lat: (16.0, 0.05))
+    monkeypatch.setattr("dsim.calibrate.cliff.saturation_cliff",
+                        lambda run, lat, *a: Cliff(16.0, 15.8, 0.05, 9, True))
     rep = system.system_report(runs, reps, {"model": "roofline"})
     assert rep["e2e_mape"]["value"] == pytest.approx(0.15) and rep["e2e_mape"]["stages"] == 2
     assert rep["e2e_mape"]["pass"] is False                      # 15 % is not < 15 %
@@ -64,7 +66,8 @@ def test_system_report_by_hand(monkeypatch):
     assert rep["ttft_worst"]["pass"] is False                    # the overloaded stage's 900 % is not counted
     (c,) = rep["cliffs"]                                         # only the staged run with an overload
     assert (c["real_above_rps"], c["real_at_most_rps"], c["sim_cliff_rps"], c["pass"]) == (8.0, 20.0, 16.0, True)
-    monkeypatch.setattr("dsim.calibrate.fit.saturation_cliff", lambda run, lat: (30.0, 0.05))
+    monkeypatch.setattr("dsim.calibrate.cliff.saturation_cliff",
+                        lambda run, lat, *a: Cliff(30.0, 29.5, 0.05, 9, True))
     assert system.system_report(runs, reps, {})["cliffs"][0]["pass"] is False      # 30 > 1.2 x 20
     lines = system.markdown_lines(rep)
     assert any("FAIL" in x and "E2E" in x for x in lines) and any("16 req/s" in x for x in lines)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.errors import ConfigError
+from .cliff import MARGIN, cliff_penalty, real_bracket
 from .runs import RealRun
 
 MAX_WINDOW_PREFILLS = 2_000_000      # (window, prefill) pairs stage 1 holds in memory (x GEMM kinds)
@@ -32,6 +33,7 @@ class Param:
     name: str
     lo: float
     hi: float
+    log: bool = False       # Bayesian optimisation proposes it log-uniformly (lo > 0): it spans decades
 
 
 ROOFLINE = (Param("compute_efficiency", 0.05, 1.0), Param("memory_efficiency", 0.05, 1.0),
@@ -44,7 +46,41 @@ UNIFIED5 = tuple(Param(f"beta.{i}", lo, hi) for i, (lo, hi) in
 # a fixed time per step, a fixed time before queueing), so the fit stays a scaled physical prior
 PHYSICS = (Param("beta.0,1,3", 1.0, 20.0), Param("beta.2,4", 1.0, 20.0), Param("beta.15", 0.0, 0.05),
            Param("alpha.3", 0.0, 0.2))
-SPACES = {"roofline": ROOFLINE, "unified5": UNIFIED5, "physics": PHYSICS}
+# blackbox (BLIS, seed 000 Approach 1): b0, b1, b2 and a0, microseconds, searched log-uniformly (by
+# Bayesian optimisation unless told otherwise) within multiples of their roofline reading
+# (``blackbox_reading``): a step no faster than one read of the weights at peak bandwidth, a prefill
+# token no faster than its FLOPs at peak, a decode token's marginal cost from 1 % of that up (in a
+# memory-bound step it is mostly hidden), each at most 30 x.  ``BLACKBOX`` is the space of a
+# replica whose reading is (1000, 10, 10) us; ``blackbox_space`` gives a replica's own.
+BLACKBOX_BOX = ((1.0, 30.0), (1.0, 30.0), (0.01, 30.0))
+A0_RANGE = (1.0, 200000.0)
+
+
+def blackbox_space(reading) -> tuple:
+    """b0, b1, b2 within BLACKBOX_BOX x their roofline ``reading``, then a0, all log-uniform."""
+    box = [Param(f"beta.{i}", lo * r, hi * r, True) for i, ((lo, hi), r) in enumerate(zip(BLACKBOX_BOX, reading))]
+    return tuple(box) + (Param("alpha.0", *A0_RANGE, True),)
+
+
+def blackbox_reading(ctx) -> list:
+    """[one read of the active weights at peak HBM bandwidth, one token's linear FLOPs at peak (x 2: b1
+    and b2)], microseconds, for a replica of ``ctx``."""
+    m, d, tp = ctx.model, ctx.device, ctx.engine.tensor_parallel_size
+    per_token = m.flops_per_token_linear / tp / d.peak_flops * 1e6
+    return [m.layer_weight_bytes(m.experts_per_token if m.is_moe else None) / tp / d.hbm_bytes_s * 1e6,
+            per_token, per_token]
+
+
+BLACKBOX = blackbox_space((1000.0, 10.0, 10.0))
+SPACES = {"roofline": ROOFLINE, "unified5": UNIFIED5, "physics": PHYSICS, "blackbox": BLACKBOX}
+
+
+def space_for(kind: str, ctx) -> tuple:
+    """The stage-2 parameters of ``kind`` for a replica of ``ctx``."""
+    return blackbox_space(blackbox_reading(ctx)) if kind == "blackbox" else SPACES[kind]
+
+
+DEFAULT_OPTIMIZER = {"blackbox": "bayesian"}      # the others: nelder-mead from a physical start
 
 
 def get_value(lat: dict, name: str) -> float:
@@ -85,8 +121,12 @@ def start_latency(kind: str, ctx) -> dict:
         lat = {"model": "physics", "beta": list(c.beta), "alpha": list(c.alpha)}
         for p in PHYSICS:           # the shipped prior is below the physical floor in places: start at it
             set_value(lat, p.name, min(max(get_value(lat, p.name), p.lo), p.hi))
+    elif kind == "blackbox":
+        # twice the roofline reading (half the peak rates): only the first point of the search
+        lat = {"model": "blackbox", "beta": [2.0 * r for r in blackbox_reading(ctx)],
+               "alpha": list(ctx.engine.generation.alpha_us)}
     else:
-        raise ConfigError("--latency-model", kind, "roofline, unified5 or physics")
+        raise ConfigError("--latency-model", kind, "roofline, unified5, physics or blackbox")
     return lat
 
 
@@ -302,7 +342,7 @@ def evaluate(runs, base, overrides, seed, lat, jobs: int = 1) -> list:
     return Parallel(n_jobs=jobs)(delayed(_stats)(r, base, overrides, seed, lat) for r in runs)
 
 
-OPTIMIZERS = ("nelder-mead", "differential-evolution", "dual-annealing")
+OPTIMIZERS = ("nelder-mead", "differential-evolution", "dual-annealing", "bayesian")
 POSITION_BOUND = 9.22       # logistic positions searched by the global optimisers: 1e-4 .. 1 - 1e-4 of each range
 
 
@@ -311,12 +351,15 @@ class _Budget(Exception):
 
 
 def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: int = 1, log=None,
-           optimizer: str = "nelder-mead") -> dict:
+           optimizer: str = "nelder-mead", cliff_weight: float = 0.0) -> dict:
     """Minimise the loss over the parameters in ``space`` (each mapped from R into its physical
     range) with at most ``max_evals`` simulations of every run: Nelder-Mead from the start (seed 003
     stage 2), or scipy's differential evolution or dual annealing over the whole range (seeded with
     ``seed``; the start is one of their first points), which cannot be trapped by the saturation
-    cliff's flat region but spend their budget exploring (seed 003 Part 2's robustness table)."""
+    cliff's flat region but spend their budget exploring (seed 003 Part 2's robustness table).
+    ``cliff_weight`` > 0 adds seed 003's saturation penalty (dsim.calibrate.cliff.cliff_penalty) over
+    the staged runs with an overloaded stage: ``cliff_weight`` x how far (log ratio) each simulated
+    cliff lies outside its real bracket widened by 20 %, 0 inside."""
     from scipy.optimize import minimize
     if optimizer not in OPTIMIZERS:
         raise ConfigError("--optimizer", optimizer, "one of " + ", ".join(OPTIMIZERS))
@@ -342,7 +385,10 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
         for p, xi in zip(space, x):
             set_value(out, p.name, value(p, xi))
         return out
-    hist, targets, points = [], [], []
+    hist, targets, points, pens = [], [], [], []
+    if cliff_weight and not any(real_bracket(r) for r in runs):
+        raise ConfigError("--cliff-penalty", cliff_weight, "a staged run with an overloaded stage among the runs "
+                          "(the penalty compares its simulated cliff with the real failure onset)")
 
     limit = None if optimizer == "nelder-mead" else max_evals      # Nelder-Mead keeps scipy's own maxfev
 
@@ -351,16 +397,22 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
             raise _Budget
         reps = evaluate(usable, base, overrides, seed, latency(x), jobs)
         lo = loss_of(reps)
+        if cliff_weight:
+            pen = cliff_penalty(runs, base, overrides, seed, latency(x), cliff_weight, jobs)
+            pens.append(pen)
+            lo += pen["value"]
         hist.append(lo)
         points.append(np.array(x, dtype=float))
         targets.append(sum(len(run_errors(r)) for r in reps))
         if log:
-            log(f"stage 2 eval {len(hist)}: loss {lo:.4f}")
+            log(f"stage 2 eval {len(hist)}: loss {lo:.4f}"
+                + (f" (saturation-cliff penalty {pens[-1]['value']:.4f})" if cliff_weight else ""))
         return lo
     x0 = np.array([position(p, get_value(lat, p.name)) for p in space])
     n = len(x0)
     if optimizer != "nelder-mead":
-        return _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed)
+        out = _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed, position)
+        return _with_penalty(out, pens, points, hist, cliff_weight)
     simplex = np.vstack([x0] + [x0 for _ in range(n)])
     for i, p in enumerate(space):
         simplex[i + 1, i] = vertex(p, get_value(lat, p.name))
@@ -374,17 +426,30 @@ def stage2(runs, base, overrides, seed, lat: dict, space, max_evals: int, jobs: 
     values = [[value(p, xi) for p, xi in zip(space, row)] for row in sim[0]]
     unc = {p.name: float(np.ptp([v[i] for v in values])) / 2 for i, p in enumerate(space)}
     converged = bool(opt.success) or (spread is not None and spread < 2e-3)
-    return {"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
-            "targets": targets[0], "optimizer": optimizer,
-            "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
-            "reason": "simplex converged" if opt.success else
-            (f"stopped at {max_evals} evaluations; final simplex loss spread "
-             + ("n/a (a vertex's loss is not finite)" if spread is None else f"{spread:.4f}"))}
+    out = {"latency": latency(opt.x), "loss_start": hist[0], "loss": float(opt.fun), "evaluations": len(hist),
+           "targets": targets[0], "optimizer": optimizer,
+           "converged": converged, "simplex_loss_spread": spread, "uncertainty": unc,
+           "reason": "simplex converged" if opt.success else
+           (f"stopped at {max_evals} evaluations; final simplex loss spread "
+            + ("n/a (a vertex's loss is not finite)" if spread is None else f"{spread:.4f}"))}
+    return _with_penalty(out, pens, points, hist, cliff_weight, opt.x)
 
 
-def _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed) -> dict:
-    """Differential evolution or dual annealing within the budget; the result is the best point
-    simulated, its uncertainty half the range of each parameter over the n + 1 best points."""
+def _with_penalty(out: dict, pens, points, hist, weight, x=None) -> dict:
+    """Stage 2's result with the saturation penalty at its start and at its result (when asked for):
+    the result is ``x`` (Nelder-Mead's best vertex) or the best point simulated (the global ones)."""
+    if not weight:
+        return out
+    i = next((k for k, p in enumerate(points) if x is not None and np.array_equal(p, x)), None)
+    if i is None:
+        i = min(range(len(hist)), key=lambda k: hist[k])
+    out["cliff_penalty"] = {"weight": weight, "margin": MARGIN, "start": pens[0], "result": pens[i]}
+    return out
+
+
+def _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_evals, seed, position) -> dict:
+    """Differential evolution, dual annealing or Bayesian optimisation within the budget; the result is
+    the best point simulated, its uncertainty half the range of each parameter over the n + 1 best points."""
     from scipy.optimize import differential_evolution, dual_annealing
     n = len(x0)
     bounds = [(-POSITION_BOUND, POSITION_BOUND)] * n
@@ -404,9 +469,12 @@ def _global(optimizer, f, x0, hist, points, targets, space, value, latency, max_
             pop = max(2, -(-5 // n))
             differential_evolution(g, bounds, seed=seed, popsize=pop, maxiter=10 ** 6, polish=False, x0=x0,
                                    init="latinhypercube", tol=1e-3)
-        else:
+        elif optimizer == "dual-annealing":
             dual_annealing(g, bounds, seed=seed, maxfun=max_evals, x0=x0)
-        finished = True
+        else:
+            from .bayes import tpe_search
+            tpe_search(g, space, value, position, x0, hist, max_evals, seed)
+        finished = optimizer != "bayesian"      # it has no criterion of its own: it spends the budget
     except _Budget:
         pass
     finite = [i for i, v in enumerate(hist) if math.isfinite(v)]

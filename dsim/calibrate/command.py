@@ -16,9 +16,10 @@ import yaml
 
 from ..config.errors import ConfigError
 from ..config.scenario import apply_overrides
-from .calibrate import (SPACES, evaluate, get_value, loss_of, physical_issues, run_errors, set_value, stage1,
-                        stage1_problem, stage2, start_latency)
+from .calibrate import (DEFAULT_OPTIMIZER, SPACES, evaluate, get_value, loss_of, physical_issues, run_errors,
+                        set_value, space_for, stage1, stage1_problem, stage2, start_latency)
 from ..metrics.writers import AtomicOutput, to_json
+from .cliff import real_bracket
 from .cosim import _merge, assumed_settings, replay_rows, trace_text
 
 _log = logging.getLogger(__name__)
@@ -37,8 +38,8 @@ def replica_context(run, base=None, overrides=()):
 
 
 def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals=40, jobs=1, seed=42,
-              allow_nonphysical=False, loro=True, log=None, warn=None, optimizer="nelder-mead",
-              system=False) -> dict:
+              allow_nonphysical=False, loro=True, log=None, warn=None, optimizer=None,
+              system=False, cliff_weight=0.0) -> dict:
     """Fit ``kind`` on ``runs`` (RealRun list) and write the calibrated scenario and report; progress
     goes to ``log`` and assumptions to ``warn`` (default: the ``dsim`` logger's INFO and WARNING)."""
     log = log or _log.info
@@ -49,7 +50,7 @@ def calibrate(runs, out_dir, base=None, overrides=(), kind="roofline", max_evals
     ctxs = [replica_context(r, base, overrides) for r in runs]       # every run replayable, or an error first
     with AtomicOutput(Path(out_dir)) as ao:                   # an unwritable --out fails before any simulation
         report = fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical,
-                          loro, log, warn, optimizer, system)
+                          loro, log, warn, optimizer, system, cliff_weight)
         scn = _scenario(runs[0], base, overrides, report["fitted"], seed)
         held = held_out_errors(report["leave_one_run_out"])
         if held:                               # the error band of every answer run on this calibration
@@ -74,11 +75,13 @@ def split_latency_sets(overrides) -> tuple[list, list]:
 
 
 def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed, allow_nonphysical, loro, log,
-             warn, optimizer="nelder-mead", system=False) -> dict:
+             warn, optimizer=None, system=False, cliff_weight=0.0) -> dict:
     """Stages 1 and 2, the physical check and the errors before/after (no files); ``ctxs`` from
     ``replica_context``.  The report's ``fitted`` is the calibrated latency section; ``system``: add
-    seed 003's system-level report (dsim.calibrate.system)."""
+    seed 003's system-level report (dsim.calibrate.system); ``cliff_weight`` > 0: stage 2's loss
+    adds the saturation-cliff penalty (dsim.calibrate.cliff)."""
     ctx = ctxs[0]
+    optimizer = optimizer or DEFAULT_OPTIMIZER.get(kind, "nelder-mead")
     assumed = {r.name: assumed_settings(r, base, overrides) for r in runs}
     for name, lines in assumed.items():
         for line in lines:
@@ -101,7 +104,7 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
             set_value(lat1, k, min(max(v, 0.0), 1.0) if k.endswith("efficiency") else v)
         log(f"stage 1 ({', '.join(s1['runs'])}): {s1['requests']} decode windows, relative MAPE {s1['mape']:.1%}: "
             + ", ".join(f"{k} {v:.4g}" for k, v in s1["values"].items()))
-    space = SPACES[kind]
+    space = space_for(kind, ctx)
     if all(r.meta.get("clock") == "engine" for r in runs):
         # engine-side timestamps carry no API-server time: a0 is not observable, keep the default
         space = tuple(p for p in space if p.name != "alpha.0")
@@ -109,7 +112,7 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
         log("stage 1's values fit the metrics worse than the defaults: stage 2 starts from the defaults")
         s1["used"] = False
         lat1 = copy.deepcopy(lat0)
-    s2 = stage2(runs, base, overrides, seed, lat1, space, max_evals, jobs, log, optimizer)
+    s2 = stage2(runs, base, overrides, seed, lat1, space, max_evals, jobs, log, optimizer, cliff_weight)
     lat = s2["latency"]
     issues = physical_issues(lat, ctx)
     if issues and not allow_nonphysical:
@@ -124,7 +127,9 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
             rest = [r for j, r in enumerate(runs) if j != i]
             if all(r.overloaded for r in rest):
                 continue
-            fit = stage2(rest, base, overrides, seed, lat1, space, max(8, max_evals // 2), jobs, optimizer=optimizer)
+            w = cliff_weight if any(real_bracket(r) for r in rest) else 0.0
+            fit = stage2(rest, base, overrides, seed, lat1, space, max(8, max_evals // 2), jobs, optimizer=optimizer,
+                         cliff_weight=w)
             rep = evaluate([held], base, overrides, seed, fit["latency"], jobs)[0]
             loro_rows.append({"held_out": held.name, "errors": run_errors(rep)})
     report = {"latency_model": kind, "runs": [r.name for r in runs], "assumed": assumed,
@@ -136,11 +141,11 @@ def fit_runs(runs, ctxs, base, overrides, lat_sets, kind, max_evals, jobs, seed,
               "leave_one_run_out": loro_rows}
     from .diagnostics import calibrate_diagnostics
     report["diagnostics"] = calibrate_diagnostics(prob, ctxs, kind, space, lat, s2["targets"],
-                                                  stage1_used=bool(s1 and s1.get("used", True)))
+                                                  stage1_used=bool(s1 and s1.get("used", True)), optimizer=optimizer)
     if system:
         from .system import system_report
         log("system-level report: replays done; saturation cliffs of the overloaded staged runs")
-        report["system"] = system_report(runs, after, lat)
+        report["system"] = system_report(runs, after, lat, base=base, overrides=overrides, seed=seed)
     return report
 
 
@@ -194,6 +199,12 @@ def markdown(rep: dict) -> str:
     s2 = rep["stage2"]
     lines += [f"Stage 2 ({s2.get('optimizer', 'nelder-mead')}): {s2['evaluations']} simulations, "
               f"{'converged' if s2['converged'] else 'NOT converged'} ({s2['reason']}).", ""]
+    if s2.get("cliff_penalty"):
+        cp = s2["cliff_penalty"]
+        lines += [f"Saturation-cliff penalty (weight {cp['weight']:g}, margin {cp['margin']:.0%}; in stage 2's loss, "
+                  f"not in the losses above): {cp['start']['value']:.4f} at the start, {cp['result']['value']:.4f} "
+                  "at the result; per run: " + ", ".join(f"{k} {v:.4f}" for k, v in cp["result"]["per_run"].items())
+                  + ".", ""]
     if rep["stage1"]:
         s1 = rep["stage1"]
         lines += [f"Stage 1: {s1['requests']} decode windows (batch {s1['batch_range'][0]:.1f}-"
@@ -235,6 +246,8 @@ def calibrate_cli(args, columns) -> int:
     check_flag("--max-evals", args.max_evals, 1, MAX_EVALS)
     check_flag("--jobs", args.jobs, 1, MAX_JOBS)
     check_flag("--seed", getattr(args, "seed", None), 0, MAX_SEED)
+    if not (0 <= args.cliff_penalty < math.inf):
+        raise ConfigError("--cliff-penalty", args.cliff_penalty, "a weight >= 0 (0: no penalty)")
     base = read_scenario_file(args.scenario) if args.scenario else None
     runs = []
     for p in args.real:
@@ -252,11 +265,14 @@ def calibrate_cli(args, columns) -> int:
             "max_evals": args.max_evals, "seed": args.seed, "hardware": args.hardware, "model": args.model,
             "columns": columns, "time_unit": args.time_unit, "allow_nonphysical": args.allow_nonphysical,
             "loro": not args.no_loro}
-        if args.optimizer != "nelder-mead" or args.evaluate:      # the folder of a default run keeps its name
+        if args.optimizer not in (None, "nelder-mead") or args.evaluate:   # a default run's folder keeps its name
             settings.update(optimizer=args.optimizer, evaluate=args.evaluate)
+        if args.cliff_penalty:
+            settings["cliff_penalty"] = args.cliff_penalty
         out = inputs_out_dir("calibrate", runs[0].name, args.real, settings)
     rep = calibrate(runs, Path(out), base, args.overrides, args.latency_model, args.max_evals, args.jobs, args.seed,
-                    args.allow_nonphysical, not args.no_loro, optimizer=args.optimizer, system=args.evaluate)
+                    args.allow_nonphysical, not args.no_loro, optimizer=args.optimizer, system=args.evaluate,
+                    cliff_weight=args.cliff_penalty)
     print(f"loss {rep['loss']['before']:.4f} -> {rep['loss']['after']:.4f}; "
           f"{'converged' if rep['stage2']['converged'] else 'NOT converged: ' + rep['stage2']['reason']}")
     from .diagnostics import console_lines

@@ -376,10 +376,12 @@ def config_label(ctx) -> str:
 
 
 def calibrate_diagnostics(prob, ctxs, kind: str, space, fitted: dict, n_targets: int, why: str | None = None,
-                          stage1_used: bool = True) -> dict:
+                          stage1_used: bool = True, optimizer: str = "nelder-mead") -> dict:
     """Diagnostics of ``dsim calibrate``: stage 1 (roofline decode-window regression) when it ran,
     and the sign/bound review of the stage-2 parameters.  ``why``: what to say when stage 1 did not run."""
-    stage2 = {"method": "Nelder-Mead with dsim in the loop", "parameters": len(space), "targets": n_targets,
+    method = {"nelder-mead": "Nelder-Mead", "bayesian": "Bayesian optimisation (optuna TPE)"}.get(
+        optimizer, optimizer.replace("-", " "))
+    stage2 = {"method": f"{method} with dsim in the loop", "parameters": len(space), "targets": n_targets,
               "note": "no hat matrix: the parameters are searched on aggregate metrics; df is at most the "
                       "number of parameters"}
     signs = {"stage2": range_review(space, fitted)}

@@ -12,15 +12,13 @@ FIRST_TOKEN), departure overhead (DEPARTED - FINISHED).
 Stage 2 (system level, simulator in the loop) is `dsim calibrate`'s (dsim.calibrate.calibrate.stage2):
 Nelder-Mead over the five betas and a0 within their physical ranges, on E2E mean, TTFT p50/p90 and
 TPOT p50 of the non-overloaded stages, with the runs simulated in parallel by joblib.  Overloaded
-runs are left out of the loss; `saturation_cliff` checks them (the rate where TTFT exceeds 3x its
-low-load value).
+runs are left out of the loss; `dsim.calibrate.cliff.saturation_cliff` checks them (the rate where
+TTFT exceeds 3x its low-load value, by bisection).
 """
 from __future__ import annotations
 
-import copy
 import datetime as _dt
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
@@ -238,32 +236,6 @@ def _step_models(ctxs: dict, kind: str) -> dict:
     return out
 
 
-# ---- stage 2: simulator in the loop -------------------------------------------------------------------
-def saturation_cliff(run, latency, rates=None, seed: int = 42, factor: float = 3.0, duration_s: float = 120.0):
-    """Lowest offered rate (req/s, one constant stage of ``duration_s``) at which simulated TTFT p50
-    exceeds ``factor`` x its low-load value; None when no tested rate does.  Staged runs only."""
-    from .cosim import simulate_run
-    wl = run.scenario["workload"]
-    if wl.get("type") != "staged":
-        raise ValueError("saturation_cliff needs a staged (inference-perf) run")
-    base = max(s["rate"] for s in wl["stages"])
-    rates = rates or [base * k for k in (0.1, 0.5, 1, 1.5, 2, 3, 4, 6)]
-
-    def ttft(rate):
-        r2 = copy.deepcopy(run)
-        r2.scenario["workload"]["stages"] = [{"rate": float(rate), "duration_s": duration_s}]
-        r2.stages = r2.stages[:1]
-        r2.stages[0].t0, r2.stages[0].t1 = 0.0, duration_s
-        res, _ = simulate_run(r2, None, (), seed, latency)
-        lat = [(q.t_first_token - q.arrival) for q in res.requests if q.t_first_token is not None]
-        return float(np.median(lat)) if lat else math.inf
-    low = ttft(rates[0])
-    for rate in rates[1:]:
-        if ttft(rate) > factor * low:
-            return float(rate), low
-    return None, low
-
-
 # ---- files and CLI -----------------------------------------------------------------------------------
 def write_coeffs(path: Path, kind: str, result: dict, trained_on: dict) -> None:
     head = f"{kind}_coefficients"
@@ -356,6 +328,8 @@ def fit_cli(args) -> int:
     check_flag("--max-evals", args.max_evals, 1, MAX_EVALS)
     check_flag("--jobs", args.jobs, 1, MAX_JOBS)
     check_flag("--seed", getattr(args, "seed", None), 0, MAX_SEED)
+    from .residual import check_args
+    check_args(args.model, traces, getattr(args, "residual", None))
     if traces:
         res, trained = fit_traces(traces, args.model, base)
         print(f"stage 1: {res['fit']['rows']} steps, MAPE {res['fit']['mape']:.2%}, beta {res['beta']}")
@@ -386,6 +360,13 @@ def fit_cli(args) -> int:
         print(f"stage 2: loss {s2['loss_start']:.4f} -> {s2['loss']:.4f} in {s2['evaluations']} simulations")
         _stage2_diagnostics(res, UNIFIED5, {"model": "unified5", "beta": res["beta"], "alpha": res["alpha"]},
                             s2["targets"])
+    if getattr(args, "residual", None):
+        from .residual import fit_residual, write_residual
+        resid, val = fit_residual(traces, res, base)
+        write_residual(args.residual, resid, val, {"coefficients": str(args.out), **trained})
+        res["fit"]["residual"] = {"path": str(args.residual), **val}
+        print(f"residual: MAPE held out ({val['how']}) {val['mape_physics']:.2%} physics -> "
+              f"{val['mape_with_residual']:.2%} with the residual; wrote {args.residual}")
     write_coeffs(Path(args.out), args.model, res, trained)
     report = Path(args.out).with_suffix(".report.json")
     _write_report(report, {"model": args.model, "method": res["method"], "trained_on": trained, "fit": res["fit"],

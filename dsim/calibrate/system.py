@@ -7,23 +7,22 @@ With the fitted coefficients in the loop, on every run given:
   p90 over those stages;
 * saturation cliff within 20 % of the real one: for each staged run with an overloaded stage, the
   real cliff lies between its highest stage that kept up and its lowest overloaded stage; the
-  simulated cliff (``fit.saturation_cliff``: the lowest offered rate at which TTFT p50 exceeds 3x its
-  low-load value) passes when it lies within 20 % of that bracket.  The simulated cliff is found on
-  ``saturation_cliff``'s grid of rates (0.1 to 6 x the run's highest stage rate), so it is only as
-  fine as that grid.
+  simulated cliff (``cliff.saturation_cliff``: the lowest offered rate at which TTFT p50 exceeds 3x
+  its low-load value, bisected to 2 %) passes when it lies within 20 % of that bracket.
 """
 from __future__ import annotations
 
 import math
 
 from .calibrate import run_errors
+from .cliff import MARGIN as CLIFF
+from .cliff import real_bracket
 
 E2E_MAPE = 0.15
 TTFT_WORST = 1.0
-CLIFF = 0.20
 
 
-def system_report(runs, reports, lat: dict, cliffs: bool = True) -> dict:
+def system_report(runs, reports, lat: dict, cliffs: bool = True, base=None, overrides=(), seed: int = 42) -> dict:
     """``reports``: the cosim reports of ``runs`` replayed with the fitted latency section ``lat``."""
     e2e, ttft = [], []
     for run, rep in zip(runs, reports):
@@ -45,27 +44,23 @@ def system_report(runs, reports, lat: dict, cliffs: bool = True) -> dict:
     out["ttft_worst"] = {"value": None if worst is None else abs(worst[3]),
                          "where": None if worst is None else f"{worst[0]} {worst[1]} {worst[2]}",
                          "pass": None if worst is None else abs(worst[3]) < TTFT_WORST}
-    out["cliffs"] = [cliff_row(run, lat) for run in runs if cliffs and _staged_overload(run)]
+    out["cliffs"] = [cliff_row(run, lat, base, overrides, seed) for run in runs
+                     if cliffs and real_bracket(run) is not None]
     out["runs_compared"] = [r.name for r in runs]
     out["errors_after"] = {run.name: run_errors(rep) for run, rep in zip(runs, reports)}
     return out
 
 
-def _staged_overload(run) -> bool:
-    """A staged run with an overloaded stage whose offered rate is known (the cliff needs a bracket)."""
-    return run.scenario.get("workload", {}).get("type") == "staged" and any(s.overloaded and s.rate for s in run.stages)
-
-
-def cliff_row(run, lat: dict) -> dict:
+def cliff_row(run, lat: dict, base=None, overrides=(), seed: int = 42) -> dict:
     """The real cliff's bracket and the simulated cliff of one staged run with an overloaded stage."""
-    from .fit import saturation_cliff
-    rates_ok = [s.rate for s in run.stages if not s.overloaded and s.rate]
-    rates_over = [s.rate for s in run.stages if s.overloaded and s.rate]
-    lo, hi = (max(rates_ok) if rates_ok else 0.0), min(rates_over)
-    sim, low_ttft = saturation_cliff(run, lat)
-    ok = sim is not None and lo * (1 - CLIFF) <= sim <= hi * (1 + CLIFF)
-    return {"run": run.name, "real_above_rps": lo, "real_at_most_rps": hi, "sim_cliff_rps": sim,
-            "low_load_ttft_ms": low_ttft * 1e3 if low_ttft is not None and math.isfinite(low_ttft) else None, "pass": ok}
+    from .cliff import penalty, saturation_cliff
+    lo, hi = real_bracket(run)
+    c = saturation_cliff(run, lat, base, overrides, seed)
+    ok = c.rate is not None and lo * (1 - CLIFF) <= c.rate <= hi * (1 + CLIFF)
+    return {"run": run.name, "real_above_rps": lo, "real_at_most_rps": hi, "sim_cliff_rps": c.rate,
+            "sim_keeps_up_rps": c.below, "simulations": c.simulations, "bisected": c.converged,
+            "penalty": penalty(c, (lo, hi)),
+            "low_load_ttft_ms": c.low_ttft_s * 1e3 if math.isfinite(c.low_ttft_s) else None, "pass": ok}
 
 
 def _pct(v) -> str:
@@ -86,7 +81,9 @@ def markdown_lines(sysrep: dict) -> list:
              f"| TTFT worst case (mean, p50, p90) | < {TTFT_WORST:.0%} | {_pct(t['value'])}{where} | "
              f"{_verdict(t['pass'])} |"]
     for c in sysrep["cliffs"]:
-        sim = "none found" if c["sim_cliff_rps"] is None else f"{c['sim_cliff_rps']:g} req/s"
+        sim = (f"none up to {c['sim_keeps_up_rps']:.4g} req/s" if c["sim_cliff_rps"] is None else
+               f"{c['sim_cliff_rps']:.4g} req/s (keeps up at {c['sim_keeps_up_rps']:.4g}, "
+               f"{c['simulations']} simulations)")
         lines.append(f"| saturation cliff, {c['run']} | within {CLIFF:.0%} of ({c['real_above_rps']:g}, "
                      f"{c['real_at_most_rps']:g}] req/s | {sim} | {_verdict(c['pass'])} |")
     if not sysrep["cliffs"]:
@@ -99,6 +96,7 @@ def console_lines(sysrep: dict) -> list:
     out = [f"system level: E2E MAPE {_pct(e['value'])} (< {E2E_MAPE:.0%}: {_verdict(e['pass'])}), "
            f"TTFT worst {_pct(t['value'])} (< {TTFT_WORST:.0%}: {_verdict(t['pass'])})"]
     for c in sysrep["cliffs"]:
-        out.append(f"  cliff {c['run']}: sim {c['sim_cliff_rps']} req/s, real in ({c['real_above_rps']:g}, "
+        sim = "none found" if c["sim_cliff_rps"] is None else f"{c['sim_cliff_rps']:.4g}"
+        out.append(f"  cliff {c['run']}: sim {sim} req/s, real in ({c['real_above_rps']:g}, "
                    f"{c['real_at_most_rps']:g}]: {_verdict(c['pass'])}")
     return out

@@ -45,8 +45,10 @@ class Traces:
 
 def read_otlp(paths) -> Traces:
     tr = Traces()
-    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+    for k, path in enumerate([paths] if isinstance(paths, (str, Path)) else paths):
         p = Path(path)
+        earlier = set(tr.resources)       # replicas of the files before: a name met again is another run's
+        mine: dict = {}
         if not p.is_file():
             raise ConfigError(str(p), None, "an existing OTLP JSON trace file", show_value=False)
         with p.open() as f:
@@ -61,6 +63,8 @@ def read_otlp(paths) -> Traces:
             for rs in doc["resourceSpans"]:
                 res = _kv((rs.get("resource") or {}).get("attributes"))
                 rep = str(res.get("dsim.replica") or res.get("service.instance.id") or res.get("service.name") or "replica")
+                if rep in earlier:        # two runs' replica-0: their step ids would overwrite each other
+                    rep = mine.setdefault(rep, f"{rep}@{k}:{p.name}")
                 tr.resources.setdefault(rep, res)
                 for ss in rs.get("scopeSpans") or ():
                     for sp in ss.get("spans") or ():

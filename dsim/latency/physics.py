@@ -246,8 +246,9 @@ class PhysicsModel:
     needs_state = True
     MIN_STEP = 1e-6
 
-    def __init__(self, cfg: PhysicsConfig, coeffs: PhysicsCoefficients, a2_us: float = 0.0):
+    def __init__(self, cfg: PhysicsConfig, coeffs: PhysicsCoefficients, a2_us: float = 0.0, residual=None):
         self.cfg = cfg
+        self.residual = residual      # dsim.latency.residual.PhysicsResidual: step x exp(r(features)), opt-in
         self.coeffs = coeffs
         self.alpha = coeffs.alpha
         self.beta = coeffs.beta
@@ -277,6 +278,8 @@ class PhysicsModel:
         self.ema = self.gamma * (b.num_preempted / max(1, b.running)) + (1 - self.gamma) * self.ema
         f = beta_features(self.cfg, self.beta_input(b))
         t = sum(x * y for x, y in zip(self.beta, f))
+        if self.residual is not None:
+            t *= math.exp(self.residual(f))
         return t if t > self.MIN_STEP else self.MIN_STEP
 
     def delay(self, request, state=None) -> float:

@@ -6,6 +6,7 @@ manifest), resolving the defaults that depend on the replica and reading the fil
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..config.errors import ConfigError, MissingAssetError
@@ -89,12 +90,24 @@ def _physics(lat, ctx, path):
         max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_num_batched_tokens,
         chunked_prefill=e.enable_chunked_prefill, block_size=e.block_size, total_kv_blocks_gpu=ctx.kv_blocks,
         cpu_offloading=cpu_blocks > 0, total_kv_blocks_cpu=cpu_blocks)
-    m = PhysicsModel(cfg, coeffs)
+    rpath = _path(lat.residual, f"{path}.residual", ctx)
+    residual = None
+    if rpath is not None:
+        from .residual import load_residual
+        residual = load_residual(rpath, f"{path}.residual")
+    m = PhysicsModel(cfg, coeffs, residual=residual)
     trained = coeffs.trained_on
     desc = {"coefficients": coeffs.source, "trained_on": trained, "gamma": coeffs.gamma}
+    if residual is not None:
+        desc["residual"] = str(rpath)
+        if residual.beta is not None and any(not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+                                             for a, b in zip(residual.beta, coeffs.beta)):
+            desc["warning"] = ("the residual was fitted on top of other physics coefficients than these: it "
+                               "corrects a step time this model does not give")
     hw = trained.get("hardware")
     if hw and hw != d.name:
-        desc["warning"] = f"coefficients were fitted on {hw}, this replica runs on {d.name}"
+        desc["warning"] = "; ".join([f"coefficients were fitted on {hw}, this replica runs on {d.name}"]
+                                    + ([desc["warning"]] if desc.get("warning") else []))
     return m, m, desc
 
 

@@ -179,6 +179,9 @@ class PhysicsLatency(LatencyCommon):
     beta or alpha inline (dsim calibrate does) replaces the file's."""
     alpha: Coefficients(N_ALPHA, "see ALPHA_NAMES") | None = None
     """The 11 queueing coefficients, dsim.latency.physics.ALPHA_NAMES order (None: the file's)."""
+    residual: Str | None = None
+    """Opt-in learned correction: a residual JSON written by ``dsim fit --model physics --residual`` (relative
+    to the scenario's folder); each step time x exp(its trees' value on the 16 step features) (None: off)."""
     cpu_offload_blocks: Int(0) | None = None
     """KV blocks of the CPU offload tier the model costs (None: engine.kv_offload's size, else 0)."""
 
