@@ -68,16 +68,24 @@ class SpecConfig:
     portfolio: object = None          # Portfolio (dsim.specdec.portfolio) or None: one drafter
     verify_order: str = "fcfs"        # fcfs | edf: which ready rounds a step's token budget serves first
     expectation: bool = False         # acceptance_draws: expectation (accepted = the expected count, carried)
+    top_p: float = 1.0                # nucleus sampling the acceptance is read at (dsim.specdec.conditioning)
+    rules: list = field(default_factory=list)   # [(domain or None, pool or None, acceptance model)]
+    replay: dict | None = None        # speculation.replay_log as ReproLog.read gives it (dsim.specdec.replay)
 
-    def make_policy(self):
-        """A fresh gamma policy (one per conversation, or per target for controllers)."""
+    def make_policy(self, acceptance=None):
+        """A fresh gamma policy (one per conversation, or per target for controllers); ``acceptance``:
+        the conversation's own model (per-request conditioning), else the scenario's."""
+        acc = self.acceptance if acceptance is None else acceptance
         memo = None
         if self.policy == "specpp":      # one memo of choices for all the conversations' policies
-            key = (self.acceptance, tuple(sorted(self.policy_params.items())))
-            if getattr(self, "_specpp_memo", (None,))[0] != key:
-                self._specpp_memo = (key, {})
-            memo = self._specpp_memo[1]
-        return build_policy(self.policy, self.policy_params, self.mode, self.acceptance, memo)
+            key = (acc, tuple(sorted(self.policy_params.items())))
+            if acceptance is not None:   # one memo per conditioned model
+                memo = self.__dict__.setdefault("_specpp_memos", {}).setdefault(key, {})
+            else:
+                if getattr(self, "_specpp_memo", (None,))[0] != key:
+                    self._specpp_memo = (key, {})
+                memo = self._specpp_memo[1]
+        return build_policy(self.policy, self.policy_params, self.mode, acc, memo)
 
 
 def build_policy(name: str, params: dict, mode: str, acceptance, memo=None):
@@ -192,11 +200,17 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
         raise ConfigError(f"{path}.drafter", drafter.name,
                           f"a drafter sharing the target's vocabulary ({target_model.vocab_size} tokens, "
                           f"not {drafter.vocab_size})")
+    rules = [(r.domain, r.pool, _acceptance(r.acceptance, f"{path}.acceptance_rules[{i}].acceptance", base_dir)[0])
+             for i, r in enumerate(cfg.acceptance_rules or ())]
+    replay = None
+    if cfg.replay_log is not None:
+        from .replay import ReproLog
+        replay = ReproLog.read(_relative(cfg.replay_log, base_dir), f"{path}.replay_log")
     return SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, cfg.temperature, policy, params, probe.k_max,
                       cfg.mode_switch.model_dump(), cfg.partial_verification.model_dump(),
                       cfg.kv_admission.max_kv_utilization_pct, cfg.cold_start.model_dump(), cfg.token_bytes,
                       cfg.bundle_bytes_per_token, cfg.header_bytes, cfg.gateway, groups, tree, portfolio,
-                      cfg.verify_order, cfg.acceptance_draws == "expectation")
+                      cfg.verify_order, cfg.acceptance_draws == "expectation", cfg.top_p, rules, replay)
 
 
 def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:

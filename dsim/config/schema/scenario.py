@@ -43,6 +43,9 @@ class OutputConfig(Section):
     """Write plots/*.png (latency CDFs, queue and KV use over time)."""
     timeline: Bool = False
     """Write timeline.json, a Chrome/Perfetto trace of every replica's steps and requests."""
+    repro_log: Bool = False
+    """Write repro_log.jsonl: every speculative acceptance outcome and mode decision, in order, which
+    speculation.replay_log replays (needs a speculation section)."""
     percentiles: list[Float(0, 100, lo_open=True)] = [50, 90, 95, 99]
     """Latency percentiles reported in summary.json, each in (0, 100] (sorted, duplicates dropped)."""
 
