@@ -135,7 +135,7 @@ def _groups(rows, path: str) -> list:
 
 
 SHIPPED_HEAD = Path(str(resources.files("dsim").joinpath("data/heads/latency_head.yaml")))   # package data
-_HEAD_KEYS = ("weights", "bias", "hidden", "k_max", "smoothing", "fused_below", "fused_k")
+_HEAD_KEYS = ("weights", "bias", "hidden", "residual", "k_max", "smoothing", "fused_below", "fused_k")
 
 
 def _head_params(params: dict, where_gamma: str, base_dir) -> dict:
@@ -160,7 +160,7 @@ def _head_params(params: dict, where_gamma: str, base_dir) -> dict:
     head = doc.get("latency_head") if isinstance(doc, dict) else None
     if not isinstance(head, dict) or "weights" not in head:
         raise ConfigError(where, f, "a head file with a latency_head: {weights, bias, ...} section")
-    for k in ("weights", "bias", "hidden", "smoothing", "fused_below"):
+    for k in ("weights", "bias", "hidden", "residual", "smoothing", "fused_below"):
         if head.get(k) is not None:          # hidden: null is a linear head
             check_finite(head[k], f"{p}: latency_head.{k}")
     return {**{k: head[k] for k in _HEAD_KEYS if k in head}, **params}
