@@ -114,6 +114,8 @@ def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
         "acceptance_by_context": by_context(rt.by_context),
         "gamma_timeline": gamma_timeline(rt.by_second),
     }
+    if cfg.switch.get("max_link_utilization") is not None:
+        out["link_utilization_to_fused"] = rt.link_fused
     if rt.cond is not None:              # acceptance conditioned per request (dsim.specdec.conditioning)
         out["acceptance_by_domain"] = by_domain(pairs, rt.domain_of)
     if rt.log is not None and rt.log.replay is not None:

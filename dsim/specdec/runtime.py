@@ -86,6 +86,8 @@ class SpecRuntime(Conversations, DraftingModes):
         self._gpu: dict = {}             # replica -> its GPU (device profile)
         self.decision_hook = None        # (request, policy) after each gamma decision (dsim.explore.oracle)
         self.spills = 0
+        self.link_fused = 0              # rounds the link-utilisation guard made fused (dsim.specdec.modes)
+        self.link_hist: dict = {}        # device -> [(time, bytes up, bytes down)] of its access link
         self.cold_avoided = 0
         self.uploading = 0
         self.devices_done = 0
