@@ -81,6 +81,7 @@ class SpecRuntime(Conversations, DraftingModes):
                 self.env.process(self._set_rtt(grp, t, rtt))
         self.targets: dict = {}
         self.overrides: dict = {}        # pool -> SetSpeculation override for its replicas
+        self.pool_drafter: dict = {}     # pool -> SetDrafter's drafter name for its replicas
         self.states: dict = {}           # rid -> SpecState
         self._models: dict = {}          # (replica or device group, portfolio index) -> drafter roofline
         self._gpu: dict = {}             # replica -> its GPU (device profile)
@@ -139,6 +140,8 @@ class SpecRuntime(Conversations, DraftingModes):
             raise ConfigError("network", rep.name, f"a path from the gateway {self.gw!r} to replica {rep.name!r} "
                               "(draft devices reach the replicas that are network nodes through it)", show_value=False)
         self.targets[rep.name].override = self.overrides.get(rep.pool.name)
+        if self.pool_drafter.get(rep.pool.name) is not None:
+            self.targets[rep.name].drafter = cfg.portfolio.index(self.pool_drafter[rep.pool.name])
         first = cfg.portfolio.drafters[0].model if cfg.portfolio is not None else cfg.fused_drafter
         rep.inst.draft_model = RooflineModel(first, spec.device, 1)
         rep.inst.verify_edf = cfg.verify_order == "edf"
@@ -289,7 +292,7 @@ class SpecRuntime(Conversations, DraftingModes):
         # policies see a tree by its depth
         round_s, tpot_ms = self._tally(st, r, tgt, k, tree.depth(k) if tree is not None else k, a, now)
         pf = self.cfg.portfolio
-        if pf is not None and pf.escalate(st.drafter, st.acc_est):
+        if pf is not None and tgt.drafter is None and pf.escalate(st.drafter, st.acc_est):
             st.drafter += 1              # a larger drafter from the next round, judged afresh
             st.escalations += 1
             st.acc_est = ACC_PRIOR
@@ -307,6 +310,7 @@ class SpecRuntime(Conversations, DraftingModes):
         ``fused_round``; returns (round seconds, TPOT ms)."""
         tgt.verified += k
         tgt.accepted += a
+        tgt.rounds += 1
         st.rounds += 1
         st.verified += k
         st.accepted += a
@@ -380,8 +384,9 @@ class SpecRuntime(Conversations, DraftingModes):
         cfg = self.cfg
         tgt = self.targets[inst.name]
         pol = st.policy or tgt.policy
-        if tgt.drafter is not None:      # a SetDrafter action pins the pool's drafter
-            st.drafter = tgt.drafter
+        if tgt.drafter is not None and st.drafter != tgt.drafter:   # a SetDrafter action pins the pool's drafter
+            st.drafter = tgt.drafter     # judged afresh, as after an escalation
+            st.acc_est = ACC_PRIOR
         if self.cond is not None:        # its acceptance on this replica (domain, pool, top_p)
             st.acc = None
             st.acc = self.cond.model(r, self._acceptance(st), inst.name)
@@ -508,3 +513,17 @@ class SpecRuntime(Conversations, DraftingModes):
                 self.targets[n].override = ov
         return names
 
+    def set_drafter(self, pool: str, name: str | None) -> list:
+        """seed 002's drafter selection as an action: from the next round, the pool's conversations
+        draft with the portfolio drafter ``name`` (None: each its own again)."""
+        pf = self.cfg.portfolio
+        if pf is None:
+            raise ValueError("SetDrafter: speculation.portfolio is not set (its drafters are what a pool switches "
+                             "between)")
+        idx = None if name is None else pf.index(name)
+        self.pool_drafter[pool] = name
+        names = [rep.name for rep in self.fleet.pool(pool).replicas]
+        for n in names:
+            if n in self.targets:
+                self.targets[n].drafter = idx
+        return names
