@@ -21,7 +21,8 @@ SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yam
            "draft_sweep_single_target.yaml": ["workload.num_requests=100"],
            "draft_sweep_multicluster.yaml": ["workload.num_requests=150"],
            "online_planner.yaml": ["cluster.controllers[0].cadence_s=30"],
-           "online_planner_azure.yaml": ["workload.num_requests=1500"]}
+           "online_planner_azure.yaml": ["workload.num_requests=1500"],
+           "router_spec_aware.yaml": ["workload.num_requests=300"]}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
