@@ -55,7 +55,7 @@ from .config.errors import ConfigError  # noqa: E402
 # The control-plane classes load on first use (PEP 562), so `import dsim` stays cheap.
 _LAZY = {"Controller": "cluster.control", "Rebalance": "cluster.control", "ReactiveAutoscaler": "cluster.control",
          "ScaleIn": "cluster.control", "ScaleOut": "cluster.control", "SetEngine": "cluster.control",
-         "SetSpeculation": "cluster.control", "ClusterEnv": "cluster_env"}
+         "SetSpeculation": "cluster.control", "SetDrafter": "cluster.control", "ClusterEnv": "cluster_env"}
 
 
 def __getattr__(name):
@@ -67,4 +67,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'dsim' has no attribute {name!r}")
 
 __all__ = ["__version__", "load_scenario", "run", "sweep", "capacity", "plan", "ConfigError", "ClusterEnv", "Controller", "ReactiveAutoscaler",
-           "ScaleOut", "ScaleIn", "SetEngine", "SetSpeculation", "Rebalance"]
+           "ScaleOut", "ScaleIn", "SetEngine", "SetSpeculation", "SetDrafter", "Rebalance"]

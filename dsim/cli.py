@@ -319,6 +319,8 @@ def _add_specdec(sub) -> None:
     t.add_argument("--out", required=True, help="head YAML to write (gamma: {policy: latency_head, head: FILE})")
     t.add_argument("--hidden", default="0,8,16", help="hidden units to try, 0 = linear (default 0,8,16)")
     t.add_argument("--seed", type=int, default=0, help="initialisation seed")
+    t.add_argument("--residual", action="store_true", help="wrap each hidden layer in the design's residual "
+                   "block y = x + Linear(SiLU(Linear(x))) (seed 002 6.4.1)")
 
 
 def _num_list(text, flag, cast=float):
@@ -352,10 +354,11 @@ def _specdec(args) -> int:
     if not hidden or any(not 0 <= h <= MAX_UNITS for h in hidden):
         raise ConfigError("--hidden", args.hidden, f"hidden-unit counts in [0, {MAX_UNITS}]")
     check_flag("--seed", args.seed, 0, MAX_SEED)
-    doc = train_head(args.oracle, args.out, hidden=hidden, seed=args.seed)
+    doc = train_head(args.oracle, args.out, hidden=hidden, seed=args.seed, residual=args.residual)
     ch = doc["report"]["chosen"]
     v = ch["validation"]
-    print(f"head: {'linear' if not ch['hidden_units'] else str(ch['hidden_units']) + ' SiLU units'}; validation "
+    print(f"head: {'linear' if not ch['hidden_units'] else str(ch['hidden_units']) + ' SiLU units'}"
+          f"{' in a residual block' if ch.get('residual') else ''}; validation "
           f"({doc['provenance']['split']}): label accuracy {v['label_accuracy']:.3f}, TPOT regret "
           f"{v['regret'] * 100:+.1f} % vs the oracle (best fixed action {v['best_static']}: "
           f"{v['static_regret'][v['best_static']] * 100:+.1f} %), meets SLO {v['meets_slo']:.3f} "

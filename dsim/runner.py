@@ -205,6 +205,11 @@ class Session:
                                     scn.slo_tpot_ms, scn.slo_tvt_ms)
             if conn is not None:
                 conn.install(self.spec, self.fleet)
+            if scn.config.output.repro_log:
+                self.spec.start_log()
+        elif scn.config.output.repro_log:
+            raise ConfigError("output.repro_log", True, "false without a speculation section (the log holds "
+                              "acceptance outcomes and mode decisions)")
         _check_kv_fits(self.workload, self.fleet)
         self._cut = False                  # a planner's forecast child stops the real arrivals
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet, self) + list(controllers)
@@ -575,6 +580,10 @@ def write_report(res: Result, out: Path, plots: bool, ao: AtomicOutput | None = 
             for name, kv in res.kv_logs:
                 with open(ao.path("kv_events.jsonl" if one else f"kv_events/{name}.jsonl"), "w", encoding="utf-8") as f:
                     write_jsonl(f, kv.log, kv.block_size)
+        rt = res.fleet.speculation
+        if rt is not None and rt.log is not None and rt.log.lines is not None:
+            ao.write_text("repro_log.jsonl", rt.log.text({"scenario": res.scenario.name, "seed": res.scenario.seed,
+                                                        "seeds": res.scenario.seeds}))
         if res.scenario.timeline:
             from .metrics.timeline import chrome_trace
             ao.write_text("timeline.json", chrome_trace([r.inst for r in reps]))

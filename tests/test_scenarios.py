@@ -27,7 +27,8 @@ SHORTEN = {"azure_conv.yaml": ["workload.num_requests=300"], "kv_offload_cpu.yam
            "online_planner.yaml": ["cluster.controllers[0].cadence_s=30"],
            "online_planner_azure.yaml": ["workload.num_requests=1500"],
            "cohort_capability.yaml": ["workload.num_requests=120"],
-           "draft_kv_sessions.yaml": ["workload.num_requests=100"], "warm_draft_pool.yaml": ["workload.num_requests=100"]}
+           "draft_kv_sessions.yaml": ["workload.num_requests=100"], "warm_draft_pool.yaml": ["workload.num_requests=100"],
+           "router_spec_aware.yaml": ["workload.num_requests=300"]}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)

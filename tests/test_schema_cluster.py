@@ -110,7 +110,7 @@ def test_a_pools_latency_replaces_the_shared_one():
 @pytest.mark.parametrize("section, message", [
     ({"pools": [{"name": "a"}], "router": "shortest"},
      "cluster.router.policy: got 'shortest', expected one of jiq, jsq, least_kv, least_outstanding, power_of_two, "
-     "prefix_affinity, random, round_robin, semi_clairvoyant, slack, weighted_power_of_two"),
+     "prefix_affinity, random, round_robin, semi_clairvoyant, slack, spec_aware, weighted_power_of_two"),
     ({"pools": [{"name": "a"}], "router": {"policy": "jsq", "stale": 1}},
      "cluster.router.stale: unknown key; did you mean 'staleness_s'? (known keys here: policy, staleness_s)"),
     ({"pools": [{"name": "a"}], "router": {"policy": "jsq", "staleness_s": 1e-300}},

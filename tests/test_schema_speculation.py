@@ -64,7 +64,8 @@ def test_load_scenario_hands_the_typed_section_to_the_builder():
     scn = load_scenario(str(SCN / "hybrid_rtt.yaml"))
     assert isinstance(scn.config.speculation, S.SpeculationConfig)
     spec = scn.spec
-    assert spec.switch == {"policy": "rtt_load", "max_rtt_ms": 60, "max_verify_queue": 64, "min_fused_dwell_s": 0.0}
+    assert spec.switch == {"policy": "rtt_load", "max_rtt_ms": 60, "max_verify_queue": 64, "max_link_utilization": None,
+                           "link_window_s": 1.0, "min_fused_dwell_s": 0.0}
     assert spec.cold == {"load_s": None, "warm_retention_s": 30, "initially_warm": False}
     assert spec.kv_spill_pct == 85 and spec.groups[0].think == ("exponential", 3.0, 1.0)
     assert spec.groups[0].profile.kind == "laptop" and spec.policy_params == {"k": 4}

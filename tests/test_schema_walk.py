@@ -46,7 +46,7 @@ def test_a_tenant_checks_its_own_keys_first_and_keeps_the_workloads_order():
     """A tenant class is its workload with the tenant keys before the workload's (walk._flatten
     copies the bases msgspec cannot share); the order is the order of checks and of the schema."""
     fields = list(TENANTS["poisson"].model_fields)
-    assert fields[:3] == ["name", "priority", "slo_class"] and fields[3] == "type"
+    assert fields[:6] == ["name", "priority", "slo_class", "temperature", "top_p", "domain"] and fields[6] == "type"
     assert fields.index("prompt_tokens") < fields.index("burst_factor")
     with pytest.raises(ConfigError, match=r"^workload\.classes\[0\]\.name: got ''"):
         parse_workload({"type": "mix", "classes": [{"name": "", "type": "poisson", "rate": -1}]})

@@ -3,7 +3,8 @@
 Actions (seed 001's action set, seed 002's planner tick): ``ScaleOut``/``ScaleIn`` a pool (a new
 replica is ready after its cold start; a removed one drains first), ``SetEngine`` (live
 max_num_seqs / max_num_batched_tokens / long_prefill_token_threshold), ``SetSpeculation`` (mode
-and k of a pool's speculative decoding) and ``Rebalance`` (move unstarted requests from long
+and k of a pool's speculative decoding), ``SetDrafter`` (the draft model a pool's conversations
+draft with) and ``Rebalance`` (move unstarted requests from long
 queues to short ones, or live-migrate running ones).
 """
 from __future__ import annotations
@@ -50,6 +51,17 @@ class SetSpeculation:
 
 
 @dataclass(frozen=True)
+class SetDrafter:
+    """Switch a pool's draft model live (seed 002 5.5, drafter selection): from each conversation's
+    next round, the pool's conversations draft with the portfolio drafter named ``drafter`` (its
+    model's cost on the device or the target, its acceptance; escalation paused); None hands the
+    choice back to the portfolio.  Needs ``speculation.portfolio``: its drafters are the models a
+    pool can switch between, resident as the portfolio assumes (no load on a switch)."""
+    pool: str
+    drafter: str | None = None
+
+
+@dataclass(frozen=True)
 class Rebalance:
     pool: str
     migrate: bool = False            # also live-migrate running decoders (their KV is transferred)
@@ -82,9 +94,16 @@ def apply_action(fleet, a) -> dict:
         fleet.pool(a.pool)
         rt.set_override(a.pool, a.mode, a.k)
         return {"action": "set_speculation", "pool": a.pool, "changed": {"mode": a.mode, "k": a.k}}
+    if isinstance(a, SetDrafter):
+        rt = fleet.speculation
+        if rt is None:
+            raise ValueError("SetDrafter: the scenario has no speculation section")
+        fleet.pool(a.pool)
+        rt.set_drafter(a.pool, a.drafter)
+        return {"action": "set_drafter", "pool": a.pool, "changed": {"drafter": a.drafter}}
     if isinstance(a, Rebalance):
         return {"action": "rebalance", "pool": a.pool, "changed": fleet.rebalance(a.pool, a.migrate)}
-    raise ValueError(f"unknown action {a!r} (ScaleOut, ScaleIn, SetEngine, SetSpeculation, Rebalance)")
+    raise ValueError(f"unknown action {a!r} (ScaleOut, ScaleIn, SetEngine, SetSpeculation, SetDrafter, Rebalance)")
 
 
 class Window:
@@ -190,7 +209,8 @@ class Window:
         self.spec[name] = (ver, acc)
         return {"verified": ver - v0, "accepted": acc - a0,
                 "acceptance_rate": (acc - a0) / (ver - v0) if ver > v0 else None,
-                "verify_queue": sum(t.ready_n for t in tg)}
+                "verify_queue": sum(t.ready_n for t in tg),
+                "drafter": self.fleet.speculation.pool_drafter.get(name)}
 
 
 class Controller:

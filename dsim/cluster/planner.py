@@ -420,7 +420,7 @@ class SimulationPlanner:
                     break
                 c = Request(base + len(out), t, r.prompt_len, r.max_tokens, r.segments, r.prefix_group, r.label)
                 c.session, c.tenant, c.priority, c.slo_class = r.session, r.tenant, r.priority, r.slo_class
-                c.ttft_slo_ms, c.tpot_slo_ms = r.ttft_slo_ms, r.tpot_slo_ms
+                c.ttft_slo_ms, c.tpot_slo_ms, c.sampling = r.ttft_slo_ms, r.tpot_slo_ms, r.sampling
                 out.append(c)
         return [c for c in out if c.arrival >= now]
 

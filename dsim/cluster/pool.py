@@ -61,8 +61,20 @@ class Replica:
     def capacity(self) -> float:
         return self.pool.capacity
 
+    @property
+    def spec_counts(self):
+        """(verified rounds, accepted drafts) of a speculative replica so far, else None (routers
+        read its tokens per verify step)."""
+        rt = self.fleet.speculation
+        t = rt.targets.get(self.name) if rt is not None else None
+        return None if t is None else (t.rounds, t.accepted)
+
     def cached_prefix(self, r) -> int:
         return self.inst.load_view(r).prefix_hit_tokens
+
+    @property
+    def decode_step_s(self) -> float:
+        return self.pool.decode_step_s
 
     def predict_ttft(self, r) -> float:
         """Seconds to r's first token if it joined now: prompt tokens ahead / prefill rate."""
@@ -132,6 +144,11 @@ class Pool:
                                                        num_sampled=b, running=b))
             self._decode_rate = b / t
         return self._decode_rate
+
+    @property
+    def decode_step_s(self) -> float:
+        """Seconds of one decode step of a replica at batch min(64, max_num_seqs), context 1024."""
+        return min(64, self.engine.max_num_seqs) / self.decode_rate
 
     def work_s(self, prefill_tokens: float, decode_tokens: float) -> float:
         """Seed 001's compute load of these tokens, in replica-seconds: the prefill tokens over

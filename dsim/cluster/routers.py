@@ -4,8 +4,9 @@ A view exposes ``queue_depth`` (waiting + running + accepted but not yet queued,
 last reported it), ``waiting``, ``running``, ``kv_usage`` (fraction of KV blocks in use),
 ``outstanding`` (requests this gateway sent and has not seen finish: always fresh),
 ``pending_tokens`` (the gateway's estimate of the work it sent and has not seen finish),
-``capacity`` (relative speed, tokens/s) and ``cached_prefix(request)`` (prompt tokens the
-replica's prefix cache holds).  With ``staleness_s > 0`` the replica-reported fields are
+``capacity`` (relative speed, tokens/s), ``cached_prefix(request)`` (prompt tokens the
+replica's prefix cache holds) and ``spec_counts`` (a speculative replica's verified rounds and
+accepted drafts so far, else None).  With ``staleness_s > 0`` the replica-reported fields are
 snapshots refreshed every ``staleness_s`` seconds, as a gateway scraping metrics sees them.
 
 Each router draws from its own RNG stream, so changing one router never shifts another's draws.
@@ -207,8 +208,50 @@ class Slack(Router):
         return self._pick_min(candidates, pred)
 
 
+class SpecAware(Router):
+    """Acceptance-aware (seed 002 section 6.1: routers that read acceptance).  A verify step of a
+    speculative replica emits tau tokens per sequence (its accepted drafts + the target's own), so
+    a request of N output tokens decodes there in about N / tau steps.  Each replica's tau is read
+    from the speculation telemetry it reports (verified rounds and accepted drafts), over each
+    stretch of at least ``WINDOW`` new rounds, smoothed by half (recent rounds weigh most).  The
+    request goes to the replica of the least expected time to its last token: its predicted TTFT
+    (prompt tokens ahead / prefill rate, as ``slack`` reads it) plus N / tau decode steps of the
+    pool's step time (N: the request's max_tokens, which a client sends).  A replica without
+    ``WINDOW`` rounds yet is given the mean tau of the others (1 when none has any); ties at random."""
+    name = "spec_aware"
+    WINDOW = 32                   # rounds a tau estimate is measured over
+
+    def __init__(self, rng):
+        super().__init__(rng)
+        self.est: dict = {}       # replica name -> [rounds, accepted at the last estimate, tau]
+
+    def tau(self, c):
+        counts = c.spec_counts
+        if counts is None:
+            return None
+        rounds, acc = counts
+        e = self.est.get(c.name)
+        if e is None:
+            e = self.est[c.name] = [0, 0, None]
+        if rounds - e[0] >= self.WINDOW:
+            t = 1.0 + (acc - e[1]) / (rounds - e[0])
+            e[2] = t if e[2] is None else 0.5 * e[2] + 0.5 * t
+            e[0], e[1] = rounds, acc
+        return e[2]
+
+    def choose(self, request, candidates):
+        taus = [self.tau(c) for c in candidates]
+        known = [t for t in taus if t is not None]
+        prior = sum(known) / len(known) if known else 1.0
+        n = request.max_tokens
+        return self._pick_min(candidates, [c.predict_ttft(request) + n * (c.queue_depth + 1)
+                                           / (c.capacity * (prior if t is None else t))
+                                           for c, t in zip(candidates, taus)])
+
+
 ROUTERS = {cls.name: cls for cls in (RandomRouter, RoundRobin, LeastOutstanding, JSQ, JIQ, PowerOfTwo,
-                                     WeightedPowerOfTwo, LeastKV, PrefixAffinity, SemiClairvoyant, Slack)}
+                                     WeightedPowerOfTwo, LeastKV, PrefixAffinity, SemiClairvoyant, Slack,
+                                     SpecAware)}
 
 
 def build_router(spec, rng):

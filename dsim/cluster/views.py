@@ -22,6 +22,8 @@ class LiveView:
     outstanding = property(lambda self: self._r.outstanding)
     pending_tokens = property(lambda self: self._r.pending_tokens)
     capacity = property(lambda self: self._r.capacity)
+    spec_counts = property(lambda self: self._r.spec_counts)
+    decode_step_s = property(lambda self: self._r.decode_step_s)
 
     def cached_prefix(self, r) -> int:
         return self._r.cached_prefix(r)
@@ -42,6 +44,7 @@ class StaleView:
         t = self.target
         self.waiting, self.running, self.queue_depth, self.kv_usage = \
             t.waiting, t.running, t.queue_depth, t.kv_usage
+        self.spec_counts = t.spec_counts
 
     def __getattr__(self, name):          # outstanding, pending_tokens, capacity, cached_prefix...
         return getattr(self.target, name)
@@ -65,6 +68,11 @@ class ClusterView:
     capacity = property(lambda self: sum(r.capacity for r in self._reps()))
 
     @property
+    def spec_counts(self):
+        c = [x for x in (r.spec_counts for r in self._reps()) if x is not None]
+        return (sum(x[0] for x in c), sum(x[1] for x in c)) if c else None
+
+    @property
     def kv_usage(self) -> float:
         reps = self._reps()
         return sum(r.kv_usage for r in reps) / len(reps) if reps else 1.0
@@ -74,6 +82,10 @@ class ClusterView:
 
     def predict_ttft(self, r) -> float:
         return min(x.predict_ttft(r) for x in self.cluster.entry_candidates())
+
+    @property
+    def decode_step_s(self) -> float:
+        return min((x.decode_step_s for x in self._reps()), default=1.0)
 
 
 class RouterSlot:

@@ -3,7 +3,7 @@ stays free of the schema so a builder imports it for nothing)."""
 
 # the routing policies dsim.cluster.routers implements
 ROUTERS = ("random", "round_robin", "least_outstanding", "jsq", "jiq", "power_of_two", "weighted_power_of_two",
-           "least_kv", "prefix_affinity", "semi_clairvoyant", "slack")
+           "least_kv", "prefix_affinity", "semi_clairvoyant", "slack", "spec_aware")
 
 # the signed-error columns of an error band (the validation table's, dsim.latency.credibility)
 BAND_COLUMNS = ("e2e_mean_err", "e2e_p99_err", "ttft_p50_err", "ttft_p99_err", "tpot_p50_err", "tpot_p99_err",

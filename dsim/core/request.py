@@ -24,6 +24,7 @@ class Request:
         "session", "tenant", "replica", "prefill_replica", "kv_ready", "reject_reason", "t_handoff", "t_kv_ready",
         "spec", "priority", "sched_key", "slo_class", "ttft_slo_ms", "tpot_slo_ms", "draft_id",
         "energy_j", "e0", "kv_peak_bytes", "t_enqueued", "t_decode_scheduled", "decode_deferred",
+        "sampling",
     )
 
     def __init__(self, rid: int, arrival: float, prompt_len: int, max_tokens: int,
@@ -53,6 +54,8 @@ class Request:
         self.session = -1            # conversation id (affinity); -1 = none
         self.tenant = ""             # request class for fairness reports (workload type: mix)
         self.draft_id = ""           # speculation: the draft device that opens it (trace column); "" = bound by cohort
+        self.sampling = None         # speculation: (temperature or None, top_p or None, domain) the acceptance is
+        #                              read at (a tenant's keys or trace columns); None = the scenario's
         self.replica = None          # replica that finished (or holds) the request
         self.prefill_replica = None  # P/D: the replica that ran the prefill
         self.kv_ready = 0            # P/D: prompt tokens whose KV arrived from a prefill replica

@@ -63,6 +63,22 @@ def gamma_timeline(seconds: dict) -> dict:
     return out
 
 
+def by_domain(pairs, domain_of: dict) -> dict:
+    """Per request domain label ("" for none): conversations, rounds, drafts verified and accepted,
+    their ratio and the tokens per verify step."""
+    acc: dict = {}
+    for r, st in pairs:
+        d = domain_of.get(r.rid, "")
+        c = acc.setdefault(d, [0, 0, 0, 0])
+        c[0] += 1
+        c[1] += st.rounds
+        c[2] += st.verified
+        c[3] += st.accepted
+    return {d: {"conversations": n, "rounds": rd, "verified": v, "accepted": a,
+                "acceptance_rate": a / v if v else None, "tokens_per_verify_step": (a + rd) / rd if rd else None}
+            for d, (n, rd, v, a) in sorted(acc.items())}
+
+
 def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
     cfg = rt.cfg
     pairs = [(r, rt.states[r.rid]) for r in reqs if r.rid in rt.states]
@@ -98,6 +114,12 @@ def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
         "acceptance_by_context": by_context(rt.by_context),
         "gamma_timeline": gamma_timeline(rt.by_second),
     }
+    if cfg.switch.get("max_link_utilization") is not None:
+        out["link_utilization_to_fused"] = rt.link_fused
+    if rt.cond is not None:              # acceptance conditioned per request (dsim.specdec.conditioning)
+        out["acceptance_by_domain"] = by_domain(pairs, rt.domain_of)
+    if rt.log is not None and rt.log.replay is not None:
+        out["replay"] = rt.log.summary()
     if rt.devices:
         kinds: dict = {}
         for d in rt.devices:

@@ -138,6 +138,15 @@ class Network:
     def bottleneck_bytes_s(self, src, dst) -> float:
         return self.topo.bottleneck_bytes_s(src, dst)
 
+    def carried_bytes(self, u, v) -> float:
+        """Bytes the link u -> v has carried so far, the flows crossing it now counted up to now
+        (read without settling them, so reading changes nothing)."""
+        lk = self.links.get((u, v))
+        if lk is None:
+            return 0.0
+        now = self.env.now
+        return lk.bytes + sum(f.rate * (now - f.t) for f in lk.flows.values())
+
     # ---- the API --------------------------------------------------------------------------------
     def send(self, src: str, dst: str, nbytes: float, record: bool = True):
         """Start a transfer now; the returned event fires when the last byte has arrived, with a

@@ -252,4 +252,25 @@ def curves_from_published(csv_path) -> list:
             continue          # aggregate-only rows (token acceptance rate) make no curve
         c["points"] = [{"temperature": t, "context_len": 0, "conditional": [round(x, 6) for x in cond]}]
         curves.append(c)
-    return curves
+    return curves + merged_temperatures(curves)
+
+
+def merged_temperatures(curves) -> list:
+    """One curve per (method, drafter, target, dataset) measured at several temperatures, holding
+    every temperature's points (named like them without the ``-t<T>`` suffix), so a request's own
+    temperature interpolates between the measured ones (dsim.specdec.conditioning)."""
+    groups: dict = {}
+    for c in curves:
+        groups.setdefault((c["method"], c["drafter"], c["target"], c["dataset"]), []).append(c)
+    out = []
+    for (method, drafter, target, dataset), cs in groups.items():
+        cs = sorted(cs, key=lambda c: c["temperature"])
+        if len({c["temperature"] for c in cs}) < 2 or len({c["k"] for c in cs}) != 1:
+            continue
+        out.append({"name": _slug(method, target, dataset), "method": method, "drafter": drafter, "target": target,
+                    "dataset": dataset, "temperature": cs[0]["temperature"], "source": cs[0]["source"],
+                    "k": cs[0]["k"], "derived_from": "the curves " + ", ".join(c["name"] for c in cs),
+                    "tokens_per_verify_step": cs[0]["tokens_per_verify_step"],
+                    "tokens_per_verify_step_by_temperature": {c["temperature"]: c["tokens_per_verify_step"] for c in cs},
+                    "points": [dict(p, conditional=list(p["conditional"])) for c in cs for p in c["points"]]})
+    return out

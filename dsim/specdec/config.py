@@ -77,16 +77,24 @@ class SpecConfig:
     levels: object = None             # Chain (dsim.specdec.levels) or None: one drafter level
     draft_kv: object = None           # schema DraftKv or None (dsim.specdec.devmem)
     draft_load: object = None         # schema DraftLoad or None (dsim.specdec.devmem)
+    top_p: float = 1.0                # nucleus sampling the acceptance is read at (dsim.specdec.conditioning)
+    rules: list = field(default_factory=list)   # [(domain or None, pool or None, acceptance model)]
+    replay: dict | None = None        # speculation.replay_log as ReproLog.read gives it (dsim.specdec.replay)
 
-    def make_policy(self):
-        """A fresh gamma policy (one per conversation, or per target for controllers)."""
+    def make_policy(self, acceptance=None):
+        """A fresh gamma policy (one per conversation, or per target for controllers); ``acceptance``:
+        the conversation's own model (per-request conditioning), else the scenario's."""
+        acc = self.acceptance if acceptance is None else acceptance
         memo = None
         if self.policy == "specpp":      # one memo of choices for all the conversations' policies
-            key = (self.acceptance, tuple(sorted(self.policy_params.items())))
-            if getattr(self, "_specpp_memo", (None,))[0] != key:
-                self._specpp_memo = (key, {})
-            memo = self._specpp_memo[1]
-        return build_policy(self.policy, self.policy_params, self.mode, self.acceptance, memo)
+            key = (acc, tuple(sorted(self.policy_params.items())))
+            if acceptance is not None:   # one memo per conditioned model
+                memo = self.__dict__.setdefault("_specpp_memos", {}).setdefault(key, {})
+            else:
+                if getattr(self, "_specpp_memo", (None,))[0] != key:
+                    self._specpp_memo = (key, {})
+                memo = self._specpp_memo[1]
+        return build_policy(self.policy, self.policy_params, self.mode, acc, memo)
 
 
 def build_policy(name: str, params: dict, mode: str, acceptance, memo=None):
@@ -144,7 +152,7 @@ def _groups(rows, path: str) -> list:
 
 
 SHIPPED_HEAD = Path(str(resources.files("dsim").joinpath("data/heads/latency_head.yaml")))   # package data
-_HEAD_KEYS = ("weights", "bias", "hidden", "k_max", "smoothing", "fused_below", "fused_k")
+_HEAD_KEYS = ("weights", "bias", "hidden", "residual", "k_max", "smoothing", "fused_below", "fused_k")
 
 
 def _head_params(params: dict, where_gamma: str, base_dir) -> dict:
@@ -169,7 +177,7 @@ def _head_params(params: dict, where_gamma: str, base_dir) -> dict:
     head = doc.get("latency_head") if isinstance(doc, dict) else None
     if not isinstance(head, dict) or "weights" not in head:
         raise ConfigError(where, f, "a head file with a latency_head: {weights, bias, ...} section")
-    for k in ("weights", "bias", "hidden", "smoothing", "fused_below"):
+    for k in ("weights", "bias", "hidden", "residual", "smoothing", "fused_below"):
         if head.get(k) is not None:          # hidden: null is a linear head
             check_finite(head[k], f"{p}: latency_head.{k}")
     return {**{k: head[k] for k in _HEAD_KEYS if k in head}, **params}
@@ -212,6 +220,12 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
         raise ConfigError(f"{path}.drafter", drafter.name,
                           f"a drafter sharing the target's vocabulary ({target_model.vocab_size} tokens, "
                           f"not {drafter.vocab_size})")
+    rules = [(r.domain, r.pool, _acceptance(r.acceptance, f"{path}.acceptance_rules[{i}].acceptance", base_dir)[0])
+             for i, r in enumerate(cfg.acceptance_rules or ())]
+    replay = None
+    if cfg.replay_log is not None:
+        from .replay import ReproLog
+        replay = ReproLog.read(_relative(cfg.replay_log, base_dir), f"{path}.replay_log")
     return SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, cfg.temperature, policy, params, probe.k_max,
                       cfg.mode_switch.model_dump(), cfg.partial_verification.model_dump(),
                       cfg.kv_admission.max_kv_utilization_pct, cfg.cold_start.model_dump(), cfg.token_bytes,
@@ -219,7 +233,7 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
                       cfg.verify_order, cfg.acceptance_draws == "expectation",
                       cohort_assignment=cfg.cohort_assignment, framework=cfg.framework,
                       verify_attention=cfg.verify_attention, levels=levels, draft_kv=cfg.draft_kv,
-                      draft_load=cfg.draft_load)
+                      draft_load=cfg.draft_load, top_p=cfg.top_p, rules=rules, replay=replay)
 
 
 def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:

@@ -159,12 +159,20 @@ class Conversations:
 
     def _start(self, r, dev, done_ev=None, net_s: float = 0.0) -> SpecState:
         cfg = self.cfg
-        pol = cfg.make_policy() if cfg.policy not in PER_TARGET else None
+        cond = self.cond
+        if cfg.policy in PER_TARGET:
+            pol = None
+        else:                     # a conditioned request's policy predicts with its own acceptance (pool rules aside)
+            pol = cfg.make_policy(cond.model(r, cfg.acceptance) if cond is not None and cfg.portfolio is None else None)
         st = SpecState(self, dev, pol, cfg.mode != "off")
         st.done_ev = done_ev
         st.net_s = net_s
+        if cond is not None:
+            st.temp = cond.temperature(r)
+            if r.sampling is not None and r.sampling[2]:
+                self.domain_of[r.rid] = r.sampling[2]
         if cfg.portfolio is not None:
-            st.drafter = cfg.portfolio.first(r.prompt_len, cfg.temperature)
+            st.drafter = cfg.portfolio.first(r.prompt_len, st.temp)
         self.states[r.rid] = st
         if st.speculative:
             r.spec = st

@@ -140,7 +140,8 @@ class SpecPP(_Clamp):
 
 
 class LatencyHead(_Clamp):
-    """Seed 002 6.4.1: gamma_hat = w . x + b (or a one-hidden-layer SiLU MLP) over a 3-sample history
+    """Seed 002 6.4.1: gamma_hat = w . x + b (or a one-hidden-layer SiLU MLP, or that layer in the
+    design's residual block y = x + V SiLU(W x + c), gamma_hat = w . y + b) over a 3-sample history
     of (tpot_ms, rtt_ms, gamma, slo_hit); clamped to [1, k_max], exponentially smoothed; a smoothed
     value <= ``fused_below`` means fused mode.  Features: [queue_util, queue_trend, tpot_avg,
     tpot_delta, rtt_avg, rtt_delta, acceptance_est, slo_tpot, last_gamma]."""
@@ -150,7 +151,7 @@ class LatencyHead(_Clamp):
 
     def __init__(self, weights, bias: float = 0.0, hidden=None, k_max: int = 8, smoothing: float = 1.0,
                  fused_below: float = 1.5, default_k: int = 4, history: int = 3, queue_capacity: int = 64,
-                 fused_k: int = 1):
+                 fused_k: int = 1, residual=None):
         super().__init__(1, k_max)
         self.fused_k = self.clamp(fused_k)    # drafts per fused round (a trained head's most common fused label)
         self.w = np.asarray(weights, float)
@@ -164,7 +165,13 @@ class LatencyHead(_Clamp):
             W, c = self.hidden
             if W.ndim != 2 or W.shape[1] != self.N_FEATURES or c.shape != (W.shape[0],):
                 raise ValueError(shape)
-        want = self.hidden[0].shape[0] if self.hidden is not None else self.N_FEATURES
+        self.residual = None
+        if residual is not None:         # V (features, units): the block adds V SiLU(W x + c) to x
+            self.residual = np.asarray(residual, float)
+            if self.hidden is None or self.residual.shape != (self.N_FEATURES, self.hidden[0].shape[0]):
+                raise ValueError(f"residual must be [{self.N_FEATURES} rows of one weight per hidden unit] "
+                                 "beside a hidden layer")
+        want = self.hidden[0].shape[0] if self.hidden is not None and self.residual is None else self.N_FEATURES
         if self.w.shape != (want,):
             raise ValueError(f"weights must have {want} entries")
         self.alpha = float(smoothing)
@@ -195,7 +202,8 @@ class LatencyHead(_Clamp):
         if self.hidden is not None:
             W, c = self.hidden
             z = W @ x + c
-            x = z / (1.0 + np.exp(-z))             # SiLU
+            h = z / (1.0 + np.exp(-z))             # SiLU
+            x = h if self.residual is None else x + self.residual @ h
         return float(self.w @ x + self.b)
 
     def choose(self, t: Telemetry):

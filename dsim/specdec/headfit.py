@@ -1,8 +1,9 @@
 """Train the latency head (``gamma.policy: latency_head``) on oracle labels (dsim.explore.oracle).
 
 Seed 002 6.4.1: a tiny regressor from the nine telemetry features to gamma.  It is linear or has
-one hidden layer of SiLU units, it is trained with the Smooth L1 (Huber) loss, and it is served
-with smoothing.
+one hidden layer of SiLU units, optionally wrapped in the design's residual block
+(``y = x + Linear(SiLU(Linear(x)))``, then a linear output: ``--residual``), it is trained with the
+Smooth L1 (Huber) loss, and it is served with smoothing.
 
 Inputs are standardised for training, and the scaling is folded into the first layer, so the
 written head reads raw features exactly as ``LatencyHead`` computes them.
@@ -41,13 +42,17 @@ def _silu(z):
     return z * s, s * (1.0 + z * (1.0 - s))          # value, derivative
 
 
-def fit(X, y, hidden: int = 0, seed: int = 0) -> dict:
-    """Weights on standardised inputs: {"w", "b"} (linear) or {"W", "c", "w", "b"} (SiLU MLP),
-    minimising mean Huber loss + L2 by L-BFGS from a seeded start (deterministic)."""
+def fit(X, y, hidden: int = 0, seed: int = 0, residual: bool = False) -> dict:
+    """Weights on standardised inputs: {"w", "b"} (linear), {"W", "c", "w", "b"} (SiLU MLP) or,
+    ``residual``, {"W", "c", "V", "w", "b"}: ``out = w . (x + V SiLU(W x + c)) + b`` (the second
+    Linear's bias would only add w . e to b, so it is b's); minimising mean Huber loss + L2 by
+    L-BFGS from a seeded start (deterministic)."""
     n, d = X.shape
     rng = np.random.default_rng(seed)
     if hidden == 0:
         shapes = [(d,), ()]
+    elif residual:
+        shapes = [(hidden, d), (hidden,), (d, hidden), (d,), ()]
     else:
         shapes = [(hidden, d), (hidden,), (hidden,), ()]
     sizes = [int(np.prod(s)) for s in shapes]
@@ -66,6 +71,8 @@ def fit(X, y, hidden: int = 0, seed: int = 0) -> dict:
             val, g = _huber(pred - y)
             gw = X.T @ g / n + 2 * L2 * w
             return float(val.mean() + L2 * w @ w), np.concatenate([gw, [g.mean()]])
+        if residual:
+            return _residual_loss(X, y, *unpack(theta))
         W, c, w, b = unpack(theta)
         z = X @ W.T + c
         h, dh = _silu(z)
@@ -78,21 +85,50 @@ def fit(X, y, hidden: int = 0, seed: int = 0) -> dict:
         reg = L2 * (np.sum(W * W) + w @ w)
         return float(val.mean() + reg), np.concatenate([gW.ravel(), gc, gw, [g.mean()]])
     theta0 = np.zeros(sum(sizes))
-    if hidden:
+    if hidden and residual:              # V starts at zero: the block starts as the identity (a linear head)
+        theta0[:sizes[0]] = rng.normal(0, 1 / np.sqrt(d), sizes[0])
+    elif hidden:
         theta0[:sizes[0]] = rng.normal(0, 1 / np.sqrt(d), sizes[0])
         theta0[sizes[0] + sizes[1]:sizes[0] + sizes[1] + sizes[2]] = rng.normal(0, 1 / np.sqrt(hidden), sizes[2])
     theta0[-1] = float(np.median(y))
     res = minimize(loss, theta0, jac=True, method="L-BFGS-B", options={"maxiter": 2000})
     parts = unpack(res.x)
+    if hidden and residual:
+        return {"W": parts[0], "c": parts[1], "V": parts[2], "w": parts[3], "b": float(parts[4])}
     return {"w": parts[0], "b": float(parts[1])} if hidden == 0 else \
         {"W": parts[0], "c": parts[1], "w": parts[2], "b": float(parts[3])}
 
 
+def _residual_loss(X, y, W, c, V, w, b):
+    """Mean Huber loss + L2 of the residual head and its gradient (W, c, V, w, b order)."""
+    n = len(y)
+    z = X @ W.T + c
+    h, dh = _silu(z)
+    Y = X + h @ V.T                      # the residual block's output
+    val, g = _huber(Y @ w + b - y)
+    g = g / n
+    gw = Y.T @ g + 2 * L2 * w
+    gY = g[:, None] * w[None, :]
+    gV = gY.T @ h + 2 * L2 * V
+    gz = (gY @ V) * dh
+    gW = gz.T @ X + 2 * L2 * W
+    reg = L2 * (np.sum(W * W) + np.sum(V * V) + w @ w)
+    return float(val.mean() + reg), np.concatenate([gW.ravel(), gz.sum(axis=0), gV.ravel(), gw, [g.sum()]])
+
+
 def to_raw(model: dict, mu, sd) -> dict:
-    """Fold the standardisation x' = (x - mu) / sd into the weights: the head then reads raw features."""
+    """Fold the standardisation x' = (x - mu) / sd into the weights: the head then reads raw features.
+    A residual block folds exactly too: with y = sd * y' + mu, y = x + (sd V) SiLU((W / sd) x + c - (W / sd) mu)
+    and the output reads y with weights w / sd."""
     if "W" not in model:
         w = model["w"] / sd
         return {"weights": w.tolist(), "bias": float(model["b"] - w @ mu), "hidden": None}
+    if "V" in model:
+        W = model["W"] / sd[None, :]
+        w = model["w"] / sd
+        return {"weights": w.tolist(), "bias": float(model["b"] - w @ mu),
+                "hidden": [W.tolist(), (model["c"] - W @ mu).tolist()],
+                "residual": (model["V"] * sd[:, None]).tolist()}
     W = model["W"] / sd[None, :]
     c = model["c"] - W @ mu
     return {"weights": model["w"].tolist(), "bias": model["b"], "hidden": [W.tolist(), c.tolist()]}
@@ -104,7 +140,10 @@ def predict(head: dict, X) -> np.ndarray:
         return X @ np.asarray(head["weights"]) + head["bias"]
     W, c = (np.asarray(a) for a in head["hidden"])
     z = X @ W.T + c
-    return (z / (1.0 + np.exp(-z))) @ np.asarray(head["weights"]) + head["bias"]
+    h = z / (1.0 + np.exp(-z))
+    if head.get("residual") is not None:
+        return (X + h @ np.asarray(head["residual"]).T) @ np.asarray(head["weights"]) + head["bias"]
+    return h @ np.asarray(head["weights"]) + head["bias"]
 
 
 def decide(g, modes, gammas, fused_k: int, k_max: int) -> list:
@@ -176,8 +215,10 @@ def evaluate(head: dict, rows, meta, fused_k: int, k_max: int) -> dict:
             "static_regret": static, "best_static": min(static, key=lambda a: (static[a], a))}
 
 
-def train_head(oracle_dir, out, *, hidden=(0, 8, 16), seed: int = 0, smoothing: float = 0.5) -> dict:
-    """Fit a linear head and SiLU MLPs, pick by held-out regret, write the head YAML; return its report."""
+def train_head(oracle_dir, out, *, hidden=(0, 8, 16), seed: int = 0, smoothing: float = 0.5,
+               residual: bool = False) -> dict:
+    """Fit a linear head and SiLU MLPs (``residual``: each hidden layer in the residual block), pick
+    by held-out regret, write the head YAML; return its report."""
     import yaml
     out = Path(out)
     if not out.parent.is_dir() or out.is_dir():
@@ -202,12 +243,13 @@ def train_head(oracle_dir, out, *, hidden=(0, 8, 16), seed: int = 0, smoothing: 
     fused_k = int(np.bincount(fused).argmax()) if fused else 1
     cands = []
     for h in hidden:
-        head = to_raw(fit((X - mu) / sd, y, h, seed), mu, sd)
-        rep = {"hidden_units": h, "train": evaluate(head, train, meta, fused_k, k_max),
+        head = to_raw(fit((X - mu) / sd, y, h, seed, residual), mu, sd)
+        rep = {"hidden_units": h, "residual": bool(h and residual), "train": evaluate(head, train, meta, fused_k, k_max),
                "validation": evaluate(head, val, meta, fused_k, k_max)}
         cands.append((rep["validation"]["regret"], h, head, rep))
     _, h, head, rep = min(cands, key=lambda c: (c[0], c[1]))
     doc = {"latency_head": {"weights": head["weights"], "bias": head["bias"], "hidden": head["hidden"],
+                            **({"residual": head["residual"]} if "residual" in head else {}),
                             "k_max": k_max, "fused_below": FUSED_BELOW if len(meta["modes"]) > 1 else 0.0,
                             "fused_k": fused_k, "smoothing": smoothing},
            "features": list(FEATURES),

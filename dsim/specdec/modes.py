@@ -1,10 +1,12 @@
 """Where a round is drafted: the mode selector (fused, distributed, or hybrid by RTT and verify
-queue thresholds, device availability, KV spill, or the gamma policy's choice) and the target's
+queue thresholds, the access link's utilisation, device availability, KV spill, or the gamma
+policy's choice) and the target's
 fused drafter, which is loaded on first use (a cold start), kept warm for a retention time, and
 pre-warmed while the device keeps drafting.  A mixin of ``SpecRuntime`` (dsim.specdec.runtime)."""
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from .gamma import DISTRIBUTED, FUSED, Telemetry
 from .state import SpecState, TargetState
@@ -31,6 +33,10 @@ class DraftingModes:
         else:
             mode = DISTRIBUTED if (dev_ok and tel.rtt_ms <= cfg.switch["max_rtt_ms"]
                                    and tel.verify_queue <= cfg.switch["max_verify_queue"]) else FUSED
+        lim = cfg.switch.get("max_link_utilization")
+        if lim is not None and mode == DISTRIBUTED and self.link_utilization(st.device) > lim:
+            mode = FUSED                 # network-aware guard (seed 002 6.1): the access link is saturated
+            self.link_fused += 1
         dwell = cfg.switch.get("min_fused_dwell_s", 0.0)
         if dwell:                        # fused hysteresis (seed 002): once the switch says fused, the
             if now < st.fused_until:     # conversation stays fused for the dwell, however the RTT jitters
@@ -45,6 +51,26 @@ class DraftingModes:
             self.cold_avoided += 1
             return DISTRIBUTED
         return mode
+
+    def link_utilization(self, dev) -> float:
+        """Share of its bandwidth the device's access link carried (the busier direction) over at
+        least the last ``mode_switch.link_window_s``: from the carried bytes at this and earlier
+        readings (the latest one at or before the window's start)."""
+        now = self.env.now
+        net = self.net
+        up, down = net.carried_bytes(dev.name, self.gw), net.carried_bytes(self.gw, dev.name)
+        hist = self.link_hist.get(dev.name)
+        if hist is None:
+            hist = self.link_hist[dev.name] = deque([(0.0, 0.0, 0.0)])
+        hist.append((now, up, down))
+        start = now - self.cfg.switch["link_window_s"]
+        while len(hist) > 2 and hist[1][0] <= start:
+            hist.popleft()
+        t0, u0, d0 = hist[0]
+        if now <= t0:
+            return 0.0
+        bw = net.link(dev.name, self.gw).bw
+        return max(up - u0, down - d0) / (bw * (now - t0))
 
     def _warm(self, tgt: TargetState) -> bool:
         return self.env.now <= tgt.warm_until

@@ -50,6 +50,13 @@ class Portfolio:
                 return i
         return len(self.drafters) - 1
 
+    def index(self, name: str) -> int:
+        """The index of the drafter called ``name`` (ValueError naming the drafters)."""
+        for i, d in enumerate(self.drafters):
+            if d.name == name:
+                return i
+        raise ValueError(f"drafter: expected one of {', '.join(d.name for d in self.drafters)}, got {name!r}")
+
     def escalate(self, idx: int, acc_est: float) -> bool:
         """Move up one drafter now? (strictly below the threshold, and a larger drafter exists)"""
         return self.escalate_below is not None and idx < len(self.drafters) - 1 and acc_est < self.escalate_below

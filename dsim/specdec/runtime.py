@@ -28,6 +28,7 @@ from ..network.fabric import Network
 from ..network.topology import MBPS, Topology
 from .acceptance import expected_accepted, sample_accepted
 from .cohorts import CohortSteps
+from .conditioning import Conditioning
 from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
@@ -36,6 +37,7 @@ from .eagle import EagleHead
 from .gamma import DISTRIBUTED, FUSED, Telemetry
 from .levels import LevelRounds
 from .modes import DraftingModes
+from .replay import ReproLog
 from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
@@ -84,21 +86,35 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         self._devmem_init()
         self.targets: dict = {}
         self.overrides: dict = {}        # pool -> SetSpeculation override for its replicas
+        self.pool_drafter: dict = {}     # pool -> SetDrafter's drafter name for its replicas
         self.states: dict = {}           # rid -> SpecState
         self._models: dict = {}          # (replica or device group, portfolio index) -> drafter roofline
         self._gpu: dict = {}             # replica -> its GPU (device profile)
         self.decision_hook = None        # (request, policy) after each gamma decision (dsim.explore.oracle)
         self.spills = 0
+        self.link_fused = 0              # rounds the link-utilisation guard made fused (dsim.specdec.modes)
+        self.link_hist: dict = {}        # device -> [(time, bytes up, bytes down)] of its access link
         self.cold_avoided = 0
         self.uploading = 0
         self.devices_done = 0
         self.unissued = 0
         self.by_context: dict = {}       # power-of-two context bin -> [rounds, verified, accepted]
         self.by_second: dict = {}        # whole simulated second -> [rounds, drafted, verified, accepted]
-        # _next_round's fused fast path: chains, every draft holding KV (no partial-verification draw)
-        self._fused_fast = cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
+        # per-request acceptance (dsim.specdec.conditioning) and the reproducibility log (dsim.specdec.replay)
+        self._pool_of: dict = {}         # replica -> pool name
+        self.cond = Conditioning(cfg, self._pool_of) if Conditioning.wanted(cfg, reqs) else None
+        self.domain_of: dict = {}        # rid -> its request's domain label (summary.json acceptance_by_domain)
+        self.log = ReproLog(replay=cfg.replay) if cfg.replay is not None else None
+        # _next_round's fused fast path: chains, every draft holding KV (no partial-verification draw),
+        # one drafter level, no log to write or replay
+        self._fused_fast = (cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
+                            and self.log is None)
         self._levels_init()
         self._cohorts_init()
+        for i, (_, pool, _) in enumerate(cfg.rules):
+            if pool is not None and pool not in fleet.pools:
+                raise ConfigError(f"speculation.acceptance_rules[{i}].pool", pool,
+                                  f"a pool of the cluster ({', '.join(sorted(fleet.pools))})")
         self._bind(reqs)
         fleet.replica_hooks.append(self._setup_replica)
         for rep in fleet.replicas():
@@ -134,12 +150,15 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             load = nbytes / spec.device.weight_load_bytes_s
         pol = cfg.make_policy() if cfg.policy in PER_TARGET else None
         self.targets[rep.name] = TargetState(pol, cfg.cold["initially_warm"], load)
+        self._pool_of[rep.name] = rep.pool.name
         self._gpu[rep.name] = spec.device
         topo = self.net.topo
         if topo.has(rep.name) and not nx.has_path(topo.g, self.gw, rep.name):
             raise ConfigError("network", rep.name, f"a path from the gateway {self.gw!r} to replica {rep.name!r} "
                               "(draft devices reach the replicas that are network nodes through it)", show_value=False)
         self.targets[rep.name].override = self.overrides.get(rep.pool.name)
+        if self.pool_drafter.get(rep.pool.name) is not None:
+            self.targets[rep.name].drafter = cfg.portfolio.index(self.pool_drafter[rep.pool.name])
         rep.inst.draft_model = top
         if cfg.levels is not None:
             rep.inst.draft_cost = self._levels_fused_time
@@ -158,8 +177,18 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if d.group is grp:
                 self.net.set_latency(d.name, self.gw, rtt_ms / 2e3)
 
+    def start_log(self) -> None:
+        """output.repro_log: record every mode decision and acceptance outcome from now on."""
+        if self.log is None:
+            self.log = ReproLog(record=True)
+        else:
+            self.log.lines = []
+        self._fused_fast = False
+
     # ---- the portfolio ---------------------------------------------------------------------------------
     def _acceptance(self, st):
+        if st.acc is not None:           # conditioned on its request (dsim.specdec.conditioning)
+            return st.acc
         pf = self.cfg.portfolio
         return self.cfg.acceptance if pf is None or st.drafter < 0 else pf.drafters[st.drafter].acceptance
 
@@ -188,13 +217,19 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         """(accepted drafts, extra step seconds) for a verification of k drafts."""
         if k <= 0:
             return 0, 0.0
+        if self.log is not None:         # replayed and/or recorded (dsim.specdec.replay)
+            return self.log.accept(self, st, r, k)
+        return self.draw(st, r, k)
+
+    def draw(self, st: SpecState, r, k: int):
+        """``accept`` without the log: the outcome drawn (or its expectation taken)."""
         cfg = self.cfg
         tree = st.tree
         if tree is not None:
             a = tree.sample(self.rng, k)
             k = tree.depth(k)            # a rollback: the walk stopped above the tree's deepest level
         elif cfg.expectation:
-            probs = self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature)
+            probs = self._acceptance(st).probabilities(r.num_computed, k, st.temp)
             a = expected_accepted(st, probs)
             # a rollback (some draft rejected) in expectation too: 1 - prod(p) of one, carried
             full = 1.0
@@ -206,7 +241,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             st.rollbacks += n
             return a, n * cfg.partial["rollback_penalty_ms"] * 1e-3
         else:
-            a = sample_accepted(self.rng, self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature))
+            a = sample_accepted(self.rng, self._acceptance(st).probabilities(r.num_computed, k, st.temp))
         if a < k:
             st.rollbacks += 1
             return a, cfg.partial["rollback_penalty_ms"] * 1e-3
@@ -216,7 +251,8 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         """``accept`` for each row in order, with one draw of the uniforms for all chain drafts
         (the stream gives the same numbers drawn at once or row by row)."""
         extra = 0.0
-        if self.cfg.tree is not None or self.cfg.expectation:   # trees draw per level; expectation draws nothing
+        # trees draw per level; expectation draws nothing; the log takes each row in turn
+        if self.cfg.tree is not None or self.cfg.expectation or self.log is not None:
             for row in rows:
                 r = row[0]
                 row[2], x = self.accept(r.spec, r, row[1])
@@ -234,7 +270,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         i = 0
         temp = self.cfg.temperature
         pen = self.cfg.partial["rollback_penalty_ms"] * 1e-3
-        one = self.cfg.portfolio is None
+        one = self.cfg.portfolio is None and self.cond is None
         acc0 = self.cfg.acceptance
         probs_of = acc0.probabilities
         for row in rows:
@@ -244,7 +280,8 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                 continue
             r = row[0]
             st = r.spec
-            probs = (probs_of if one else self._acceptance(st).probabilities)(r.num_computed, k, temp)
+            probs = probs_of(r.num_computed, k, temp) if one else \
+                self._acceptance(st).probabilities(r.num_computed, k, st.temp)
             a = 0                        # accepted_run, inline: leading drafts with u < p
             for p in probs:
                 if u[i + a] >= p:
@@ -274,7 +311,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         # policies see a tree by its depth
         round_s, tpot_ms = self._tally(st, r, tgt, k, tree.depth(k) if tree is not None else k, a, now)
         pf = self.cfg.portfolio
-        if pf is not None and pf.escalate(st.drafter, st.acc_est):
+        if pf is not None and tgt.drafter is None and pf.escalate(st.drafter, st.acc_est):
             st.drafter += 1              # a larger drafter from the next round, judged afresh
             st.escalations += 1
             st.acc_est = ACC_PRIOR
@@ -294,6 +331,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         ``fused_round``; returns (round seconds, TPOT ms)."""
         tgt.verified += k
         tgt.accepted += a
+        tgt.rounds += 1
         st.rounds += 1
         st.verified += k
         st.accepted += a
@@ -353,7 +391,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         self._tally(st, r, tgt, k, k, a, now)
         st.last_k, st.last_a = st.drafted_now, a
         # the next round (_next_round's fast path; the drafter is warm for good)
-        st.drafted_now = st.k = kf(r.num_computed, self.cfg.temperature)
+        st.drafted_now = st.k = kf(r.num_computed, st.temp)
         st.t_ready = now
         st.deadline = now + self.round_budget_s
         if inst._wake is not None:
@@ -367,11 +405,17 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         cfg = self.cfg
         tgt = self.targets[inst.name]
         pol = st.policy or tgt.policy
+        if tgt.drafter is not None and st.drafter != tgt.drafter:   # a SetDrafter action pins the pool's drafter
+            st.drafter = tgt.drafter     # judged afresh, as after an escalation
+            st.acc_est = ACC_PRIOR
+        if self.cond is not None:        # its acceptance on this replica (domain, pool, top_p)
+            st.acc = None
+            st.acc = self.cond.model(r, self._acceptance(st), inst.name)
         if (self._fused_fast and (st.device is None or cfg.mode == "fused") and tgt.override is None
                 and self.decision_hook is None and getattr(pol, "k_for", None) is not None):
             # the fused round of a chain with a context-only gamma rule: the general path below
             # with the branches that cannot apply taken out (no Telemetry, no mode selector)
-            k = pol.k_for(r.num_computed, cfg.temperature)
+            k = pol.k_for(r.num_computed, st.temp)
             st.tree = None
             st.drafted_now = st.k = k
             st.fused = True
@@ -392,7 +436,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         tel = Telemetry(r.num_computed, st.last_k, st.last_a, st.acc_est, len(inst.waiting) + tgt.ready_n,
                         1.0 - kv.free_count / kv.total,
                         2e3 * self.net.latency_s(st.device.name, self.gw) if st.device is not None else 0.0,
-                        st.tpot_est, self.slo_tpot_ms, cfg.temperature)
+                        st.tpot_est, self.slo_tpot_ms, st.temp)
         pmode, k = pol.choose(tel)
         if self.decision_hook is not None:
             self.decision_hook(r, pol)
@@ -406,10 +450,16 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             elif ov[0] == FUSED or (ov[0] == DISTRIBUTED and st.device is not None
                                     and st.device.available_from(self.env.now) != math.inf):
                 mode = ov[0]
+        kv_rep = None
+        if self.log is not None:         # replayed (mode, k, kv) of this round, when the log has it
+            mode, k, kv_rep = self.log.decide(r.rid, mode, k)
+            if mode == DISTRIBUTED and (st.device is None or st.device.available_from(self.env.now) == math.inf):
+                mode = FUSED             # an edited log cannot send drafts to a device that is not there
+        depth = k
         steps = None
         if cfg.tree is not None and k:
             tr = cfg.tree
-            st.tree = draft_tree(self._acceptance(st).probabilities(r.num_computed, k, cfg.temperature),
+            st.tree = draft_tree(self._acceptance(st).probabilities(r.num_computed, k, st.temp),
                                  tr.topk, tr.tokens, tr.sibling)
             k = len(st.tree)             # depth k -> the tree's drafted nodes
             steps = st.tree.draft_steps(k)
@@ -420,8 +470,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         st.drafted_now = k
         pv = cfg.partial
         kv_k = k
-        if pv["mode"] == "first_token" or (pv["mode"] == "sampled" and float(self.prng.random()) >= pv["sample_rate"]):
+        if kv_rep is not None:
+            kv_k = min(kv_rep, k)
+        elif pv["mode"] == "first_token" or (pv["mode"] == "sampled" and float(self.prng.random()) >= pv["sample_rate"]):
             kv_k = min(k, 1)
+        if self.log is not None:
+            self.log.decided(self.env.now, r.rid, mode, depth, kv_k)
         if mode == FUSED:
             st.fused = True
             st.k = kv_k
@@ -502,3 +556,17 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                 self.targets[n].override = ov
         return names
 
+    def set_drafter(self, pool: str, name: str | None) -> list:
+        """seed 002's drafter selection as an action: from the next round, the pool's conversations
+        draft with the portfolio drafter ``name`` (None: each its own again)."""
+        pf = self.cfg.portfolio
+        if pf is None:
+            raise ValueError("SetDrafter: speculation.portfolio is not set (its drafters are what a pool switches "
+                             "between)")
+        idx = None if name is None else pf.index(name)
+        self.pool_drafter[pool] = name
+        names = [rep.name for rep in self.fleet.pool(pool).replicas]
+        for n in names:
+            if n in self.targets:
+                self.targets[n].drafter = idx
+        return names

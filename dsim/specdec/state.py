@@ -19,7 +19,7 @@ class SpecState:
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
                  "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline", "fused_until",
-                 "acc_carry", "rb_carry", "levels_ns")
+                 "acc_carry", "rb_carry", "levels_ns", "temp", "acc")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -50,6 +50,8 @@ class SpecState:
         self.draft_model = None          # this round's fused drafter when not the replica's own
         self.deadline = 0.0              # when this round's verification is due (verify_order: edf)
         self.levels_ns = None            # multi-level chains: this round's tokens per level (dsim.specdec.levels)
+        self.temp = rt.cfg.temperature   # the temperature its acceptance is read at (its request's own, if any)
+        self.acc = None                  # its conditioned acceptance model (dsim.specdec.conditioning), None = none
 
     @property
     def drafter_name(self) -> str:
@@ -73,7 +75,7 @@ class TargetState:
     verify queue and a controller's override."""
 
     __slots__ = ("policy", "warm_until", "loading", "cold_starts", "load_s", "ready_n", "override", "verified",
-                 "accepted")
+                 "accepted", "rounds", "drafter")
 
     def __init__(self, policy, warm: bool, load_s: float):
         self.policy = policy
@@ -84,4 +86,6 @@ class TargetState:
         self.ready_n = 0                 # conversations whose drafts wait at this target (verify queue)
         self.verified = 0                # drafts verified here so far (controllers read acceptance per window)
         self.accepted = 0
+        self.rounds = 0                  # verified rounds (a router reads tokens per verify step)
+        self.drafter = None              # a SetDrafter action's portfolio index for this pool, None = none
         self.override = None             # (mode or None, k or None) set by a SetSpeculation action

@@ -7,6 +7,7 @@ runs exactly the requests the original drew (the round trip, tested per request 
 One line per request, in arrival (request id) order, with only the columns that carry something:
 arrival_s (exact: JSON keeps a float's shortest repr), prompt_tokens, output_tokens, and when set
 request_id (the label), prefix_group, tenant, session, draft_id, priority, slo_class, the request's own
+temperature / top_p / domain (speculative acceptance),
 ttft_slo_ms / tpot_slo_ms, and segments, the prompt's content identity ([[id, tokens], ...]:
 shared system prompts, pooled questions and multi-turn history; an id -(i + 1) is request i's
 answer).  The scenario's SLO targets, classes and ``max_concurrency`` are not per request: the
@@ -42,6 +43,10 @@ def trace_record(r) -> dict:
         for k in ("ttft_slo_ms", "tpot_slo_ms"):
             if getattr(r, k) is not None:
                 rec[k] = getattr(r, k)
+    if r.sampling is not None:
+        for k, v in zip(("temperature", "top_p", "domain"), r.sampling):
+            if v not in (None, ""):
+                rec[k] = v
     if r.segments is not None:
         rec["segments"] = [[int(i), int(n)] for i, n in r.segments]
     return rec

@@ -307,13 +307,13 @@ def _mix(wl, rng, base_dir, desc, path: str) -> list:
     for k, c in enumerate(wl.classes):
         # c.priority None: the requests keep their own (a trace's column)
         reqs, d = build_requests(c, _PrefixedRNG(rng, f"workload.{c.name}."), base_dir, f"{path}.classes[{k}]")
-        parts.append((c.name, reqs, (c.priority, c.slo_class)))
+        parts.append((c.name, reqs, (c.priority, c.slo_class, (c.temperature, c.top_p, c.domain))))
         desc.setdefault("classes", {})[c.name] = d
     order = sorted(((r.arrival, k, j) for k, (_, reqs, _) in enumerate(parts) for j, r in enumerate(reqs)))
     new_id = {(k, j): i for i, (_, k, j) in enumerate(order)}
     out = []
     for i, (_, k, j) in enumerate(order):
-        name, reqs, (prio, cls) = parts[k]
+        name, reqs, (prio, cls, samp) = parts[k]
         r = reqs[j]
         r.rid = i
         r.tenant = name
@@ -321,6 +321,9 @@ def _mix(wl, rng, base_dir, desc, path: str) -> list:
             r.priority = prio
         if cls is not None:
             r.slo_class = cls
+        if samp != (None, None, None):            # each of the tenant's set keys wins over the request's own
+            own = r.sampling or (None, None, "")
+            r.sampling = tuple(own[i] if v is None else v for i, v in enumerate(samp))
         if r.session >= 0:
             r.session += k << 32
         if r.segments is not None:

@@ -5,7 +5,9 @@
   scheduling priority, a class of ``slo.classes``, and this request's own SLO targets; tenant and
   session: the fairness report's tenant (a draft group's cohort) and the conversation id; segments
   (JSONL only): the prompt's content as [[id, tokens], ...], what ``dsim trace generate`` writes;
-  draft_id: the draft device (``<group name>-<i>``) that opens the request; empty = none);
+  draft_id: the draft device (``<group name>-<i>``) that opens the request; empty = none;
+  temperature, top_p, domain: the sampling parameters and domain label speculative acceptance is
+  read at, docs/specdec.md);
 - Azure LLM inference trace 2023 CSV: TIMESTAMP, ContextTokens, GeneratedTokens;
 - BurstGPT CSV: Timestamp (s), Model, Request tokens, Response tokens, ... (rows with 0 response
   tokens are failed requests in that trace and are dropped);
@@ -14,7 +16,7 @@
 
 Every reader returns rows (arrival_s, prompt, output, prefix_group or -1, request_id, hash_ids or
 None, attrs or None) sorted by arrival, attrs being the Request attributes the optional columns
-set (priority, slo_class, ttft_slo_ms, tpot_slo_ms, tenant, session, segments, draft_id), the first arrival
+set (priority, slo_class, ttft_slo_ms, tpot_slo_ms, tenant, session, segments, draft_id, sampling), the first arrival
 at its own time (Azure: shifted to 0).
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..config.limits import MAX_GROUPS, MAX_TOKENS
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("prefix_group", "request_id", "priority", "slo_class", "ttft_slo_ms", "tpot_slo_ms", "tenant", "session",
-            "segments", "draft_id")
+            "segments", "draft_id", "temperature", "top_p", "domain")
 _SEGMENT_ID = 1 << 62          # segment ids are opaque integers of either sign (negative: a request's answer)
 
 
@@ -79,7 +81,30 @@ def _attrs(rec: dict, where: str):
     segs = rec.get("segments")
     if segs not in (None, ""):
         out["segments"] = _segments(segs, int(float(rec["prompt_tokens"])), where)
+    samp = sampling(*(rec.get(k) for k in ("temperature", "top_p", "domain")), where)
+    if samp is not None:
+        out["sampling"] = samp
     return out or None
+
+
+def sampling(temperature, top_p, domain, where: str):
+    """A request's (temperature, top_p, domain) for speculative acceptance (None when all are unset;
+    an unset part is None, or "" for the domain): a trace row's columns or a tenant's keys."""
+    if all(v in (None, "") for v in (temperature, top_p, domain)):
+        return None
+    vals = []
+    for name, v, lo, hi, lo_open in (("temperature", temperature, 0.0, 100.0, False), ("top_p", top_p, 0.0, 1.0, True)):
+        if v in (None, ""):
+            vals.append(None)
+            continue
+        try:
+            x = float(v) if not isinstance(v, bool) else None
+        except (TypeError, ValueError):
+            x = None
+        if x is None or not (lo < x <= hi if lo_open else lo <= x <= hi):
+            raise ConfigError(f"{where}.{name}", v, f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]")
+        vals.append(x)
+    return (vals[0], vals[1], "" if domain in (None, "") else str(domain))
 
 
 def _segments(segs, prompt: int, where: str) -> tuple:

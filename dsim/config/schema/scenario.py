@@ -47,6 +47,9 @@ class OutputConfig(Section):
     """Write kv_events.jsonl (one replica) or kv_events/REPLICA.jsonl: vLLM's KV cache events
     (BlockStored / BlockRemoved) of the prefix cache, one JSON batch per instant, as vLLM's KV events
     subscriber writes them; `dsim cosim` compares a real run's file with its replay's (docs/calibration.md)."""
+    repro_log: Bool = False
+    """Write repro_log.jsonl: every speculative acceptance outcome and mode decision, in order, which
+    speculation.replay_log replays (needs a speculation section)."""
     percentiles: list[Float(0, 100, lo_open=True)] = [50, 90, 95, 99]
     """Latency percentiles reported in summary.json, each in (0, 100] (sorted, duplicates dropped)."""
 

@@ -130,6 +130,23 @@ def _acceptance_shape(v):
 AcceptanceField = _one_of(_ACCEPTANCE, _acceptance_kind, _acceptance_shape)
 
 
+class AcceptanceRule(Section):
+    """A request's acceptance model when it matches: its domain label and/or the pool verifying it."""
+    domain: Str | None = None
+    """The request's domain label (a tenant's ``domain`` or a trace's column; None: any)."""
+    pool: Str | None = None
+    """The pool of the replica verifying its drafts (None: any)."""
+    acceptance: AcceptanceField
+    """Its acceptance model (as speculation.acceptance)."""
+
+    @model_validator(mode="after")
+    def _matches_something(self):
+        if self.domain is None and self.pool is None:
+            raise ConfigError("domain", None, "a domain or a pool to match (a rule for every request is "
+                              "speculation.acceptance)", show_value=False)
+        return self
+
+
 # ---- sub-sections read by the runtime ----------------------------------------------------------------------
 
 class ModeSwitch(Section):
@@ -141,6 +158,12 @@ class ModeSwitch(Section):
     """Largest device RTT for distributed drafting, ms (rtt_load)."""
     max_verify_queue: Int(0) = 64
     """Longest verify queue for distributed drafting, requests (rtt_load)."""
+    max_link_utilization: Float(0, 1, lo_open=True) | None = None
+    """Network-aware guard (seed 002 6.1): a round drafts fused while the device's access link
+    carried more than this share of its bandwidth over the last ``link_window_s`` (rtt_load and
+    gamma_policy; None: the link's load is not read)."""
+    link_window_s: Float(0, MAX_TIME_S, lo_open=True) = 1.0
+    """Trailing window the access link's utilisation is measured over, s."""
     min_fused_dwell_s: Float(0) = 0.0
     """Fused hysteresis: once a conversation's round is switched to fused, its rounds stay fused for
     this many seconds, so a jittery RTT does not flip it back and forth (0: no dwell)."""
@@ -436,7 +459,17 @@ class SpeculationConfig(Section):
     acceptance: AcceptanceField = CurveAcceptance()
     """Acceptance model: {curve: NAME, curves: FILE} | {geometric: RATE} | {bundle: FILE, drafter, verifier}."""
     temperature: Float(0) = 0.0
-    """Sampling temperature the acceptance model is read at."""
+    """Sampling temperature the acceptance model is read at (a request's own, from its tenant or a
+    trace column, wins)."""
+    top_p: Float(0, 1, lo_open=True) = 1.0
+    """Nucleus sampling: acceptance = greedy + top_p x (acceptance at the temperature - greedy)
+    (docs/specdec.md; a request's own wins; 1: the curve as it is)."""
+    acceptance_rules: list[AcceptanceRule] | None = None
+    """Acceptance by request domain and/or verifying pool: the first rule that matches gives the
+    model, else ``acceptance`` (None: ``acceptance`` for every request)."""
+    replay_log: Str | None = None
+    """A repro_log.jsonl (output.repro_log) whose acceptance outcomes and mode decisions this run
+    takes instead of drawing and choosing them, relative to the scenario (None: none)."""
     acceptance_draws: Choice("sample", "expectation") = "sample"
     """sample: each round's accepted drafts are drawn; expectation: each round accepts the expected
     number (carried over rounds as a remainder, so a conversation's total is the expectation's),
@@ -565,6 +598,11 @@ class SpeculationConfig(Section):
                 if g.closed_loop:
                     raise ConfigError(f"drafts[{i}].closed_loop", True, "false with draft_load.placement: "
                                       "warm_first (a closed-loop device is one user, it cannot be chosen)")
+        if self.acceptance_rules is not None and self.portfolio is not None:
+            raise ConfigError("acceptance_rules", None, "no rules with a portfolio (each drafter has its own "
+                              "acceptance)", show_value=False)
+        if self.acceptance_rules is not None and not self.acceptance_rules:
+            raise ConfigError("acceptance_rules", [], "a non-empty list of rules (or none)")
         if self.acceptance_draws == "expectation" and self.tree is not None:
             raise ConfigError("acceptance_draws", "expectation", "sample with tree drafts (the expectation is "
                               "taken over a chain's positions)")

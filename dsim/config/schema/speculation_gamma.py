@@ -95,6 +95,9 @@ class LatencyHeadGamma(Section):
     """Output bias (None: the head file's, else 0)."""
     hidden: Numbers | None = None
     """Hidden layer [weights (units x 9), biases (units)] (unset: the head file's; null: a linear head)."""
+    residual: Numbers | None = None
+    """Residual block around the hidden layer, y = x + V SiLU(W x + c): V as 9 rows of one weight per
+    hidden unit, and weights then has 9 entries (None: the head file's, else no block)."""
     k_max: K | None = None
     """Largest k (None: the head file's, else 8)."""
     smoothing: Float() | None = None

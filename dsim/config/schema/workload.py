@@ -412,6 +412,15 @@ class _Tenant(Section):
     slo_class: checked(str, _slo_class, {"type": "string", "minLength": 1}) \
         | None = None
     """A class of slo.classes all its requests join (None: the requests' own, or none)."""
+    temperature: Float(0, 100) | None = None
+    """Sampling temperature of all its requests, read by speculative acceptance (None: the requests'
+    own, a trace's column, else speculation.temperature)."""
+    top_p: Float(0, 1, lo_open=True) | None = None
+    """Nucleus (top-p) sampling of all its requests, read by speculative acceptance (None: the
+    requests' own, else speculation.top_p); docs/specdec.md gives the rule."""
+    domain: Str | None = None
+    """Domain label of all its requests (code, chat, ...): speculation.acceptance_rules may give it
+    its own acceptance curve (None: the requests' own, a trace's column, or none)."""
 
 
 ARRIVALS = {"poisson": PoissonWorkload, "gamma": GammaWorkload, "constant": ConstantWorkload,
