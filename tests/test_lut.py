@@ -184,5 +184,6 @@ def test_the_shipped_7b_table_is_what_its_readme_command_builds(tmp_path):
     assert main(["lut", "build", "--model", "meta-llama/Llama-2-7b-hf", "--hardware", "H100-SXM", "--tp", "1",
                  "--latency", "vidur", "--contexts", "128,256,512,1024,2048,4096,8192", "--tail-correlation", "none",
                  "--microbatches", "1,2,4,8,16,32,64,128", "--out", str(bare)]) == 0
-    without = [",".join(c for i, c in enumerate(line.split(",")) if i != 10) for line in shipped.read_text().splitlines()]
+    without = [",".join(c for i, c in enumerate(line.split(",")) if i != 10)
+               for line in shipped.read_text().splitlines()]
     assert bare.read_text().splitlines() == without

@@ -73,8 +73,8 @@ def test_step_sigma_from_a_hand_made_profile_equals_the_hand_computed_value(tmp_
     calls = {"input_layernorm": 1, "add": 2}
     L = 4
     # 2 tokens: halfway between the profiled 1 and 3; 6 tokens: twice the std at 3 (held relative)
-    for n, (e, ln, a) in ((2, ((emb1 + emb3) / 2, (ln1 + ln3) / 2, (add1 + add3) / 2)), (6, (2 * emb3, 2 * ln3, 2 * add3)),
-                          (1, (emb1, ln1, add1))):
+    for n, (e, ln, a) in ((2, ((emb1 + emb3) / 2, (ln1 + ln3) / 2, (add1 + add3) / 2)),
+                          (6, (2 * emb3, 2 * ln3, 2 * add3)), (1, (emb1, ln1, add1))):
         corr = e + L * (ln + 2 * a)
         ind = math.sqrt(e * e + L * (ln * ln + 2 * a * a))
         assert math.isclose(float(KN.step_sigma_ms(n, ops, calls, L)), corr, rel_tol=1e-12)
@@ -142,3 +142,23 @@ def test_tail_off_is_byte_identical_and_on_widens_tpot(tmp_path):
 def test_own_tail_refused_for_a_model_without_one():
     with pytest.raises(ConfigError, match=r"latency.tail: .*only lut and vidur"):
         dsim.run(scenario(latency={"model": "blackbox", "beta": [1000, 0, 0], "tail": True}))
+
+
+def test_a_given_spread_carries_to_the_fallback_tier_and_no_rng_means_the_mean():
+    """{cv} on a chain's head applies to the tier used; an estimate without an rng reads the mean."""
+    from dsim.config.engine import EngineConfig
+    from dsim.config.hardware import load_device
+    from dsim.config.model import load_model
+    from dsim.config.schema.latency import parse_latency
+    from dsim.latency.base import LatencyContext
+    from dsim.latency.registry import build_latency
+    m, d = load_model("meta-llama/Llama-3.1-8B", "model", Path.cwd()), load_device("H100-SXM", "hardware")
+    lat = parse_latency({"model": "vidur", "tail": {"cv": 0.1}, "fallback": ["roofline"]})
+    ctx = LatencyContext(m, d, EngineConfig(), 1 << 16, np.random.default_rng(0))
+    step, _, desc = build_latency(lat, ctx)
+    assert desc["provider"]["used"] == "roofline" and desc["tail"]["cv"] == 0.1
+    b = BatchShape(decode_tokens=8, decode_ctx_sum=8000, num_sampled=8, running=8)
+    mean_step = build_latency(lat, ctx._replace(rng=None))[0]
+    x = np.array([step.step_time(b) for _ in range(4000)])
+    assert len(set(x)) == len(x)
+    assert len({mean_step.step_time(b) for _ in range(3)}) == 1
