@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--microbatches", default=None, help="comma-separated microbatch bins")
     lb.add_argument("--split-attention", action="store_true",
                     help="also write cost_nonatt_ms / cost_attn_ms (latency.selective_batching reads them)")
+    lb.add_argument("--tail-correlation", choices=("correlated", "independent", "none"), default="correlated",
+                    help="latency_p95_ms from the vidur profiles' per-shape kernel noise, the operators' deviations "
+                         "summed (correlated, the default: upper bound) or root-sum-squared (independent: lower "
+                         "bound); none: no p95 column (latency.tail: true reads it)")
     lb.add_argument("--out", required=True, help="CSV file to write")
     c = sub.add_parser("cosim", help="replay a real vLLM run and report sim vs real per metric and quantile")
     c.add_argument("real", help="inference-perf folder, meta.json+requests.jsonl folder, vllm bench JSON, or CSV/JSONL")
@@ -442,7 +446,8 @@ def _lut(args) -> int:
     # a LUT holds GPU time: the replica that reads it adds its engine's host costs itself
     step = getattr(step, "gpu", step)
     rows = lut.export_rows(step, model, device, args.tp, contexts, mbs,
-                           source=f"dsim lut build --latency {args.latency}", split=args.split_attention)
+                           source=f"dsim lut build --latency {args.latency}", split=args.split_attention,
+                           tail_correlation=None if args.tail_correlation == "none" else args.tail_correlation)
     out = Path(args.out)
     tmp = out.with_name(out.name + ".tmp")
     try:

@@ -115,9 +115,9 @@ class Pool:
 
     def _estimator(self):
         if self._est is None:
-            sim = self.fleet.sim
+            # no rng: an estimate reads the mean step time, not one draw of latency.tail's noise
             ctx = LatencyContext(self.spec.model, self.spec.device, self.engine, self.kv_blocks,
-                                 sim.rng.stream(f"latency.estimate.{self.name}"), self.fleet.base_dir)
+                                 None, self.fleet.base_dir)
             self._est = build_latency(self.spec.latency, ctx, self._lat_path())[0]
         return self._est
 

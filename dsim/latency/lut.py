@@ -442,10 +442,16 @@ def _shape(phase: str, ctx: int, mb: int, k: int) -> BatchShape:
 
 
 def export_rows(step_model, model, device, tp: int, contexts=CONTEXTS, microbatches=MICROBATCHES,
-                verify_k=(1, 2, 4, 8), dtype: str = "bf16", source: str = "", split: bool = False) -> list[dict]:
+                verify_k=(1, 2, 4, 8), dtype: str = "bf16", source: str = "", split: bool = False,
+                tail_correlation: str | None = "correlated") -> list[dict]:
     """Tabulate any step-time model into LUT rows (energy at the device's board power).  ``split``:
     also cost_nonatt_ms (the model's time with no attention work: no causal pairs, no context read)
-    and cost_attn_ms (the rest), for selective batching."""
+    and cost_attn_ms (the rest), for selective batching.  A model with per-shape kernel noise (the
+    vidur model's ``step_sigma``, dsim.latency.kernel_noise) also gets latency_p95_ms: the 95th
+    percentile of the lognormal with the row's mean and that std, its operators' deviations combined
+    as ``tail_correlation`` says (None: no p95 column)."""
+    from .kernel_noise import lognormal_p95
+    sigma = getattr(step_model, "step_sigma", None) if tail_correlation is not None else None
     rows = []
     weights_mb = model.weight_bytes / tp / 1e6
     kv_tok_mb = model.kv_bytes_per_token / 1e6
@@ -463,6 +469,9 @@ def export_rows(step_model, model, device, tp: int, contexts=CONTEXTS, microbatc
                         "peak_mem_mb": round(weights_mb + mb * (ctx + new) * kv_tok_mb / tp, 3),
                         "kv_delta_mb": round(mb * new * kv_tok_mb, 6),
                         "energy_mj": round(device.tdp_w * tp * ms, 3), "source": source})
+                    if sigma is not None:
+                        sd = sigma(_shape(phase, ctx, mb, k), tail_correlation) * 1e3
+                        rows[-1]["latency_p95_ms"] = round(lognormal_p95(round(ms, 6), sd), 6)
                     if split:
                         bare = _shape(phase, ctx, mb, k)._replace(prefill_attn_pairs=0, prefill_ctx_tokens=0,
                                                                    decode_ctx_sum=0)

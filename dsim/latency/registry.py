@@ -119,9 +119,10 @@ def _lut(lat, ctx, path, chained=False):
         rows = pool_rows(read_lut(p), sel, ctx.model.name, ctx.device.name, ctx.engine.tensor_parallel_size, path)
     else:
         rows = select_rows(read_lut(p), sel, path)
-    step = LutModel(LutTable(rows, str(p)), lat.decode_phase, lat.fanout_k, lat.tail, ctx.rng, lat.selective_batching,
-                    path)
-    desc = {"path": str(p), "select": sel, "tail": lat.tail, "decode_phase": lat.decode_phase, "fanout_k": lat.fanout_k}
+    own = lat.tail is True or (lat.tail is not False and lat.tail.own)      # the rows' latency_p95_ms
+    step = LutModel(LutTable(rows, str(p)), lat.decode_phase, lat.fanout_k, own and ctx.rng is not None, ctx.rng,
+                    lat.selective_batching, path)
+    desc = {"path": str(p), "select": sel, "tail": own, "decode_phase": lat.decode_phase, "fanout_k": lat.fanout_k}
     if lat.selective_batching:
         desc["selective_batching"] = True
     return step, _gpu_alpha(lat, ctx), desc
@@ -178,6 +179,36 @@ def _with_host(kind, step, queueing, ctx, overrides, desc):
     return step, queueing
 
 
+def _with_tail(lat, step, ctx: LatencyContext, path: str, desc: dict):
+    """latency.tail (dsim.latency.tails): a mean-1 lognormal factor on each step's GPU time, with the
+    spread given or (``true``) the model's own; a LUT's own tails are drawn by the LUT model itself.
+    Without an rng (an estimate read off the model, e.g. dsim plan) the mean is used."""
+    t = lat.tail
+    if t is False:
+        return step
+    kind = lat.model
+    own = t is True or t.own
+    if own and kind not in ("lut", "vidur"):
+        raise ConfigError(f"{path}.tail", True if t is True else t.to_dict(),
+                          f"{{cv: X}} or {{p95_over_mean: Y}} with latency.model {kind} (only lut and vidur have tails "
+                          "of their own)")
+    if own and kind == "lut":
+        return step
+    from .tails import TailStepModel, cv_of_sigma, sigma_of_cv, sigma_of_p95
+    if own:
+        corr = "correlated" if t is True else t.correlation
+        desc["tail"] = {"source": "vidur operator profiles (per-shape std)", "correlation": corr}
+        if ctx.rng is None:
+            return step
+        sigma_of = step.step_sigma
+        return TailStepModel(step, ctx.rng, cv_of=lambda b, mean: sigma_of(b, corr) / mean)
+    s = sigma_of_cv(t.cv) if t.cv is not None else sigma_of_p95(t.p95_over_mean)
+    desc["tail"] = {"cv": t.cv if t.cv is not None else round(cv_of_sigma(s), 6),
+                    "p95_over_mean": t.p95_over_mean if t.p95_over_mean is not None else
+                    round(math.exp(s * 1.6448536269514722 - s * s / 2), 6)}
+    return step if ctx.rng is None else TailStepModel(step, ctx.rng, sigma=s)
+
+
 # unified5's built-in coefficients come from traces of vLLM on H100 (docs/latency-models.md)
 UNIFIED5_DEFAULT_HARDWARE = "H100-SXM"
 
@@ -205,6 +236,8 @@ def build_latency(lat, ctx: LatencyContext, path: str = "latency"):
     # the engine's host overrides and the what-if scale belong to the replica, not to one model:
     # a tier that does not write them takes the head section's
     inherit = {k: (lat.host.to_dict() if k == "host" else getattr(lat, k)) for k in ("host", "scale") if lat.given(k)}
+    if lat.tail is not False and lat.tail is not True and not lat.tail.own:    # a given spread: any tier's
+        inherit["tail"] = lat.tail.to_dict()
     tiers = [(lat, path)] + [(parse_latency({**inherit, **t.to_dict()}, f"{path}.fallback[{i}]") if inherit else t,
                               f"{path}.fallback[{i}]") for i, t in enumerate(lat.fallback)]
     chain = [t.model for t, _ in tiers]
@@ -240,6 +273,7 @@ def _build_tier(lat, ctx: LatencyContext, path: str, chained: bool = False):
                               f"splits attention from the rest: {', '.join(CP_MODELS)})")
         step = ContextParallelStep(step, ctx.model, ctx.device, ctx.engine.tensor_parallel_size, cp)
         desc["context_parallel"] = cp
+    step = _with_tail(lat, step, ctx, path, desc)       # on the whole GPU step, before the host costs
     if ctx.engine.all_reduce_algorithm and kind not in ("roofline", "vidur") and ctx.engine.tensor_parallel_size > 1:
         desc["warning"] = (f"engine.all_reduce_algorithm is read by the roofline and vidur models only; {kind} keeps "
                            "its own tensor-parallel cost")

@@ -205,8 +205,12 @@ class VidurModel:
         per_layer = sum(k * self.ops[op].predict(n) for op, k in LAYER_OPS.items() if op in self.ops)
         table = self.ops["emb"].predict(n) + L * per_layer
         bpp = model.bytes_per_param
+        # (TP, GPUs per node, layers, all-reduce bytes per token, is the all-reduce the profiled one)
+        self._noise_args = (tp, per_node or tp, L, model.hidden_size * bpp, False)
+        self._sigma: dict = {}
         if tp > 1:
             if t["allreduce"] is not None and tp_comm == "profile":
+                self._noise_args = self._noise_args[:4] + (True,)
                 table = table + 2 * L * t["allreduce"].predict(n * model.hidden_size * bpp)
                 self.comm = "profiled all_reduce" + (f" ({per_node} GPUs per node)" if across else "")
             else:
@@ -228,6 +232,30 @@ class VidurModel:
         self._head_c = model.flops_lm_head / tp / (device.peak_flops * p["attn_compute_efficiency"])
         self._head_m = model.lm_head_params * bpp / tp / (device.hbm_bytes_s * p["attn_memory_efficiency"])
         self.params = p
+
+    # ---- per-shape kernel noise (dsim.latency.kernel_noise) -------------------------------------
+    def _sigma_of(self, correlation: str):
+        """(std in s by token count up to max_tokens, the same as a function of any count)."""
+        got = self._sigma.get(correlation)
+        if got is None:
+            from .kernel_noise import allreduce_noise, operator_noise, step_sigma_ms
+            tp, per_node, L, ar_bytes, profiled_ar = self._noise_args
+            ops = operator_noise(self.profile, tp, OPS)
+            ar = allreduce_noise(self.network_profile, tp, per_node) if profiled_ar else None
+
+            def f(tokens):
+                return step_sigma_ms(tokens, ops, LAYER_OPS, L, ar, ar_bytes, correlation) * 1e-3
+            table = f(np.arange(self.max_tokens + 1, dtype=float))
+            table[0] = 0.0
+            got = self._sigma[correlation] = (table, f)
+        return got
+
+    def step_sigma(self, b: BatchShape, correlation: str = "correlated") -> float:
+        """std (s) of this step's time from the profiled operators' run-to-run noise at its token
+        count (attention and the LM head, not profiled, add none)."""
+        tokens = b.prefill_tokens + b.decode_tokens
+        table, f = self._sigma_of(correlation)
+        return float(table[tokens]) if tokens <= self.max_tokens else float(f(tokens))
 
     def linear_time(self, tokens: int) -> float:
         if tokens <= self.max_tokens:

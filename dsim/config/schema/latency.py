@@ -8,13 +8,13 @@ scenario's folder) and resolve the defaults that depend on the replica (None bel
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from ..errors import ConfigError
 from ..fields import check_number
 from ..names import BAND_COLUMNS, N_ALPHA, N_BETA
-from .base import (Bool, Choice, Float, Int, Section, Str, Tagged, TypeAdapter, ValidationError, checked,
-                   translate)
+from .base import (BeforeValidator, Bool, Choice, Discriminator, Float, Int, Section, Str, Tag, Tagged, TypeAdapter,
+                   ValidationError, checked, model_validator, translate)
 
 
 def Coefficients(n: int, unit: str = "microseconds"):
@@ -109,6 +109,45 @@ class HostOverrides(Section):
     """... per request in the step, microseconds."""
 
 
+class StepTail(Section):
+    """Per-step timing noise (dsim.latency.tails): each step's GPU time x a lognormal factor of mean 1.
+    Neither cv nor p95_over_mean: the model's own tails (lut: the rows' latency_p95_ms; vidur: its operator
+    profiles' per-shape noise)."""
+    cv: Float(0, lo_open=True) | None = None
+    """Coefficient of variation of the factor, the same for every step (None: p95_over_mean, else the model's own)."""
+    p95_over_mean: Float(1, lo_open=True) | None = None
+    """95th percentile of the factor, the same for every step, > 1 and below exp(z95^2 / 2) = 3.87 (None: cv, else
+    the model's own)."""
+    correlation: Choice("correlated", "independent") = "correlated"
+    """vidur's own tails: how the profiled operators' run-to-run deviations combine in a step, correlated (sum of
+    their std: the upper bound) or independent (root of the summed variances: the lower bound)."""
+
+    @model_validator(mode="after")
+    def _one_spread(self):
+        if self.cv is not None and self.p95_over_mean is not None:
+            raise ConfigError("p95_over_mean", self.p95_over_mean, "absent with cv (one spread)")
+        if self.p95_over_mean is not None and math.log(self.p95_over_mean) >= 1.6448536269514722 ** 2 / 2:
+            raise ConfigError("p95_over_mean", self.p95_over_mean, "below 3.87 (a mean-1 lognormal's p95 cannot exceed "
+                              "exp(z95^2 / 2))")
+        return self
+
+    @property
+    def own(self) -> bool:
+        """The model's own tails (no spread given)?"""
+        return self.cv is None and self.p95_over_mean is None
+
+
+def _tail_check(v):
+    if isinstance(v, (bool, dict, StepTail)) or v is None:
+        return v
+    raise ConfigError("", v, "true, false or a mapping {cv: X} / {p95_over_mean: Y}")
+
+
+TailField = Annotated[Union[Annotated[Bool, Tag("<bool>")], Annotated[StepTail, Tag("<mapping>")]],
+                      Discriminator(lambda v: "<bool>" if isinstance(v, bool) else "<mapping>"),
+                      BeforeValidator(_tail_check)]
+
+
 class LatencyCommon(Section):
     """The keys every latency model takes."""
     model: Str = "roofline"
@@ -122,6 +161,9 @@ class LatencyCommon(Section):
     dsim calibrate; a run's error band is built from them)."""
     scale: Float(0, lo_open=True) = 1.0
     """Every step time x this factor (error-band ends, what-ifs)."""
+    tail: TailField = False
+    """Per-step timing noise: false (off), true (the model's own tails: lut's latency_p95_ms rows, vidur's
+    operator-profile noise), or {cv: X} / {p95_over_mean: Y} for any model (dsim.latency.tails)."""
     fallback: FallbackChain = []
     """Latency models tried in order when this one has no data for a pool (no VIDUR profile for its GPU,
     model or TP; no LUT file or rows for its model, GPU and TP): names or mappings, e.g. [lut, roofline].
@@ -208,8 +250,6 @@ class LutLatency(LatencyCommon):
     """The LUT CSV (relative to the scenario's folder)."""
     select: LutSelect = LutSelect()
     """Key columns that pick exactly one configuration of the table (needed when it holds several)."""
-    tail: Bool = False
-    """Sample each lookup from lognormal(latency_ms, latency_p95_ms) where rows have latency_p95_ms."""
     decode_phase: Choice("fused_decode", "draft_decode", "verify") = "fused_decode"
     """Which phase's rows cost the decode tokens."""
     fanout_k: Int(1) = 1

@@ -74,7 +74,7 @@ class SeedsConfig(Section):
     simulation: Int(0) | None = None
     """Routers' random choices, speculative acceptance draws, trace sampling."""
     jitter: Int(0) | None = None
-    """Timing noise: latency models' random draws (LUT tails) and the network's."""
+    """Timing noise: latency models' random draws (latency.tail) and the network's."""
 
 
 class ScenarioConfig(Section):
