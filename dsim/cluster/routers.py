@@ -89,7 +89,7 @@ class JSQ(Router):
     counts_only = True
 
     def choose(self, request, candidates):
-        return self._argmin(candidates, lambda c: c.queue_depth)
+        return self._pick_min(candidates, [c.queue_depth for c in candidates])
 
 
 class JIQ(Router):
