@@ -99,10 +99,38 @@ def test_replicas_run_past_each_other_and_change_nothing(alpha, monkeypatch):
     make = lambda: load_scenario({**bench4(1200, replicas=4), "seed": 5, **extra})    # noqa: E731
     fast = _run(make, True, monkeypatch)
     monkeypatch.setattr(FastForward, "_can_stretch", _stretch_on)
-    monkeypatch.setattr("dsim.serving.fastforward._horizon", lambda queue, me: queue[0][0])
+    monkeypatch.setattr("dsim.serving.fastforward._horizon", lambda queue, me, past: (queue[0][0],) * 2)
     every = simulate(make())                       # stretches stop at every event
     slow = _run(make, False, monkeypatch)
     assert sum(r.inst.ff_steps for r in fast.fleet.replicas()) > 0.5 * sum(r.inst.num_steps
                                                                           for r in fast.fleet.replicas())
     assert _replicas_state(fast) == _replicas_state(slow) == _replicas_state(every)
     assert next(fast.sim.env._eid) < next(every.sim.env._eid)
+
+
+@pytest.mark.parametrize("replicas,advance", [(4, None), (1, None), (4, (7.77, 20.0))])
+def test_stretches_run_past_arrivals_and_change_nothing(replicas, advance, monkeypatch):
+    """Behind a counts-only router (JSQ), an arrival reads a replica's queue counts and enqueues no
+    sooner than alpha's a0 after it: stretches step past arrivals up to that bound (finishing steps
+    past one become tails).  Byte for byte the run with stretches stopping at every arrival, and at
+    every event (slices too); fewer SimPy events."""
+    from helpers import bench_scenario as bench
+    from dsim.cluster.fleet import Fleet
+    make = lambda: load_scenario({**bench(900, replicas=replicas), "seed": 7})    # noqa: E731
+    past = _run(make, True, monkeypatch, advance)
+    assert all(r.inst._d_past > 0 for r in past.fleet.replicas())
+    monkeypatch.setattr(Fleet, "arrival_reads", lambda self: 2)
+    stop = _run(make, True, monkeypatch, advance)
+    assert all(r.inst._d_past == 0 for r in stop.fleet.replicas())
+    slow = _run(make, False, monkeypatch, advance)
+    assert _replicas_state(past) == _replicas_state(stop) == _replicas_state(slow)
+    assert next(past.sim.env._eid) < 0.95 * next(stop.sim.env._eid)
+
+
+def test_routers_that_read_more_than_counts_stop_stretches_at_arrivals():
+    """least_kv reads the KV use a stretch has already moved on: no stepping past arrivals."""
+    from helpers import bench_scenario as bench
+    doc = bench(200, replicas=2)
+    ses = simulate(load_scenario({**doc, "cluster": {**doc["cluster"], "router": "least_kv"}}))
+    assert ses.fleet.arrival_reads() == 2
+    assert all(r.inst._d_past == 0 and r.inst.ff_steps > 0 for r in ses.fleet.replicas())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..config.errors import ConfigError
 from ..core.request import COMPLETED, REJECTED, ROUTED
-from .admission import build_admission
+from .admission import Always, build_admission
 from .pool import DRAINING, READY, RETIRED, Pool, Replica  # noqa: F401 (Replica: for readers of this module)
 from .transfer import build_transfer
 from .views import ClusterView, RouterSlot
@@ -198,6 +198,21 @@ class Fleet:
         self._disagg = any(c.disagg for c in self.clusters)
 
     # ---- gateway ---------------------------------------------------------------------------
+    def arrival_reads(self) -> int:
+        """What an arrival reads of a replica: 2 anything (a router or admission policy reading KV
+        use, a network hop into the replica, a reachability filter, P/D, several clusters), 1 only
+        its queue counts (a counts-only router with live views), 0 nothing (the only entry replica:
+        the router has no choice to make).  Quiet stretches may run past arrivals below 2."""
+        if (self.global_router is not None or self.ingress is not None or self.reach is not None
+                or self._disagg or type(self.admission) is not Always):
+            return 2
+        slot = self.clusters[0].router
+        if slot.staleness > 0:
+            return 2
+        if len(self.clusters[0].entry_candidates()) == 1:
+            return 0
+        return 1 if slot.router.counts_only else 2
+
     @property
     def done(self) -> bool:
         return self.arrivals_done and self.arrived == self.n_completed + self.n_rejected

@@ -21,6 +21,7 @@ from ..config.errors import ConfigError
 
 class Router:
     """Base class: ``choose(request, candidates) -> candidate``.  Subclasses set ``name``."""
+    counts_only = False      # True: reads only queue counts of its candidates (queue_depth, outstanding)
 
     name = ""
 
@@ -54,6 +55,7 @@ class Router:
 
 class RandomRouter(Router):
     name = "random"
+    counts_only = True
 
     def choose(self, request, candidates):
         return candidates[int(self.rng.integers(len(candidates)))]
@@ -61,6 +63,7 @@ class RandomRouter(Router):
 
 class RoundRobin(Router):
     name = "round_robin"
+    counts_only = True
 
     def __init__(self, rng):
         super().__init__(rng)
@@ -74,6 +77,7 @@ class RoundRobin(Router):
 class LeastOutstanding(Router):
     """Fewest requests in flight as counted by the gateway itself (never stale)."""
     name = "least_outstanding"
+    counts_only = True
 
     def choose(self, request, candidates):
         return self._argmin(candidates, lambda c: c.outstanding)
@@ -82,14 +86,16 @@ class LeastOutstanding(Router):
 class JSQ(Router):
     """Join the shortest queue: smallest replica-reported queue depth."""
     name = "jsq"
+    counts_only = True
 
     def choose(self, request, candidates):
-        return self._argmin(candidates, lambda c: c.queue_depth)
+        return self._pick_min(candidates, [c.queue_depth for c in candidates])
 
 
 class JIQ(Router):
     """Join the idle queue: a random idle replica if any, otherwise a random one."""
     name = "jiq"
+    counts_only = True
 
     def choose(self, request, candidates):
         idle = [c for c in candidates if c.queue_depth == 0]

@@ -109,9 +109,12 @@ class RouterSlot:
 
     def choose(self, r, targets):
         """The router picks among read-only views; returns the matching target."""
-        if len(targets) == 1 and self.staleness <= 0:
-            return targets[0]
-        views = [self.view(t) for t in targets]
+        if self.staleness <= 0:          # live views: the targets' own (one call per arrival, not per target)
+            if len(targets) == 1:
+                return targets[0]
+            views = [getattr(t, "view", t) for t in targets]
+        else:
+            views = [self.view(t) for t in targets]
         pick = self.router.choose(r, views)
         for t, v in zip(targets, views):
             if v is pick:

@@ -59,12 +59,18 @@ class Simulation:
                 raise RuntimeError(f"no events left before {until}") from None
 
 
+class ArrivalEvent(simpy.Event):
+    """The arrivals process's timeout (a marker type: replicas' quiet stretches may run past it when
+    routing reads only queue counts, dsim.serving.fastforward)."""
+    __slots__ = ()
+
+
 def arrival_timeout(env, delay: float):
     """A timeout for an arrival: scheduled URGENT, so an arrival at the same instant as a replica's
     step end is processed first and that step's successor can admit it (seed 004's same-time order:
     arrival < route < step < completion; routing happens inside the arrival, completions at the
     end of the step that produced them).  Otherwise SimPy orders same-time events by creation."""
-    ev = simpy.Event(env)
+    ev = ArrivalEvent(env)
     ev._ok, ev._value = True, None
     env.schedule(ev, URGENT, delay)
     return ev

@@ -21,6 +21,7 @@ from heapq import heappush
 
 from simpy.events import NORMAL, Event, Timeout
 
+from ..core.simulation import ArrivalEvent
 from ..latency.base import decode_curve
 
 
@@ -32,8 +33,9 @@ class QuietEnd(Event):
 
 class OwnTimeout(Timeout):
     """A timeout whose callbacks change only ``owner`` (a request entering its queue after the
-    arrival-to-queue delay): other replicas' stretches may run past it."""
-    __slots__ = ("owner",)
+    arrival-to-queue delay, the end of a step of a replica whose steps reach no one else): other
+    replicas' stretches may run past it.  ``t0``: when it was made."""
+    __slots__ = ("owner", "t0")
 
     def __init__(self, env, delay: float, owner):
         # Timeout.__init__ inlined (as SimPy inlines Event's): one per request; delay > 0 here
@@ -43,20 +45,26 @@ class OwnTimeout(Timeout):
         self._delay = delay
         self._ok = True
         self.owner = owner
+        self.t0 = env._now
         env.schedule(self, NORMAL, delay)
 
 
-def _horizon(queue, me, inf=float("inf")) -> float:
-    """The time of the first queued event that ``me``'s stretch must stop at: any event but the
-    quiet stretch ends and own timeouts of other replicas whose steps reach no one else (``_solo``:
-    they stretch, hand nothing off, share no CPU tier) and whose completions are still quiet (a
-    short queue only: a long one is scanned no further than its head).  Processing such an event,
-    and everything its owner does after it, changes and reads nothing of ``me``."""
+def _horizon(queue, me, past: float, inf=float("inf")) -> tuple:
+    """``(read, cut)``: the time of the first queued event that reads or changes ``me``, and the
+    time ``me``'s stretch must stop stepping at.  Skipped by both: the quiet stretch ends and own
+    timeouts of other replicas whose steps reach no one else (``_solo``: they stretch, hand nothing
+    off, share no CPU tier) and whose completions are still quiet; processing such an event, and
+    everything its owner does after it, changes and reads nothing of ``me``.  With ``past > 0`` an
+    arrival reads ``me``'s queue counts only and enqueues nothing sooner than ``past`` after it: it
+    is a reader at its time and cuts at its time + ``past``.  A long queue is scanned no further
+    than its head."""
     if len(queue) > 64:
-        return queue[0][0]
-    h = inf
+        h = queue[0][0]
+        return h, h
+    h = hc = inf
     for e in queue:
-        if e[0] < h:
+        t = e[0]
+        if t < hc:
             ev = e[3]
             tp = type(ev)
             if tp is QuietEnd:
@@ -64,11 +72,21 @@ def _horizon(queue, me, inf=float("inf")) -> float:
                     continue
             elif tp is OwnTimeout:
                 # what the owner does next must stay with it: a prefill replica hands its requests on
+                # (only _solo replicas make step ends of this type)
                 own = ev.owner
                 if own is not me and own._solo and own.quiet_done():
                     continue
-            h = e[0]
-    return h
+            elif tp is ArrivalEvent and past:
+                if t < h:
+                    h = t
+                t += past
+                if t < hc:
+                    hc = t
+                continue
+            if t < h:
+                h = t
+            hc = t
+    return h, hc
 
 
 class FastForward:
@@ -98,11 +116,12 @@ class FastForward:
         inline = self.quiet_done is not None and self.quiet_done()
         queue = env._queue
         if not queue:
-            horizon = float("inf")
+            h_arr = h_read = horizon = float("inf")
         elif self.alone is not None and self.alone():
-            horizon = _horizon(queue, self)
+            h_arr, horizon = _horizon(queue, self, self._d_past if inline else 0.0)
+            h_read = horizon if self._blind else h_arr     # arrivals that read nothing do not count
         else:
-            horizon = queue[0][0]
+            h_arr = h_read = horizon = queue[0][0]
         append = self.log.append
         bs = self.bs
         boundary = self.boundary
@@ -130,8 +149,11 @@ class FastForward:
             t_end = t + dur
             free -= nb
             if D + 1 in finish or not t_end < horizon:
-                if not (inline and t_end < horizon):
+                # finishing steps end in place only before the first reader (an arrival reads counts)
+                if not (inline and t_end < h_read):
                     self._tail = (dur, n_dec)          # ended by _end_tail once the replica wakes
+                    if h_arr < horizon and t >= h_arr:
+                        self._past = t                 # begun past an arrival: see _after_past
                     t = t_end
                     break
                 # a step that finishes requests before the next event: end it here, as _end_tail does
@@ -180,6 +202,29 @@ class FastForward:
         ev._ok, ev._value = True, None
         # at exactly t: a timeout's now + (t - now) may differ from t by an ulp
         heappush(env._queue, (t, NORMAL, next(env._eid), ev))
+        return ev
+
+    def _after_past(self) -> bool:
+        """Woken at the end of a tail begun at ``_past``, after an arrival: does an enqueue of this
+        replica at this very time come first when stepping one at a time?  It does when it was made
+        no later than the tail began (its event then precedes the step's end; at the same instant
+        the arrival, URGENT, runs before the step starts).  The stretch's event was made earlier,
+        so such an enqueue is still queued: the replica lets it run first (``_after_past_event``)."""
+        s = self._past
+        self._past = None
+        now = self.env._now
+        for e in self.env._queue:
+            if e[0] == now:
+                ev = e[3]
+                if type(ev) is OwnTimeout and ev.owner is self and ev.t0 <= s:
+                    return True
+        return False
+
+    def _after_past_event(self):
+        env = self.env
+        ev = Event(env)
+        ev._ok, ev._value = True, None
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
         return ev
 
     def _end_tail(self) -> None:

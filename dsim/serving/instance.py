@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..core.request import COMPLETED, QUEUED, REJECTED
-from ..latency.base import BatchShape, LoadView
+from ..latency.base import AlphaModel, BatchShape, LoadView
 from .checks import ReplicaChecks
 from .handoff import Handoff
 from .kvcache import KVCache
@@ -143,6 +143,13 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self.alone = None                # () -> True while nothing reads the order of same-time events of
                                          # different replicas: stretches run past other quiet stretch ends
         self._solo = False               # set at the first step: this replica's steps reach no other replica
+        self.arrival_reads = None        # () -> what an arrival reads of a replica: 2 anything, 1 queue
+                                         # counts, 0 nothing (dsim.cluster.fleet.Fleet.arrival_reads)
+        self._d_past = 0.0               # set at the first step: stretches may run this far past an arrival
+                                         # (a lower bound of the arrival-to-queue delay), 0 = not past
+        self._blind = False              # ... and arrivals read nothing of it (finishing steps end in place)
+        self._past = None                # start of a tail begun past an arrival (a same-time enqueue may
+                                         # have to run before its end: FastForward._after_past)
         self.stall_t = 0.0
         self.num_preemptions = 0
         self.num_steps = 0
@@ -270,6 +277,11 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         bs = self.bs
         ff = self._can_stretch()
         self._solo = ff and self.tier is None and self.swap is None
+        q = self.queueing
+        reads = self.arrival_reads() if self._solo and self.arrival_reads is not None else 2
+        if reads < 2 and type(q) is AlphaModel and q.a0 > 0 and q.a1 >= 0:
+            self._d_past = q.a0          # delay(r) = a0 + a1 x prompt >= a0: no enqueue sooner after an arrival
+            self._blind = reads == 0
         sm = self.step_model
         lut = getattr(sm, "energy_mj", None) is not None      # the model gives each step's energy
         ej = 0.0
@@ -285,6 +297,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 ev = self._stretch(now)          # quiet decode steps up to the next event, in one go
                 if ev is not None:
                     yield ev
+                    if self._past is not None and self._after_past():
+                        yield self._after_past_event()
                     if self._tail is not None:
                         self._end_tail()
                     continue
@@ -390,7 +404,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 snap = self.tracer.before(self, prefills, skipped, shape)
                 n_done0 = self.n_completed + self.handed_off + len(self.transferring)
             if self.dp_group is None:
-                yield env.timeout(dur)
+                # a solo replica's step end changes only it: other replicas' stretches may run past it
+                yield OwnTimeout(env, dur, self) if self._solo else env.timeout(dur)
             else:                            # DP ranks step together (dsim.serving.dataparallel)
                 dur = yield self.dp_group.join(dur, shape.prefill_tokens + shape.decode_tokens)
             t_end = env.now
