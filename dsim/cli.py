@@ -38,6 +38,9 @@ class _Only:
         return self.sub.add_parser(name, **kwargs)
 
 
+_EXPLORE = ("sweep", "capacity", "plan", "baseline", "compare")     # dsim.explore.cli's commands
+
+
 def _command_word(argv) -> str | None:
     """The subcommand of ``argv`` when nothing before it can change how the root parser reads it (only
     -v/-q before it; no -h, --version or an option taking a value): else None (build every parser)."""
@@ -169,10 +172,11 @@ def _parser_of(word: str | None) -> argparse.ArgumentParser | None:
     _observe_parser(sub)
     _fit_parser(sub)
     _calibrate_parser(sub)
-    from .explore.cli import add_compare_parsers, add_parsers, add_plan_parser
-    add_parsers(sub)
-    add_plan_parser(sub)
-    add_compare_parsers(sub)
+    if word is None or word in _EXPLORE:
+        from .explore.cli import add_compare_parsers, add_parsers, add_plan_parser
+        add_parsers(sub)
+        add_plan_parser(sub)
+        add_compare_parsers(sub)
     if word is not None and not only.found:
         return None
     return p
@@ -626,7 +630,7 @@ def _main(argv=None) -> int:
         if args.cmd == "fit":
             from .calibrate.fit import fit_cli
             return fit_cli(args)
-        if args.cmd in ("sweep", "capacity", "plan", "baseline", "compare"):
+        if args.cmd in _EXPLORE:
             from .explore import cli as ecli
             return {"sweep": ecli.run_sweep, "capacity": ecli.run_capacity, "plan": ecli.run_plan,
                     "baseline": ecli.run_baseline, "compare": ecli.run_compare}[args.cmd](args)
