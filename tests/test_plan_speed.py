@@ -3,6 +3,7 @@ stop counting unfinished requests -- each must leave every answer as it was."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from dsim.latency import roofline
 from dsim.latency.base import BatchShape
 from dsim.latency.roofline import RooflineModel
 
+ROOT = Path(__file__).resolve().parents[1]
 # every step 10 ms, 8 sequences, 10 output tokens: one replica completes at most 80 req/s
 CONST = {"name": "const", "seed": 3, "model": "meta-llama/Llama-3.1-8B", "hardware": "H100-SXM",
          "engine": {"max_num_seqs": 8, "max_num_batched_tokens": 2048},
@@ -97,3 +99,15 @@ def test_a_plan_answers_the_same_with_and_without_early_stop(tmp_path, monkeypat
             assert not twin["pass"]
         else:
             assert {k: v for k, v in c.items() if k != "reasons"} == {k: v for k, v in twin.items() if k != "reasons"}
+
+
+def test_workload_rids_follow_arrival_times_for_traces_and_generated_workloads():
+    """The early stop pairs each arrival with its request id (Workload.rids): a trace keeps a request
+    list, a generated workload three arrays; both must give the ids of the requests the run sends."""
+    from dsim.runner import Session
+    trace = dsim.load_scenario(str(ROOT / "scenarios" / "capacity_70b_azure.yaml"), ["workload.num_requests=40"])
+    for scn in (trace, dsim.load_scenario(LONG)):
+        w = Session(scn).workload
+        reqs = list(w)
+        assert w.rids().tolist() == [r.rid for r in reqs] and len(reqs) == len(w)
+        assert w.arrival_times().tolist() == [r.arrival for r in reqs]

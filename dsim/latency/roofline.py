@@ -38,7 +38,7 @@ _CACHE_MAX = 65536
 # linear_time and head_time, so a shared entry is the value this model would compute (only for
 # RooflineModel itself: a subclass may time its GEMMs from other state).
 _SHARED: dict = {}
-_SHARED_MAX = 64
+_SHARED_MAX = 16
 
 
 class RooflineModel:
