@@ -16,7 +16,55 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgError(message)
 
 
-def _parser() -> argparse.ArgumentParser:
+class _Sink:
+    """Takes the calls that would build a subcommand this process does not run (see _Only)."""
+
+    def __getattr__(self, name):
+        return lambda *a, **k: _Sink()
+
+
+class _Only:
+    """The subcommands action of the root parser, building only the parser of ``name``: building
+    every subcommand's parser (29 with the nested ones) is ~70 M instructions, ~7 % of a short
+    command's start-up.  The other add_parser calls go to a _Sink; ``found``: ``name`` was one."""
+
+    def __init__(self, sub, name: str):
+        self.sub, self.name, self.found = sub, name, False
+
+    def add_parser(self, name, **kwargs):
+        if name != self.name:
+            return _Sink()
+        self.found = True
+        return self.sub.add_parser(name, **kwargs)
+
+
+_EXPLORE = ("sweep", "capacity", "plan", "baseline", "compare")     # dsim.explore.cli's commands
+
+
+def _command_word(argv) -> str | None:
+    """The subcommand of ``argv`` when nothing before it can change how the root parser reads it (only
+    -v/-q before it; no -h, --version or an option taking a value): else None (build every parser)."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a
+        if not (a in ("--verbose", "--quiet") or (len(a) > 1 and a[1] != "-" and set(a[1:]) <= {"v", "q"})):
+            return None
+    return None
+
+
+def _parser(argv=None) -> argparse.ArgumentParser:
+    """The ``dsim`` parser; given ``argv``, only its subcommand's parser is built (the same parse:
+    the root parser and that subcommand's are built by the same calls, and another command's parser
+    never takes part in parsing ``argv``); with an unknown command word, every parser."""
+    word = _command_word(argv) if argv is not None else None
+    if word is not None:
+        p = _parser_of(word)
+        if p is not None:
+            return p
+    return _parser_of(None)
+
+
+def _parser_of(word: str | None) -> argparse.ArgumentParser | None:
     from ._version import __version__
     from .log import LEVELS
     p = _Parser(prog="dsim", description="Discrete-event simulator of LLM inference serving",
@@ -28,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
                    "-qq errors only")
     p.add_argument("--log-level", choices=LEVELS, default=None, help="diagnostics level (overrides -v/-q)")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    if word is not None:
+        sub = only = _Only(sub, word)
     r = sub.add_parser("run", help="run one scenario and write its report")
     r.add_argument("scenario", help="scenario file (YAML or JSON), or a shipped scenario's name (quickstart, ...)")
     r.add_argument("--out", default=None, help="output folder (default: results/<scenario name>-<8 hex digits "
@@ -128,10 +178,13 @@ def _parser() -> argparse.ArgumentParser:
     _observe_parser(sub)
     _fit_parser(sub)
     _calibrate_parser(sub)
-    from .explore.cli import add_compare_parsers, add_parsers, add_plan_parser
-    add_parsers(sub)
-    add_plan_parser(sub)
-    add_compare_parsers(sub)
+    if word is None or word in _EXPLORE:
+        from .explore.cli import add_compare_parsers, add_parsers, add_plan_parser
+        add_parsers(sub)
+        add_plan_parser(sub)
+        add_compare_parsers(sub)
+    if word is not None and not only.found:
+        return None
     return p
 
 
@@ -527,7 +580,7 @@ def main(argv=None) -> int:
 
 def _main(argv=None) -> int:
     from .config.errors import ConfigError
-    parser = _parser()
+    parser = _parser(sys.argv[1:] if argv is None else list(argv))
 
     def _err(msg):
         raise _ArgError(msg)
@@ -596,7 +649,7 @@ def _main(argv=None) -> int:
         if args.cmd == "fit":
             from .calibrate.fit import fit_cli
             return fit_cli(args)
-        if args.cmd in ("sweep", "capacity", "plan", "baseline", "compare"):
+        if args.cmd in _EXPLORE:
             from .explore import cli as ecli
             return {"sweep": ecli.run_sweep, "capacity": ecli.run_capacity, "plan": ecli.run_plan,
                     "baseline": ecli.run_baseline, "compare": ecli.run_compare}[args.cmd](args)

@@ -13,7 +13,6 @@ from ._version import __version__
 from .config.errors import ConfigError
 from .config.files import recording_reads
 from .config.scenario import Scenario, load_scenario
-from .cluster.control import run_controller
 from .cluster.controllers import build_controllers
 from .cluster.fleet import Fleet
 from .core.request import PENDING
@@ -218,6 +217,7 @@ class Session:
             self.fleet.extra_actors += 1 + len(self.network.outages)
         self.action_log: list = []
         for c in self.controllers:
+            from .cluster.control import run_controller      # most runs have no controller
             own = getattr(c, "run", None)      # a process of its own (the planner), else the observe/act loop
             sim.process(own(self.action_log) if callable(own) else run_controller(self.fleet, c, self.action_log))
         self.progress = _Progress(len(self.reqs), progress)
@@ -432,11 +432,14 @@ def check_run_args(controllers, vllm_traces, **flags) -> tuple:
     """The Python API's arguments checked before the run starts, with the CLI's kind of message
     (a controller without ``act`` failed inside SimPy once the run was under way); returns the
     controllers as a list and the trace options."""
-    from .cluster.control import check_controllers
     for name, v in flags.items():
         if not isinstance(v, bool) and not (v is None and name == "plots"):
             raise ConfigError(name, v, "True or False" + (" or None" if name == "plots" else ""))
-    controllers = check_controllers(controllers)
+    if controllers is None or (type(controllers) in (list, tuple) and not controllers):
+        controllers = []                      # (dsim.cluster.control imported only when there are some)
+    else:
+        from .cluster.control import check_controllers
+        controllers = check_controllers(controllers)
     if vllm_traces is None or vllm_traces is False:
         return controllers, None
     if vllm_traces is True:

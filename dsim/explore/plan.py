@@ -356,8 +356,9 @@ def _pessimistic(cands, src, slos, warmup, min_goodput, jobs, backend, address, 
     todo = [(c, sc["pessimistic"]) for c, sc in todo if sc is not None]
     for c in cands:
         c["pessimistic_pass"] = None
+    # stopped once certain to fail (dsim.explore.early_stop): only pass/fail and the reasons are read
     calls = [(src, c["_ovs"] + [f"{REPLICAS_KEY}={c['replicas']}"] + scale_overrides(scn, f), slos, warmup,
-              min_goodput) for c, f in todo]
+              min_goodput, True) for c, f in todo]
     for (c, f), row in zip(todo, list(run_calls(probe, calls, jobs, backend, address))):
         c["pessimistic_pass"] = bool(row["pass"])
         c["pessimistic_step_scale"] = round(f, 6)

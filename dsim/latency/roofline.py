@@ -33,6 +33,13 @@ from .efficiency import GemmCurve, curve_for
 ATTN_COMPUTE, ATTN_MEMORY = 0.8, 0.84    # attention / KV efficiencies (the former flat defaults)
 ACT_BYTES = 2.0                          # activations are 16-bit whatever the weight format
 _CACHE_MAX = 65536
+# (curve, GEMM inventory, MoE shape, multipliers) -> the (linear, head) memo dicts every model of that
+# key shares: a plan or sweep builds a new model per run, and each refilled the same entries (a
+# cache miss costs ~40 us: ~6 % of a 70B plan's simulation time).  The key holds every input of
+# linear_time and head_time, so a shared entry is the value this model would compute (only for
+# RooflineModel itself: a subclass may time its GEMMs from other state).
+_SHARED: dict = {}
+_SHARED_MAX = 16
 
 
 class RooflineModel:
@@ -96,6 +103,16 @@ class RooflineModel:
         self._head_cache: dict[int, float] = {}
         if not flat:
             self._dense_gemms, self._moe_layers, self._head_shape = self._gemm_list()
+        if not flat and type(self) is RooflineModel:       # a subclass may time GEMMs otherwise
+            moe = (m.num_experts, m.experts_per_token, m.hidden_size) if self._moe_layers else None
+            key = (self.gemm, tuple(self._dense_gemms), self._moe_layers, moe, self._head_shape, mc, mm,
+                   self._serial)
+            caches = _SHARED.get(key)
+            if caches is None:
+                if len(_SHARED) >= _SHARED_MAX:
+                    del _SHARED[next(iter(_SHARED))]
+                caches = _SHARED[key] = ({}, {})
+            self._lin_cache, self._head_cache = caches
 
     # ---- GEMM inventory (per TP shard) -----------------------------------------------------
     def _gemm_list(self):

@@ -67,6 +67,12 @@ class Workload:
             return np.fromiter((r.arrival for r in self._items), dtype=float, count=len(self._items))
         return self._cols[0]
 
+    def rids(self) -> np.ndarray:
+        """Every request's id, in the order of ``arrival_times``."""
+        if self._items is not None:
+            return np.fromiter((r.rid for r in self._items), dtype=np.int64, count=len(self._items))
+        return np.arange(len(self._cols[0]), dtype=np.int64)
+
     def tail(self, start: int):
         """The requests from index ``start`` on."""
         if self._items is not None:
