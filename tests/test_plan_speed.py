@@ -51,6 +51,11 @@ def test_models_of_one_configuration_share_the_gemm_memo_and_time_steps_alike(mo
         assert other._lin_cache is not a._lin_cache
     assert [RooflineModel(model, dev, 8).step_time(s) for s in SHAPES] != first
 
+    moe = load_model("Qwen/Qwen3-30B-A3B")                  # the MoE kernel choice is part of the key
+    fused, unfused = RooflineModel(moe, dev, 1), RooflineModel(moe, dev, 1, moe_fused=False)
+    assert fused._lin_cache is not unfused._lin_cache
+    assert unfused.linear_time(64) > fused.linear_time(64)
+
     class Slower(RooflineModel):                            # another GEMM timing: never shares
         def _gemm_time(self, *args, **kw):
             return 2 * super()._gemm_time(*args, **kw)

@@ -106,7 +106,7 @@ class RooflineModel:
         if not flat and type(self) is RooflineModel:       # a subclass may time GEMMs otherwise
             moe = (m.num_experts, m.experts_per_token, m.hidden_size) if self._moe_layers else None
             key = (self.gemm, tuple(self._dense_gemms), self._moe_layers, moe, self._head_shape, mc, mm,
-                   self._serial)
+                   self._serial, moe_fused)
             caches = _SHARED.get(key)
             if caches is None:
                 if len(_SHARED) >= _SHARED_MAX:
