@@ -3,6 +3,7 @@ JSON Schema an editor uses, and bad ones are refused both by it and by load_scen
 from __future__ import annotations
 
 import copy
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,16 @@ from dsim.config.schema import reference
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 SCHEMA_LINE = "# yaml-language-server: $schema=scenario.schema.json"
+
+
+@functools.lru_cache(maxsize=None)
+def _validator():
+    """One JSON Schema validator for the session: jsonschema.validate() checks the schema itself
+    and builds a validator on every call (about a second each with today's schema)."""
+    schema = reference.json_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def _read(path: Path) -> dict:
@@ -37,7 +48,7 @@ def test_committed_reference_is_current():
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
 def test_shipped_scenario_names_the_schema_and_validates(path):
     assert path.read_text().splitlines()[0] == SCHEMA_LINE
-    jsonschema.validate(_read(path), reference.json_schema())
+    _validator().validate(_read(path))
 
 
 # (key path, value, the path load_scenario's message must start with)
@@ -67,7 +78,7 @@ def test_bad_scenarios_are_refused_by_both(keys, value, message):
     base = _read(ROOT / "scenarios" / "quickstart.yaml")
     bad = _with(base, keys, value)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, reference.json_schema())
+        _validator().validate(bad)
     with pytest.raises(ConfigError) as e:
         dsim.load_scenario(bad)
     assert str(e.value).startswith(message)
@@ -141,11 +152,11 @@ GOOD = [
 @pytest.mark.parametrize("keys,value", GOOD, ids=lambda x: ".".join(x) if isinstance(x, tuple) else None)
 def test_empty_sections_and_yaml_off_are_accepted_by_both(keys, value):
     ok = _with(_read(ROOT / "scenarios" / "quickstart.yaml"), keys, value)
-    jsonschema.validate(ok, reference.json_schema())
+    _validator().validate(ok)
     dsim.load_scenario(ok)
     bad = _with(ok, ("speculation",), {"mode": True})           # `on` is not a mode
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, reference.json_schema())
+        _validator().validate(bad)
     with pytest.raises(ConfigError, match="speculation.mode"):
         dsim.load_scenario(bad)
 
@@ -165,4 +176,4 @@ def test_router_null_or_without_policy_is_the_default(router, expected):
     scn = dsim.load_scenario(data)
     assert scn.config.cluster.router.policy == expected
     if router != {}:                    # the schema still asks an editor's mapping to name its policy
-        jsonschema.validate(data, reference.json_schema())
+        _validator().validate(data)
