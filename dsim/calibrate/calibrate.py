@@ -161,10 +161,11 @@ def window_terms(run: RealRun, ctx) -> dict | None:
     w = decode_windows(t["first_s"], t["last_s"], t["prompt"], t["output"])
     if len(w.tpot_s) < 8:
         return None
+    from ..latency.collectives import all_reduce_terms
     from ..latency.roofline import ATTN_COMPUTE, ATTN_MEMORY, RooflineModel
     m, d, e = ctx.model, ctx.device, ctx.engine
     tp = e.tensor_parallel_size
-    roof = RooflineModel(m, d, tp)        # unit multipliers: the GEMM curves of this device
+    roof = RooflineModel(m, d, tp, moe_fused=e.moe_fused_kernel)   # unit multipliers: this device's GEMM curves
     kv_s = m.kv_bytes_per_token / m.kv_shards(tp) / (d.hbm_bytes_s * ATTN_MEMORY)    # s per KV token
     pair_s = m.attn_flops_per_pair / tp / (d.peak_flops * ATTN_COMPUTE)               # s per attended pair
     # decode steps of each window: per GEMM kind (compute s, memory s) at the window's mean batch,
@@ -197,10 +198,9 @@ def window_terms(run: RealRun, ctx) -> dict | None:
     pf_comp = np.column_stack([pc, pair_s * (ctx_o + g_pairs[which])])
     pf_mem = np.column_stack([pm, kv_s * (ctx_o + b_o + tok)])
     known = floor.copy()                  # GEMM launch floors: the same in every step
-    if tp > 1:          # the ring all-reduce the roofline adds, per step
-        ring = 2.0 * (tp - 1) / tp
-        known += 2 * m.num_layers * (d.interconnect_latency_s + ring * w.batch * m.hidden_size
-                                     * m.bytes_per_param / d.interconnect_bytes_s)
+    if tp > 1:          # the all-reduce the roofline adds, per step (the engine's algorithm and links)
+        fixed, coef, bw = all_reduce_terms(d, tp, e.all_reduce_algorithm)
+        known += 2 * m.num_layers * (fixed + coef * w.batch * m.hidden_size * m.bytes_per_param / bw)
     if int((last < stop).sum()) < 8:
         return None
     return {"tpot": w.tpot_s, "batch": w.batch, "mem": mem, "comp": comp, "known": known,
