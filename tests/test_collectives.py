@@ -78,9 +78,10 @@ def test_device_limits_are_refused_with_their_key():
     with pytest.raises(ConfigError, match=r"engine.tensor_parallel_size: got 8, expected at most "
                                           r"hardware.max_tensor_parallel \(4\)"):
         dsim.run(s)
-    s = scenario(model="meta-llama/Llama-3.1-70B", engine={"tensor_parallel_size": 4, "pipeline_parallel_size": 4},
+    s = scenario(model="meta-llama/Llama-3.1-70B", engine={"tensor_parallel_size": 4, "pipeline_parallel_size": 3},
                  hardware={**DEV, "max_pipeline_parallel": 2})
-    with pytest.raises(ConfigError, match=r"engine.pipeline_parallel_size: got 4, expected at most"):
+    with pytest.raises(ConfigError, match=r"engine.pipeline_parallel_size: got 3, expected at most "
+                                          r"hardware.max_pipeline_parallel \(2\)"):
         dsim.run(s)
 
 

@@ -93,3 +93,17 @@ def test_cp_refusals():
     with pytest.raises(ConfigError, match=r"cluster.pools\[0\].engine.context_parallel_size: got 2"):
         dsim.run(scenario(latency={"model": "blackbox", "beta": [1, 1, 1]},
                           cluster={"pools": [{"name": "a", "replicas": 1, "engine": {"context_parallel_size": 2}}]}))
+
+
+def test_a_cp_group_beyond_the_node_needs_the_internode_link():
+    """The node limit counts TP x CP GPUs: TP 4 x CP 4 on 8-GPU nodes without an inter-node link is
+    refused, though TP 4 alone fits; TP 4 x CP 2 fits."""
+    node = {**{"name": "toy", "peak_tflops_bf16": 1000, "hbm_gb_s": 3000, "memory_gb": 80,
+               "interconnect_gb_s": 100, "interconnect_latency_us": 14}, "gpus_per_node": 8}
+    small = {"type": "poisson", "rate": 5, "num_requests": 3, "prompt_tokens": 100, "output_tokens": 2}
+    with pytest.raises(ConfigError, match=r"engine.tensor_parallel_size: got 4, expected at most the 8 GPUs"):
+        dsim.run(scenario(hardware=node, latency={"model": "roofline"}, workload=small,
+                          engine={"tensor_parallel_size": 4, "context_parallel_size": 4}))
+    res = dsim.run(scenario(hardware=node, latency={"model": "roofline"}, workload=small,
+                            engine={"tensor_parallel_size": 4, "context_parallel_size": 2}))
+    assert res.manifest["latency"]["context_parallel"] == 2

@@ -53,6 +53,14 @@ def test_selective_batching_reconstructs_a_mixed_step_by_hand(tmp_path):
     # whole-pass rows charge the prefill row + the decode row - one pass: off by the decode row's extra cost
     assert not math.isclose(LutModel(t).step_time(b), truth, rel_tol=1e-4)
     assert sel.energy_mj > 0
+    # above the table's largest pass the last segment is extended (Toy: exactly linear)
+    assert math.isclose(sel.nonatt_ms(6000), 1 + 0.01 * 6000, rel_tol=1e-6)
+    # verify rows (2 requests checking 1 draft at context 1024) beside a 512-token prefill and 4 decoders:
+    # each verify request pays its own verify row's attention, the prefill its prefill row's
+    v = BatchShape(prefill_tokens=512 + 4, num_prefill=3, prefill_attn_pairs=512 * 513 // 2 + 2 * (2 * 1024 + 3),
+                   prefill_ctx_tokens=2 * 1024, num_verify=2, verify_tokens=4, verify_ctx_sum=2 * 1024,
+                   num_sampled=7, decode_tokens=4, decode_ctx_sum=4 * 1024, running=7)
+    assert math.isclose(sel.step_time(v), Toy().step_time(v), rel_tol=1e-6)
 
 
 def test_selective_is_closer_to_the_source_model_on_mixed_batches(tmp_path):

@@ -48,3 +48,16 @@ def test_the_key_reaches_the_replica_and_leaves_dense_models_alone():
     b = BatchShape(decode_tokens=8, decode_ctx_sum=8000, num_sampled=8, running=8)
     l8 = load_model("meta-llama/Llama-3.1-8B")
     assert RooflineModel(l8, H100, moe_fused=False).step_time(b) == RooflineModel(l8, H100).step_time(b)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_calibration_terms_follow_the_kernel_choice(fused):
+    """gemm_terms (what dsim calibrate fits on) at unit multipliers sums to the model's own GEMM time:
+    per kind max(compute, memory), plus the launch floors, with the experts fused or one by one."""
+    import numpy as np
+    rf = RooflineModel(QWEN, H100, 1, moe_fused=fused)
+    tokens = np.array([1.0, 64.0, 2048.0])
+    c, m, floor = rf.gemm_terms(tokens, tokens)
+    got = np.maximum(c, m).sum(axis=1) + floor
+    want = [rf.linear_time(int(t)) + rf.head_time(int(t)) for t in tokens]
+    assert np.allclose(got, want, rtol=1e-9, atol=0)

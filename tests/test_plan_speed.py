@@ -78,6 +78,27 @@ def test_unfinished_requests_stop_an_overloaded_run_sooner(slo):
         assert probe(LONG, _replicas(reps), slos, 0.1, None, True) == probe(LONG, _replicas(reps), slos, 0.1, None)
 
 
+@pytest.mark.parametrize("slo,metric", [("ttft_p99_ms=200", "ttft"), ("e2el_p99_ms=1500", "e2el"), ("ttft_p50_ms=1500", "ttft"),
+                                        ("e2el_p50_ms=3000", "e2el")])
+def test_the_stop_counts_only_window_requests_over_the_bound_once_each(slo, metric):
+    """The count a stop claims, checked against the run to its end (the same run up to the stop):
+    at the stop time, at least that many distinct window requests (arrived after the warm-up) that
+    are at least the bound old end over the bound.  Counting a request twice (pending, then
+    finished) or counting warm-up requests would claim more than there are."""
+    slos = parse_slos([slo])
+    scn = dsim.load_scenario(LONG, _replicas(1))
+    _, stop = run_watched(dsim.load_scenario(LONG, _replicas(1)), slos, 0.3)
+    claimed = int(stop["stop_reason"].split(" of the ")[0])
+    reqs = list(dsim.run(scn).requests)
+    arr = sorted(r.arrival for r in reqs)
+    tw = arr[0] + 0.3 * (arr[-1] - arr[0])
+    bound = float(slo.split("=")[1])
+    now = stop["stopped_at_s"]
+    late = [r for r in reqs if tw <= r.arrival and (now - r.arrival) * 1e3 > bound
+            and ((r.t_first_token if metric == "ttft" else r.t_completion) - r.arrival) * 1e3 > bound]
+    assert claimed >= 1 and len(late) >= claimed, (claimed, len(late))
+
+
 def test_a_plan_answers_the_same_with_and_without_early_stop(tmp_path, monkeypatch):
     """Every kept candidate simulated (a screen that keeps all): the same best configuration, the same
     passing set with the same metrics, and every early-stopped candidate fails when run to the end."""

@@ -114,6 +114,13 @@ def test_vidur_own_tail_samples_its_profile_sigma():
     x = np.array([step.step_time(b) for _ in range(20_000)])
     assert abs(x.mean() / mean - 1) < 5 * sd / mean / math.sqrt(len(x))
     assert abs(x.std() / sd - 1) < 0.04
+    # tail.correlation reaches the draws: independent operators spread a step ~10x less here
+    step_i = build_latency(parse_latency({"model": "vidur", "host": host,
+                                          "tail": {"correlation": "independent"}}), ctx)[0]
+    sd_i = plain.gpu.step_sigma(b, "independent") if hasattr(plain, "gpu") else plain.step_sigma(b, "independent")
+    assert sd_i < sd / 3
+    xi = np.array([step_i.step_time(b) for _ in range(4000)])
+    assert abs(xi.std() / sd_i - 1) < 0.1
 
 
 def _rows(tmp_path, latency, name, **extra):
