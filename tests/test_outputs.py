@@ -296,3 +296,20 @@ def test_an_output_block_commits_at_its_end_drops_on_error_and_keeps_an_early_co
         with output_folder(mine):
             pass
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_write_atomic_gives_the_umask_mode_not_mkstemps_0600(tmp_path):
+    """A trace or fitted file written atomically is readable as a plain open() would leave it."""
+    import os
+
+    from dsim.metrics.writers import write_atomic
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "t.jsonl", "{}\n")
+        os.umask(0o077)
+        write_atomic(tmp_path / "private.jsonl", "{}\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t.jsonl").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "private.jsonl").stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -142,10 +142,13 @@ def foreign_entry(folder: Path) -> str | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it in: readers see all or nothing."""
+    """Write to a temporary file beside ``path`` and rename it in: readers see all or nothing.  The
+    file gets the mode a plain ``open`` would give (mkstemp's is 0600: a trace or a fitted file
+    another user or container could not read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
