@@ -550,11 +550,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         ``k`` drafts (None keeps the gamma policy's); both None hands control back."""
         ov = None if mode is None and k is None else (mode, k)
         self.overrides[pool] = ov
-        names = [rep.name for rep in self.fleet.pool(pool).replicas]
-        for n in names:
-            if n in self.targets:
-                self.targets[n].override = ov
-        return names
+        return self._set_on_pool(pool, "override", ov)
 
     def set_drafter(self, pool: str, name: str | None) -> list:
         """seed 002's drafter selection as an action: from the next round, the pool's conversations
@@ -565,8 +561,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                              "between)")
         idx = None if name is None else pf.index(name)
         self.pool_drafter[pool] = name
+        return self._set_on_pool(pool, "drafter", idx)
+
+    def _set_on_pool(self, pool: str, attr: str, value) -> list:
+        """Set ``attr`` on every speculating target of ``pool``; the pool's replica names."""
         names = [rep.name for rep in self.fleet.pool(pool).replicas]
         for n in names:
             if n in self.targets:
-                self.targets[n].drafter = idx
+                setattr(self.targets[n], attr, value)
         return names
