@@ -408,9 +408,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         if tgt.drafter is not None and st.drafter != tgt.drafter:   # a SetDrafter action pins the pool's drafter
             st.drafter = tgt.drafter     # judged afresh, as after an escalation
             st.acc_est = ACC_PRIOR
-        if self.cond is not None:        # its acceptance on this replica (domain, pool, top_p)
+        if self.cond is not None and st.acc_at != (inst.name, st.drafter):
+            # its acceptance on this replica (domain, pool, top_p): looked up again only when the
+            # replica or the drafter changed (the request's own terms are fixed)
             st.acc = None
             st.acc = self.cond.model(r, self._acceptance(st), inst.name)
+            st.acc_at = (inst.name, st.drafter)
         if (self._fused_fast and (st.device is None or cfg.mode == "fused") and tgt.override is None
                 and self.decision_hook is None and getattr(pol, "k_for", None) is not None):
             # the fused round of a chain with a context-only gamma rule: the general path below
