@@ -117,6 +117,7 @@ def test_device_drafts_each_level_on_its_own_roofline(monkeypatch):
     (["speculation.levels=[{drafter: Qwen/Qwen2.5-7B-Instruct}]"], "speculation.levels[0].drafter"),
     (["speculation.levels=[{drafter: meta-llama/Llama-3.2-1B}]", "speculation.tree={topk: 2}"], "speculation.tree"),
     (["speculation.levels=[]"], "speculation.levels"),
+    (["speculation.replay_log=log.jsonl"], "speculation.replay_log"),
 ])
 def test_bad_levels_are_refused(sets, where, tmp_path, capsys):
     assert_refused("multi_level_drafts", sets, where, tmp_path, capsys)

@@ -469,7 +469,7 @@ class SpeculationConfig(Section):
     model, else ``acceptance`` (None: ``acceptance`` for every request)."""
     replay_log: Str | None = None
     """A repro_log.jsonl (output.repro_log) whose acceptance outcomes and mode decisions this run
-    takes instead of drawing and choosing them, relative to the scenario (None: none)."""
+    takes instead of drawing and choosing them, relative to the scenario (None: none; not with levels)."""
     acceptance_draws: Choice("sample", "expectation") = "sample"
     """sample: each round's accepted drafts are drawn; expectation: each round accepts the expected
     number (carried over rounds as a remainder, so a conversation's total is the expectation's),
@@ -581,6 +581,10 @@ class SpeculationConfig(Section):
                 if bad:
                     raise ConfigError(key, val, "its default with levels (multi-level chains are modelled for "
                                       "one sampled chain of drafters)")
+            if self.replay_log is not None:
+                raise ConfigError("replay_log", self.replay_log, "null with levels (the log holds the target's "
+                                  "verifications, not the chain's draws below it, so a replay would not be the "
+                                  "recorded run)")
         if self.framework == "eagle" and self.portfolio is not None:
             raise ConfigError("framework", "eagle", "vanilla with a drafter portfolio")
         if self.draft_kv is not None:
