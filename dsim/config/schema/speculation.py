@@ -344,6 +344,13 @@ def names(rows, prefix: str) -> list[str]:
     return [r.name if r.name is not None else f"{prefix}{i}" for i, r in enumerate(rows)]
 
 
+def _non_empty_or_null(v, what: str):
+    """A list key that is either absent (None) or holds at least one row."""
+    if v is not None and (not isinstance(v, list) or not v):
+        raise ConfigError("", v, f"a non-empty list of {what}")
+    return v
+
+
 def _unique_names(rows, prefix: str, what: str):
     seen = set()
     for i, name in enumerate(names(rows, prefix)):
@@ -527,9 +534,7 @@ class SpeculationConfig(Section):
     @field_validator("levels", mode="before")
     @classmethod
     def _some_levels(cls, v):
-        if v is not None and (not isinstance(v, list) or not v):
-            raise ConfigError("", v, "a non-empty list of drafters, smallest first (or null)")
-        return v
+        return _non_empty_or_null(v, "drafters, smallest first (or null)")
 
     @field_validator("levels")
     @classmethod
@@ -539,9 +544,7 @@ class SpeculationConfig(Section):
     @field_validator("drafts", mode="before")
     @classmethod
     def _non_empty(cls, v):
-        if v is not None and (not isinstance(v, list) or not v):
-            raise ConfigError("", v, "a non-empty list of draft device groups")
-        return v
+        return _non_empty_or_null(v, "draft device groups")
 
     @field_validator("drafts")
     @classmethod
