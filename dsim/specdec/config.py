@@ -233,8 +233,8 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
                       # the optional mechanisms by name: a field added to SpecConfig cannot shift them
                       groups=groups, tree=tree, portfolio=portfolio, verify_order=cfg.verify_order,
                       expectation=cfg.acceptance_draws == "expectation", cohort_assignment=cfg.cohort_assignment,
-                      framework=cfg.framework, verify_attention=cfg.verify_attention, levels=levels, draft_kv=cfg.draft_kv,
-                      draft_load=cfg.draft_load, top_p=cfg.top_p, rules=rules, replay=replay)
+                      framework=cfg.framework, verify_attention=cfg.verify_attention, levels=levels,
+                      draft_kv=cfg.draft_kv, draft_load=cfg.draft_load, top_p=cfg.top_p, rules=rules, replay=replay)
 
 
 def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:
