@@ -21,6 +21,10 @@ def test_padding_by_hand():
     # cohorts: 100 and 120 share bin 7 (P = 120, C = 4), 1000 is alone in bin 10
     assert padding(rows, True) == (490 - 410, 20)
     assert padding([row(100, 3)], False) == (0, 0)
+    # the bins are powers of two: 64 and 127 share bin 7 (one batch, 64 padded by 63 tokens: 4 x 63
+    # pairs), 63 and 64 do not (nothing to pad between them)
+    assert padding([row(64, 3), row(127, 3)], True) == (4 * 63, 63)
+    assert padding([row(63, 3), row(64, 3)], True) == (0, 0)
 
 
 def test_the_longest_waiting_rounds_cohort_goes_first():

@@ -122,3 +122,22 @@ def test_without_conditioning_nothing_changes():
     """No rules, top_p 1 and no request sampling: the runtime keeps its unconditioned paths."""
     ses = run(scenario(latency=ROOF, speculation={"mode": "fused", "acceptance": {"geometric": 0.5}}))
     assert ses.spec.cond is None and all(st.acc is None for st in ses.spec.states.values())
+
+
+def test_first_matching_rule_wins():
+    """speculation.acceptance_rules: the first rule that matches a request gives its model, later
+    matches (a domain-only rule after a domain+pool one, a catch-all) are not consulted."""
+    from types import SimpleNamespace
+    from dsim.specdec.conditioning import Conditioning
+    base, code_weak, code, anyone = (GeometricAcceptance(p) for p in (0.9, 0.1, 0.5, 0.3))
+    cfg = SimpleNamespace(rules=[("code", "weak", code_weak), ("code", None, code), (None, None, anyone)],
+                          top_p=1.0, temperature=0.0)
+    cond = Conditioning(cfg, {"w-0": "weak", "s-0": "strong"})
+
+    def req(domain):
+        return SimpleNamespace(sampling=(None, None, domain))
+    assert cond.model(req("code"), base, "w-0") is code_weak
+    assert cond.model(req("code"), base, "s-0") is code
+    assert cond.model(req("chat"), base, "w-0") is anyone
+    assert Conditioning(SimpleNamespace(rules=[("code", None, code)], top_p=1.0, temperature=0.0),
+                        {}).model(req("chat"), base) is base

@@ -117,6 +117,20 @@ def test_device_drafts_each_level_on_its_own_roofline(monkeypatch):
     (["speculation.levels=[{drafter: Qwen/Qwen2.5-7B-Instruct}]"], "speculation.levels[0].drafter"),
     (["speculation.levels=[{drafter: meta-llama/Llama-3.2-1B}]", "speculation.tree={topk: 2}"], "speculation.tree"),
     (["speculation.levels=[]"], "speculation.levels"),
+    (["speculation.replay_log=log.jsonl"], "speculation.replay_log"),
 ])
 def test_bad_levels_are_refused(sets, where, tmp_path, capsys):
     assert_refused("multi_level_drafts", sets, where, tmp_path, capsys)
+
+
+def test_lower_levels_read_acceptance_at_the_requests_own_temperature():
+    """A request sampled at T=1 (its tenant's key; the scenario's temperature is 0): the tiny drafter's
+    acceptance against the mid is read at T=1 too (EAGLE-3 MT-bench curve: geometric 0.793598, not
+    0.900187 at T=0), so the mid hands up E[a + 1] = 1 + p + p^2 + p^3 of k = 3 drafts."""
+    from test_spec_conditioning import EAGLE3, mix_scn, run as run_scn, tenant
+    ses = run_scn(mix_scn({"acceptance": {"geometric": 0.7}, "temperature": 0.0, "gamma": {"k": 3},
+                           "levels": [{"name": "tiny", "drafter": TINY, "acceptance": {"curve": EAGLE3}}]},
+                          tenant("hot", 12, temperature=1.0, output_tokens=400)))
+    p = 0.793598
+    got = ses.spec.mechanisms_summary()["levels"]["top"]["tokens_handed_up_per_round"]
+    assert got == pytest.approx(1 + p + p ** 2 + p ** 3, rel=0.03)       # at T=0 it would be 3.439

@@ -56,6 +56,7 @@ def test_record_then_replay_with_another_seed_gives_the_same_requests(tmp_path):
     assert (rep / "requests.csv").read_bytes() == (rec / "requests.csv").read_bytes()
     r = json.loads((rep / "summary.json").read_text())["speculation"]["replay"]
     assert r == {"replayed": len(events), "fallbacks": 0}
+    assert json.loads((rep / "summary.json").read_text())["speculation"]["rollbacks"] == summ["rollbacks"] > 0
     assert (rep / "repro_log.jsonl").read_text().splitlines()[1:] == log[1:]     # the same log again
 
 
@@ -82,6 +83,29 @@ def test_an_edited_draw_changes_the_run(tmp_path):
     # its tokens are accepted drafts + one per round + the first: fewer accepted, more rounds
     assert int(rows[1][rid]["spec_rounds"]) > int(rows[0][rid]["spec_rounds"])
     assert int(rows[1][rid]["spec_accepted_tokens"]) < int(rows[0][rid]["spec_accepted_tokens"])
+
+
+def test_an_edited_decision_draws_its_verification(tmp_path):
+    """A mode line edited to draft fewer tokens (k = 1) than its recorded verification held: that
+    verification is not the one the log recorded (another k), so it is drawn (a fallback), never
+    the log's a, which could exceed the drafts."""
+    rec = out(tmp_path, "rec", scn(output={"plots": False, "repro_log": True}))
+    lines = (rec / "repro_log.jsonl").read_text().splitlines()
+    ev = [json.loads(x) for x in lines[1:]]
+    acc = next(e for e in ev if e["ev"] == "accept" and e["a"] >= 2)
+    i = next(i for i, e in enumerate(ev, 1) if e["ev"] == "mode" and e["rid"] == acc["rid"] and e["n"] == acc["n"])
+    e = json.loads(lines[i])
+    e["k"], e["kv"] = 1, 1
+    lines[i] = json.dumps(e)
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("\n".join(lines) + "\n")
+    s = scn(output={"plots": False, "repro_log": True})
+    s["speculation"]["replay_log"] = str(edited)
+    rep = out(tmp_path, "rep", s)
+    assert json.loads((rep / "summary.json").read_text())["speculation"]["replay"]["fallbacks"] >= 1
+    got = [json.loads(x) for x in (rep / "repro_log.jsonl").read_text().splitlines()[1:]]
+    mine = next(g for g in got if g["ev"] == "accept" and g["rid"] == acc["rid"] and g["n"] == acc["n"])
+    assert mine["k"] == 1 and mine["a"] <= 1
 
 
 def test_bad_logs_and_a_log_without_speculation_are_refused(tmp_path):

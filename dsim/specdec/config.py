@@ -229,11 +229,12 @@ def load_spec(cfg: SpeculationConfig, path: str = "speculation", base_dir=None, 
     return SpecConfig(mode, drafter, fused_drafter, acc, acc_desc, cfg.temperature, policy, params, probe.k_max,
                       cfg.mode_switch.model_dump(), cfg.partial_verification.model_dump(),
                       cfg.kv_admission.max_kv_utilization_pct, cfg.cold_start.model_dump(), cfg.token_bytes,
-                      cfg.bundle_bytes_per_token, cfg.header_bytes, cfg.gateway, groups, tree, portfolio,
-                      cfg.verify_order, cfg.acceptance_draws == "expectation",
-                      cohort_assignment=cfg.cohort_assignment, framework=cfg.framework,
-                      verify_attention=cfg.verify_attention, levels=levels, draft_kv=cfg.draft_kv,
-                      draft_load=cfg.draft_load, top_p=cfg.top_p, rules=rules, replay=replay)
+                      cfg.bundle_bytes_per_token, cfg.header_bytes, cfg.gateway,
+                      # the optional mechanisms by name: a field added to SpecConfig cannot shift them
+                      groups=groups, tree=tree, portfolio=portfolio, verify_order=cfg.verify_order,
+                      expectation=cfg.acceptance_draws == "expectation", cohort_assignment=cfg.cohort_assignment,
+                      framework=cfg.framework, verify_attention=cfg.verify_attention, levels=levels,
+                      draft_kv=cfg.draft_kv, draft_load=cfg.draft_load, top_p=cfg.top_p, rules=rules, replay=replay)
 
 
 def check_targets(spec: SpecConfig, pools, path: str = "speculation") -> None:

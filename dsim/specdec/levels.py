@@ -169,7 +169,7 @@ class LevelRounds:
         if k <= 0:
             st.levels_ns = None
             return k
-        ns = self.cfg.levels.draw(self.level_rng, r.num_computed, k, self.cfg.temperature)
+        ns = self.cfg.levels.draw(self.level_rng, r.num_computed, k, st.temp)     # its request's own
         st.levels_ns = ns
         self.level_rounds += 1
         self.level_drafted += k

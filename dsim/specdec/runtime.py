@@ -408,9 +408,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         if tgt.drafter is not None and st.drafter != tgt.drafter:   # a SetDrafter action pins the pool's drafter
             st.drafter = tgt.drafter     # judged afresh, as after an escalation
             st.acc_est = ACC_PRIOR
-        if self.cond is not None:        # its acceptance on this replica (domain, pool, top_p)
+        if self.cond is not None and st.acc_at != (inst.name, st.drafter):
+            # its acceptance on this replica (domain, pool, top_p): looked up again only when the
+            # replica or the drafter changed (the request's own terms are fixed)
             st.acc = None
             st.acc = self.cond.model(r, self._acceptance(st), inst.name)
+            st.acc_at = (inst.name, st.drafter)
         if (self._fused_fast and (st.device is None or cfg.mode == "fused") and tgt.override is None
                 and self.decision_hook is None and getattr(pol, "k_for", None) is not None):
             # the fused round of a chain with a context-only gamma rule: the general path below
@@ -550,11 +553,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         ``k`` drafts (None keeps the gamma policy's); both None hands control back."""
         ov = None if mode is None and k is None else (mode, k)
         self.overrides[pool] = ov
-        names = [rep.name for rep in self.fleet.pool(pool).replicas]
-        for n in names:
-            if n in self.targets:
-                self.targets[n].override = ov
-        return names
+        return self._set_on_pool(pool, "override", ov)
 
     def set_drafter(self, pool: str, name: str | None) -> list:
         """seed 002's drafter selection as an action: from the next round, the pool's conversations
@@ -565,8 +564,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                              "between)")
         idx = None if name is None else pf.index(name)
         self.pool_drafter[pool] = name
+        return self._set_on_pool(pool, "drafter", idx)
+
+    def _set_on_pool(self, pool: str, attr: str, value) -> list:
+        """Set ``attr`` on every speculating target of ``pool``; the pool's replica names."""
         names = [rep.name for rep in self.fleet.pool(pool).replicas]
         for n in names:
             if n in self.targets:
-                self.targets[n].drafter = idx
+                setattr(self.targets[n], attr, value)
         return names

@@ -344,6 +344,13 @@ def names(rows, prefix: str) -> list[str]:
     return [r.name if r.name is not None else f"{prefix}{i}" for i, r in enumerate(rows)]
 
 
+def _non_empty_or_null(v, what: str):
+    """A list key that is either absent (None) or holds at least one row."""
+    if v is not None and (not isinstance(v, list) or not v):
+        raise ConfigError("", v, f"a non-empty list of {what}")
+    return v
+
+
 def _unique_names(rows, prefix: str, what: str):
     seen = set()
     for i, name in enumerate(names(rows, prefix)):
@@ -469,7 +476,7 @@ class SpeculationConfig(Section):
     model, else ``acceptance`` (None: ``acceptance`` for every request)."""
     replay_log: Str | None = None
     """A repro_log.jsonl (output.repro_log) whose acceptance outcomes and mode decisions this run
-    takes instead of drawing and choosing them, relative to the scenario (None: none)."""
+    takes instead of drawing and choosing them, relative to the scenario (None: none; not with levels)."""
     acceptance_draws: Choice("sample", "expectation") = "sample"
     """sample: each round's accepted drafts are drawn; expectation: each round accepts the expected
     number (carried over rounds as a remainder, so a conversation's total is the expectation's),
@@ -527,9 +534,7 @@ class SpeculationConfig(Section):
     @field_validator("levels", mode="before")
     @classmethod
     def _some_levels(cls, v):
-        if v is not None and (not isinstance(v, list) or not v):
-            raise ConfigError("", v, "a non-empty list of drafters, smallest first (or null)")
-        return v
+        return _non_empty_or_null(v, "drafters, smallest first (or null)")
 
     @field_validator("levels")
     @classmethod
@@ -539,9 +544,7 @@ class SpeculationConfig(Section):
     @field_validator("drafts", mode="before")
     @classmethod
     def _non_empty(cls, v):
-        if v is not None and (not isinstance(v, list) or not v):
-            raise ConfigError("", v, "a non-empty list of draft device groups")
-        return v
+        return _non_empty_or_null(v, "draft device groups")
 
     @field_validator("drafts")
     @classmethod
@@ -581,6 +584,10 @@ class SpeculationConfig(Section):
                 if bad:
                     raise ConfigError(key, val, "its default with levels (multi-level chains are modelled for "
                                       "one sampled chain of drafters)")
+            if self.replay_log is not None:
+                raise ConfigError("replay_log", self.replay_log, "null with levels (the log holds the target's "
+                                  "verifications, not the chain's draws below it, so a replay would not be the "
+                                  "recorded run)")
         if self.framework == "eagle" and self.portfolio is not None:
             raise ConfigError("framework", "eagle", "vanilla with a drafter portfolio")
         if self.draft_kv is not None:
