@@ -95,3 +95,15 @@ def test_cliff_penalty_flag_is_a_weight(capsys):
     from dsim.cli import main
     assert main(["calibrate", "never-read", "--cliff-penalty", "-1"])     # checked before any run is read == 2
     assert "--cliff-penalty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--optimizer", "bayesian"], ["--latency-model", "blackbox"]])
+def test_bayesian_without_optuna_is_refused_before_any_run_is_read(argv, tmp_path, monkeypatch, capsys):
+    """Checked up front (it was found only after stage 1 and the first stage-2 simulation)."""
+    import sys
+    from dsim.cli import main
+    monkeypatch.setitem(sys.modules, "optuna", None)                  # import optuna -> ImportError
+    assert main(["calibrate", str(tmp_path / "never-read"), *argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--optimizer" in err and "optuna" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
