@@ -107,3 +107,14 @@ def test_bayesian_without_optuna_is_refused_before_any_run_is_read(argv, tmp_pat
     err = capsys.readouterr().err
     assert "--optimizer" in err and "optuna" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_cliff_penalty_is_the_weighted_mean_over_the_overloaded_staged_runs():
+    """Two runs: one whose real onset (8 to 12 req/s) lies far above the simulated ~4 req/s, one whose
+    onset (3 to 5 req/s) holds it: the term is weight x the mean of (log(6.4 / cliff), 0)."""
+    far = staged_run([(8.0, False), (12.0, True)], "far")
+    near = staged_run([(3.0, False), (5.0, True)], "near")
+    got = cliff.cliff_penalty([far, near, staged_run([(2.0, False)], "ok")], None, (), 42, blackbox(), 3.0)
+    assert set(got["per_run"]) == {"far", "near"} and got["per_run"]["near"] == 0.0
+    assert got["per_run"]["far"] > math.log(6.4 / 4.2)
+    assert got["value"] == pytest.approx(3.0 * got["per_run"]["far"] / 2, rel=1e-12)
