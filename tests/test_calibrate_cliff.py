@@ -95,3 +95,26 @@ def test_cliff_penalty_flag_is_a_weight(capsys):
     from dsim.cli import main
     assert main(["calibrate", "never-read", "--cliff-penalty", "-1"])     # checked before any run is read == 2
     assert "--cliff-penalty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--optimizer", "bayesian"], ["--latency-model", "blackbox"]])
+def test_bayesian_without_optuna_is_refused_before_any_run_is_read(argv, tmp_path, monkeypatch, capsys):
+    """Checked up front (it was found only after stage 1 and the first stage-2 simulation)."""
+    import sys
+    from dsim.cli import main
+    monkeypatch.setitem(sys.modules, "optuna", None)                  # import optuna -> ImportError
+    assert main(["calibrate", str(tmp_path / "never-read"), *argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--optimizer" in err and "optuna" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cliff_penalty_is_the_weighted_mean_over_the_overloaded_staged_runs():
+    """Two runs: one whose real onset (8 to 12 req/s) lies far above the simulated ~4 req/s, one whose
+    onset (3 to 5 req/s) holds it: the term is weight x the mean of (log(6.4 / cliff), 0)."""
+    far = staged_run([(8.0, False), (12.0, True)], "far")
+    near = staged_run([(3.0, False), (5.0, True)], "near")
+    got = cliff.cliff_penalty([far, near, staged_run([(2.0, False)], "ok")], None, (), 42, blackbox(), 3.0)
+    assert set(got["per_run"]) == {"far", "near"} and got["per_run"]["near"] == 0.0
+    assert got["per_run"]["far"] > math.log(6.4 / 4.2)
+    assert got["value"] == pytest.approx(3.0 * got["per_run"]["far"] / 2, rel=1e-12)

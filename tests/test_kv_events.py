@@ -46,6 +46,7 @@ def test_reader_figures_of_a_constructed_file_by_hand():
     ('[1.0, [["BlockStored", [1]]]]', ":2: events[0]"),
     ('[true, []]', ":2: ts"),
     ('{"events": []}', ":2"),
+    ("[" * 100000 + "]" * 100000, ":2"),             # deeper than Python's stack: was a RecursionError
 ])
 def test_a_bad_line_is_a_path_and_line_qualified_error(tmp_path, line, where):
     p = tmp_path / "kv_events.jsonl"

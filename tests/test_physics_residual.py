@@ -152,3 +152,25 @@ def test_two_runs_replicas_of_one_name_are_read_apart(truth_traces):
     both = read_otlp(paths)
     assert len(both.steps) == 2 and len(beta_table(both)) == sum(len(beta_table(t)) for t in each)
     assert len(both.journeys) == sum(len(t.journeys) for t in each)
+
+
+def test_compiled_leaf_sum_equals_the_walk_bit_for_bit_and_deep_trees_are_walked():
+    from dsim.latency import residual as L
+    g = np.random.default_rng(1)
+    X = g.uniform(0, 2, size=(300, 16))
+    y = np.exp(np.where(X[:, 3] > 1.0, 0.4, -0.1) + 0.05 * X[:, 7] ** 2 - 0.2 * (X[:, 11] < 0.3))
+    r = R.export(R.fit_trees(X, y, np.ones(300), np.ones(300)), [1.0] * 16)
+    assert r._sum != r._walk
+    for x in X:
+        xf = np.asarray(x, dtype=np.float32).tolist()
+        assert r._sum(xf) == r._walk(xf)                               # same float sum, same order
+    # a chain deeper than COMPILE_DEPTH: walked, same answer as a hand count
+    n = L.COMPILE_DEPTH + 5
+    # node i < n: x0 <= 0.5 goes on to node i + 1, else to leaf n + 1 + i (value i + 2); leaf n is 1.0
+    chain = Tree((0,) * n + (-2,) * (n + 1), (0.5,) * n + (-2.0,) * (n + 1),
+                 tuple(i + 1 if i < n else -1 for i in range(n)) + (-1,) * (n + 1),
+                 tuple(n + 1 + i if i < n else -1 for i in range(n)) + (-1,) * (n + 1),
+                 (0.0,) * n + (1.0,) + tuple(float(i + 2) for i in range(n)))
+    deep = PhysicsResidual(0.0, 1.0, (chain,), 16, None)
+    assert deep._sum == deep._walk
+    assert deep([0.0] * 16) == 1.0 and deep([1.0] + [0.0] * 15) == 2.0

@@ -248,6 +248,9 @@ def calibrate_cli(args, columns) -> int:
     check_flag("--seed", getattr(args, "seed", None), 0, MAX_SEED)
     if not (0 <= args.cliff_penalty < math.inf):
         raise ConfigError("--cliff-penalty", args.cliff_penalty, "a weight >= 0 (0: no penalty)")
+    if (args.optimizer or DEFAULT_OPTIMIZER.get(args.latency_model)) == "bayesian":
+        from .bayes import _optuna
+        _optuna()               # before any run is read or simulated: not after stage 1
     base = read_scenario_file(args.scenario) if args.scenario else None
     runs = []
     for p in args.real:

@@ -183,7 +183,10 @@ def read_kv_events(path, n_requests: int | None = None) -> dict:
                 where = f"{p}:{i}"
                 try:
                     rec = json.loads(line)
-                except json.JSONDecodeError as e:
+                except (RecursionError, ValueError) as e:
+                    if not isinstance(e, json.JSONDecodeError):        # nesting past Python's stack
+                        raise ConfigError(where, None, "a JSON event batch nested less deeply",
+                                          show_value=False) from None
                     raise ConfigError(where, line.strip()[:60], f"a JSON event batch ({e.msg})") from None
                 rp.add(*_batch(rec, where), where)
     except UnicodeDecodeError:
