@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dsim.config.hardware import DeviceProfile, load_device
+from dsim.config.hardware import DeviceProfile, device_names, load_device
 from dsim.config.model import load_model
 from dsim.latency.base import BatchShape
 from dsim.latency.efficiency import architecture, curve_for, curve_from_params, fitted
@@ -134,3 +134,24 @@ def test_bad_curve_input_is_refused():
         c.time(0, 4096, 4096)
     with pytest.raises(ValueError, match="overlap"):
         RooflineModel(load_model("meta-llama/Llama-3.1-8B"), load_device("H100-SXM"), overlap=1.5)
+
+
+@pytest.mark.parametrize("device", device_names())
+def test_more_tokens_never_take_less_time_on_any_device(device):
+    """A GEMM of more tokens over the same weights never runs faster, on the profiled GPUs and on
+    those that borrow a profile (a fitted exponent a > 1 broke this: on an RTX 4090 a batch-1
+    decode step of Llama-3.1-8B took 26.7 ms and a batch-8 one 21.9 ms)."""
+    r = RooflineModel(load_model("meta-llama/Llama-3.1-8B"), load_device(device), 1)
+    m = np.arange(1, 1025)
+    lin = np.array([r.linear_time(int(x)) for x in m])
+    assert np.all(np.diff(lin) >= 0), m[1:][np.diff(lin) < 0][:5]
+    steps = [r.step_time(BatchShape(decode_tokens=b, decode_ctx_sum=b * 1025, num_sampled=b, running=b))
+             for b in (1, 2, 4, 8, 16, 32, 64)]
+    assert all(a <= b for a, b in zip(steps, steps[1:])), steps
+
+
+def test_the_shipped_fits_keep_the_compute_exponent_physical():
+    """The compute-efficiency exponent stays <= 1 (experiments/fit_gemm_efficiency.py bounds it),
+    so the compute time m / s(m / m_half, a) rises with m at every m."""
+    for gpu, p in fitted()["gpus"].items():
+        assert 0 < p["a"] <= 1.0, (gpu, p["a"])
