@@ -274,7 +274,7 @@ def test_calibrate_diagnostics_on_the_real_rtx4090_run(tmp_path):
     hold = d["temporal_holdout"]["beta"]
     assert (hold["rows_fitted"], hold["rows_held_out"]) == (231, 69)
     within = next(a for a in d["acceptance"] if a["criterion"] == "within-config MAPE" and a["threshold"] == 0.15)
-    assert within["worst"] == pytest.approx(0.067, abs=0.001) and within["passed"]      # measured 6.7 %
+    assert within["worst"] == pytest.approx(0.0707, abs=0.001) and within["passed"]     # measured 7.07 % (6.7 % before a <= 1)
     signs = next(a for a in d["acceptance"] if a["criterion"] == "coefficient signs")
     assert signs["passed"] is False and "stage1.host.step_us" in signs["failed"]
 
