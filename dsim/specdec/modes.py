@@ -21,12 +21,12 @@ class DraftingModes:
         if spill:
             self.spills += 1
             return FUSED
-        if st.device.available_from(self.env.now) == math.inf:
+        if st.device.available_from(self.env._now) == math.inf:
             return FUSED                 # the device is gone for good: the target finishes alone
         if cfg.mode == "distributed":
             return DISTRIBUTED
         # hybrid
-        now = self.env.now
+        now = self.env._now
         dev_ok = st.device.available_from(now) == now
         if cfg.switch["policy"] == "gamma_policy":
             mode = pmode if dev_ok else FUSED
@@ -73,7 +73,7 @@ class DraftingModes:
         return max(up - u0, down - d0) / (bw * (now - t0))
 
     def _warm(self, tgt: TargetState) -> bool:
-        return self.env.now <= tgt.warm_until
+        return self.env._now <= tgt.warm_until
 
     def _drafter_ready(self, tgt: TargetState):
         """None if the target's drafter is loaded (keeps it warm), else an event for when it is."""
