@@ -168,6 +168,8 @@ class DraftDevice:
     """One device's drafting loop.  ``submit(k, ctx, done)`` queues a job; ``done()`` runs when
     the k tokens are drafted (and the next queued job starts at once)."""
 
+    direct = True     # False: every job goes through the queue (the general path ``_start`` must equal; tests)
+
     def __init__(self, env, name: str, group, drafter, think_rng=None, token_cache=None):
         self.env = env
         self.name = name
@@ -222,7 +224,7 @@ class DraftDevice:
         ``model``: another drafter's roofline on this device (a portfolio's), None for its own;
         ``seconds``: the drafting time when the caller costs it (a multi-level chain's); ``req``: the
         request, for the device's KV cache (dsim.specdec.devmem)."""
-        if (not self._busy and steps is None and model is None and seconds is None and req is None
+        if (self.direct and not self._busy and steps is None and model is None and seconds is None and req is None
                 and self.group.max_batch == 1 and not self.windows and self.mem is None):
             # an idle device drafting one round at a time, always available, no drafter memory, a
             # chain on its own drafter: it starts at once, as _next_job then _draft would start it
