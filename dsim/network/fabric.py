@@ -434,18 +434,16 @@ class Network:
             self._arm(t)
 
     def _arm(self, t: float) -> None:
-        """Arm the timer for ``t``: a ``Wake`` scheduled as ``env.timeout(max(0, t - now))`` would be."""
+        """Arm the timer for ``t``: a ``Wake`` given the key ``env.timeout(max(0, t - now))`` would
+        get (``Environment.schedule``'s push, inlined)."""
         self.timer_at = t
         self.gen += 1
         env = self.env
         now = env._now
-        env.schedule(Wake(self._ring, self.gen), NORMAL, max(0.0, t - now))
+        heapq.heappush(env._queue, (now + max(0.0, t - now), NORMAL, next(env._eid), Wake(self._tick, self.gen)))
 
-    def _ring(self, ev) -> None:
-        self._tick(ev.arg)
-
-    def _tick(self, gen: int) -> None:
-        if gen != self.gen:
+    def _tick(self, ev) -> None:
+        if ev.arg != self.gen:                     # a timer armed before a sooner one: stale
             return
         self.timer_at = math.inf
         now = self.env._now
@@ -526,7 +524,8 @@ class Network:
         else:
             ev._ok = True
             ev._value = rec
-        self.env.schedule(ev, NORMAL, delay)
+        env = self.env
+        heapq.heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), ev))    # env.schedule(ev, NORMAL, delay)
 
     def set_latency(self, u, v, latency_s: float) -> None:
         """Change an edge's one-way latency from now on (both directions; transfers already past

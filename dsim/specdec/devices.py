@@ -15,6 +15,7 @@ time, or ``joules_per_token`` when the profile gives it.
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappush
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -291,7 +292,7 @@ class DraftDevice:
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
-        env.schedule(Wake(self._drafted, (k, d, done)), NORMAL, d)     # env.timeout(d)'s key
+        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))   # env.timeout(d)'s key
 
     def _draft(self, job) -> None:
         k, ctx, done, _, steps, model, seconds, req = job
@@ -326,7 +327,7 @@ class DraftDevice:
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
-        env.schedule(Wake(self._drafted, (k, d, done)), NORMAL, d)     # env.timeout(d)'s key
+        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))   # env.timeout(d)'s key
 
     def _drafted(self, ev) -> None:
         """A job's k tokens took d seconds and are out: ``done()``, then the next queued job."""
