@@ -19,6 +19,7 @@ from heapq import heappush
 from dataclasses import dataclass
 from functools import lru_cache
 
+from simpy.events import NORMAL
 
 from ..config.files import read_yaml
 from ..config.files import package_folder
@@ -26,7 +27,6 @@ from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
 from ..network.fabric import Wake
-from simpy.events import NORMAL
 
 DRAFT_PROFILE_DIR = package_folder("dsim.device_profiles") / "drafts"   # device_profiles/drafts/
 DRAFT_LUT_DIR = DRAFT_PROFILE_DIR / "luts"                                 # draft-side LUTs, by id
@@ -292,7 +292,8 @@ class DraftDevice:
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
-        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))   # env.timeout(d)'s key
+        # env.timeout(d)'s key (Environment.schedule's push, inlined)
+        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))
 
     def _draft(self, job) -> None:
         k, ctx, done, _, steps, model, seconds, req = job
@@ -327,7 +328,8 @@ class DraftDevice:
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
-        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))   # env.timeout(d)'s key
+        # env.timeout(d)'s key (Environment.schedule's push, inlined)
+        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))
 
     def _drafted(self, ev) -> None:
         """A job's k tokens took d seconds and are out: ``done()``, then the next queued job."""
