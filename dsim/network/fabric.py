@@ -51,8 +51,24 @@ class Link:
 
 
 class _Flow:
+    # ``callbacks``, ``_ok``, ``_value``, ``_defused``: a flow sent with ``then`` is itself the SimPy
+    # event of its arrival (scheduled when it arrives, as its done event would have been)
     __slots__ = ("fid", "src", "dst", "nbytes", "eff", "remaining", "rate", "links", "nodes", "done",
-                 "start", "retries", "prop", "waited", "t", "seq", "ver", "record")
+                 "start", "retries", "prop", "waited", "t", "seq", "ver", "record", "then",
+                 "callbacks", "_ok", "_value", "_defused")
+
+
+class Wake:
+    """A bare SimPy event with fixed callbacks, for the hot loops that would otherwise make a
+    ``Timeout`` and a lambda per wake-up: ``env.schedule(ev, NORMAL, delay)`` gives it the key a
+    ``Timeout(env, delay)`` made at that moment gets.  ``arg``: whatever the callback needs."""
+    __slots__ = ("callbacks", "_ok", "_value", "arg")
+
+    def __init__(self, fn, arg=None):
+        self.callbacks = [fn]
+        self._ok = True
+        self._value = None
+        self.arg = arg
 
 
 class _Jitter:
@@ -80,6 +96,10 @@ class _Jitter:
 
 class Network:
     """``send(src, dst, nbytes) -> simpy event`` whose value is a TransferRecord."""
+
+    # False sends every message through the fluid solver (_resolve), also one alone on its path:
+    # the general path that the alone-on-its-path start must equal (tests set it)
+    fast = True
 
     def __init__(self, env, topo: Topology, rng, overhead_s=0.0, loss=0.0, rto_s=0.2, max_retries=None,
                  rtt_jitter=None, bw_jitter=None, policy="wait", bin_s=1.0):
@@ -111,6 +131,7 @@ class Network:
         self.delivered = 0
         self.outages: list = []
         self.work = 0                   # flows re-solved so far (the cost of the run's fabric)
+        self.alone = 0                  # flows started alone on their path, without the solver
         self.work_cap = MAX_FLOW_WORK
         self.path = "network"
 
@@ -148,9 +169,11 @@ class Network:
         return lk.bytes + sum(f.rate * (now - f.t) for f in lk.flows.values())
 
     # ---- the API --------------------------------------------------------------------------------
-    def send(self, src: str, dst: str, nbytes: float, record: bool = True):
+    def send(self, src: str, dst: str, nbytes: float, record: bool = True, then=None):
         """Start a transfer now; the returned event fires when the last byte has arrived, with a
-        TransferRecord as its value (None with ``record=False``, for callers that only wait)."""
+        TransferRecord as its value (None with ``record=False``, for callers that only wait).
+        With ``then``, nothing is returned: ``then(ev)`` is called at the arrival instead (``ev``
+        carries the same value), without an event made for it now."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         hit = self._link_paths.get((src, dst))
@@ -171,15 +194,17 @@ class Network:
         f.src, f.dst, f.nbytes = src, dst, nbytes
         f.nodes, f.links = nodes, links
         f.eff = nbytes / self.bw_jitter.sample(self.rng) if self.bw_jitter is not None else float(nbytes)
-        f.done = self.env.event()
-        f.start = self.env.now
+        env = self.env
+        f.then = then
+        f.done = env.event() if then is None else None
+        f.start = env._now
         f.retries = 0
         f.waited = 0.0
         f.ver = 0
         f.record = record
         self.count += 1
         if self.overhead_s > 0:
-            ev = self.env.timeout(self.overhead_s)
+            ev = env.timeout(self.overhead_s)
             ev.callbacks.append(lambda _e, f=f: self._begin(f))
         else:
             self._begin(f)
@@ -195,30 +220,40 @@ class Network:
         if not f.links:                            # src == dst: nothing crosses a link
             self._deliver(f, 0.0)
             return
-        now = self.env.now
+        now = self.env._now
         f.remaining = f.eff
         f.rate = 0.0
         f.t = now
         f.seq = self.seq
         self.seq += 1
         self.active[f.fid] = f
-        if len(f.links) == 1 and not f.links[0].flows:
-            # alone on a one-link path (an access link): it gets the link's bandwidth and no other
-            # flow's rate changes, so there is nothing to re-solve (what _resolve would conclude)
-            lk = f.links[0]
-            lk.flows[f.fid] = f
-            f.ver += 1
-            if lk.up:
-                lk.since = now
-                f.rate = lk.bw
-                heapq.heappush(self.heap, (now + f.remaining / f.rate, f.seq, f.ver, f))
-            self._schedule_next()
-            return
-        for lk in f.links:
+        links = f.links
+        if self.fast and len(links) == 1:
+            lk = links[0]
+            if not lk.flows:
+                # alone on a one-link path (an access link): it gets the link's bandwidth and no
+                # other flow's rate changes, so there is nothing to re-solve (what _resolve would
+                # conclude; _fill gives one flow its bottleneck)
+                self.alone += 1
+                lk.flows[f.fid] = f
+                f.ver += 1
+                if lk.up:
+                    lk.since = now
+                    f.rate = r = lk.bw
+                    t = now + f.remaining / r
+                    heapq.heappush(self.heap, (t, f.seq, f.ver, f))
+                    # _schedule_next's decision: every valid heap entry ends no sooner than the armed
+                    # timer, so the first valid entry is this one exactly when it ends before it
+                    if t < self.timer_at:
+                        self._arm(t)
+                else:
+                    self._schedule_next()
+                return
+        for lk in links:
             if not lk.flows and lk.up:
                 lk.since = now
             lk.flows[f.fid] = f
-        self._resolve(f.links)
+        self._resolve(links)
 
     def _settle(self, f, now: float) -> None:
         """Move ``f``'s bytes from its last settlement to ``now`` at its current rate."""
@@ -396,17 +431,22 @@ class Network:
             return
         t = heap[0][0]
         if t < self.timer_at:
-            self.timer_at = t
-            self.gen += 1
-            gen = self.gen
-            ev = self.env.timeout(max(0.0, t - self.env.now))
-            ev.callbacks.append(lambda _e, gen=gen: self._tick(gen))
+            self._arm(t)
 
-    def _tick(self, gen: int) -> None:
-        if gen != self.gen:
+    def _arm(self, t: float) -> None:
+        """Arm the timer for ``t``: a ``Wake`` given the key ``env.timeout(max(0, t - now))`` would
+        get (``Environment.schedule``'s push, inlined)."""
+        self.timer_at = t
+        self.gen += 1
+        env = self.env
+        now = env._now
+        heapq.heappush(env._queue, (now + max(0.0, t - now), NORMAL, next(env._eid), Wake(self._tick, self.gen)))
+
+    def _tick(self, ev) -> None:
+        if ev.arg != self.gen:                     # a timer armed before a sooner one: stale
             return
         self.timer_at = math.inf
-        now = self.env.now
+        now = self.env._now
         # flows within 1 ns of finishing are done (float sums of the clock are not exact; a
         # byte-based tolerance would stall once rate x clock ulp exceeds it)
         # at large simulated times the clock's own step exceeds 1 ns: allow one ulp of it too, or a
@@ -421,11 +461,15 @@ class Network:
         if len(finished) > 1:
             finished.sort(key=lambda f: f.seq)
         touched = []                               # links that still carry flows: re-solved below
+        active = self.active
+        sure = not self.loss and self.rtt_jitter is None   # no draw: _sent's delay is the path's latency
         for f in finished:
             self._settle(f, now)
             f.ver += 1
-            del self.active[f.fid]
+            del active[f.fid]
+            prop = 0
             for lk in f.links:
+                prop += lk.latency_s
                 flows = lk.flows
                 del flows[f.fid]
                 if flows:
@@ -433,7 +477,10 @@ class Network:
                 elif lk.since is not None:
                     lk.busy_s += now - lk.since
                     lk.since = None
-            self._sent(f)
+            if sure:
+                self._deliver(f, prop)
+            else:
+                self._sent(f)
         if touched:
             self._resolve(touched)
         else:
@@ -461,12 +508,15 @@ class Network:
 
     def _deliver(self, f, delay: float, failed: bool = False) -> None:
         self.waited_s += f.waited
-        end = self.env.now + delay
+        end = self.env._now + delay
         self.total_s += end - f.start
         self.delivered += 1
         rec = (TransferRecord(f.src, f.dst, f.nbytes, f.start, end, f.retries, tuple(f.nodes), f.waited)
                if f.record else None)
         ev = f.done
+        if ev is None:                  # sent with ``then``: the flow is the arrival's event
+            ev = f
+            f.callbacks = [f.then]
         if failed:
             ev._ok = False
             ev._value = ConnectionError(f"transfer {f.src}->{f.dst} lost after {f.retries - 1} retries")
@@ -474,7 +524,8 @@ class Network:
         else:
             ev._ok = True
             ev._value = rec
-        self.env.schedule(ev, NORMAL, delay)
+        env = self.env
+        heapq.heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), ev))    # env.schedule(ev, NORMAL, delay)
 
     def set_latency(self, u, v, latency_s: float) -> None:
         """Change an edge's one-way latency from now on (both directions; transfers already past

@@ -15,15 +15,18 @@ time, or ``joules_per_token`` when the profile gives it.
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappush
 from dataclasses import dataclass
 from functools import lru_cache
 
+from simpy.events import NORMAL
 
 from ..config.files import read_yaml
 from ..config.files import package_folder
 from ..config.hardware import DeviceProfile, resolve_profile
 from ..latency.base import BatchShape
 from ..latency.roofline import RooflineModel
+from ..network.fabric import Wake
 
 DRAFT_PROFILE_DIR = package_folder("dsim.device_profiles") / "drafts"   # device_profiles/drafts/
 DRAFT_LUT_DIR = DRAFT_PROFILE_DIR / "luts"                                 # draft-side LUTs, by id
@@ -166,6 +169,8 @@ class DraftDevice:
     """One device's drafting loop.  ``submit(k, ctx, done)`` queues a job; ``done()`` runs when
     the k tokens are drafted (and the next queued job starts at once)."""
 
+    direct = True     # False: every job goes through the queue (the general path ``_start`` must equal; tests)
+
     def __init__(self, env, name: str, group, drafter, think_rng=None, token_cache=None):
         self.env = env
         self.name = name
@@ -220,6 +225,12 @@ class DraftDevice:
         ``model``: another drafter's roofline on this device (a portfolio's), None for its own;
         ``seconds``: the drafting time when the caller costs it (a multi-level chain's); ``req``: the
         request, for the device's KV cache (dsim.specdec.devmem)."""
+        if (self.direct and not self._busy and steps is None and model is None and seconds is None and req is None
+                and self.group.max_batch == 1 and not self.windows and self.mem is None):
+            # an idle device drafting one round at a time, always available, no drafter memory, a
+            # chain on its own drafter: it starts at once, as _next_job then _draft would start it
+            self._start(k, ctx, done)
+            return
         self.jobs.append((k, ctx, done, lost, steps, model, seconds, req))
         if self.group.max_batch > 1:
             if self._wake is not None and not self._wake.triggered:
@@ -265,6 +276,25 @@ class DraftDevice:
             return
         self._busy = False
 
+    def _start(self, k: int, ctx: int, done) -> None:
+        """``_next_job`` and ``_draft`` for a chain job on an idle device (``submit`` says which): the same
+        thermal state, the same per-token times summed in the same order, the same timeout."""
+        self._busy = True
+        env, p = self.env, self.prof
+        now = env._now
+        if self.hot_since is None or now - self.last_end >= p.cooldown_s:
+            self.hot_since = now
+        tok = self._tok
+        d = 0
+        for c in range(ctx, ctx + k):
+            t = tok.get(c)
+            d += t if t is not None else self.token_time(c)
+        if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
+            d /= p.throttle_factor
+            self.throttled_s += d
+        # env.timeout(d)'s key (Environment.schedule's push, inlined)
+        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))
+
     def _draft(self, job) -> None:
         k, ctx, done, _, steps, model, seconds, req = job
         env, p = self.env, self.prof
@@ -298,19 +328,24 @@ class DraftDevice:
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
-        ev = env.timeout(d)
-        ev.callbacks.append(lambda _e: self._drafted(k, d, done))
+        # env.timeout(d)'s key (Environment.schedule's push, inlined)
+        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))
 
-    def _drafted(self, k: int, d: float, done) -> None:
+    def _drafted(self, ev) -> None:
+        """A job's k tokens took d seconds and are out: ``done()``, then the next queued job."""
+        k, d, done = ev.arg
         p = self.prof
         self.busy_s += d
         self.tokens += k
         self.energy_j += p.joules_per_token * k if p.joules_per_token is not None else p.power_w * d
-        self.last_end = self.env.now
+        self.last_end = self.env._now
         if self.mem is not None:
             self.mem.drafted(self.last_end)
         done()
-        self._next_job()
+        if self.jobs:
+            self._next_job()
+        else:
+            self._busy = False
 
     # ---- batches (max_batch > 1): a process --------------------------------------------------------
     def _loop(self):

@@ -21,13 +21,14 @@ class DraftingModes:
         if spill:
             self.spills += 1
             return FUSED
-        if st.device.available_from(self.env.now) == math.inf:
+        now = self.env._now
+        avail = st.device.available_from(now)
+        if avail == math.inf:
             return FUSED                 # the device is gone for good: the target finishes alone
         if cfg.mode == "distributed":
             return DISTRIBUTED
         # hybrid
-        now = self.env.now
-        dev_ok = st.device.available_from(now) == now
+        dev_ok = avail == now
         if cfg.switch["policy"] == "gamma_policy":
             mode = pmode if dev_ok else FUSED
         else:
@@ -43,7 +44,7 @@ class DraftingModes:
                 mode = FUSED
             elif mode == FUSED:
                 st.fused_until = now + dwell
-        if mode == FUSED and dev_ok and not self._warm(tgt):
+        if mode == FUSED and dev_ok and not now <= tgt.warm_until:      # not self._warm(tgt)
             # the target's drafter is cold: start loading it (pre-warm) and keep drafting on the
             # device until it is in memory, instead of stalling the round on the load
             if tgt.loading is None:
@@ -73,7 +74,7 @@ class DraftingModes:
         return max(up - u0, down - d0) / (bw * (now - t0))
 
     def _warm(self, tgt: TargetState) -> bool:
-        return self.env.now <= tgt.warm_until
+        return self.env._now <= tgt.warm_until
 
     def _drafter_ready(self, tgt: TargetState):
         """None if the target's drafter is loaded (keeps it warm), else an event for when it is."""

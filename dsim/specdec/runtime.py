@@ -169,7 +169,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
     def _dc(self, replica: str) -> str:
         """The datacenter end of a device's messages: the replica itself when the network has it
         as a node (the gateway -> replica hop is then on the path), else the gateway."""
-        return replica if self.net.topo.has(replica) else self.gw
+        return replica if replica in self.net.topo.g else self.gw
 
     def _set_rtt(self, grp, t: float, rtt_ms: float):
         yield self.env.timeout(t)
@@ -297,7 +297,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
     def round_done(self, st: SpecState, r, inst, k: int, a: int, last: bool = False) -> None:
         """k < 0: a first token (or a recompute) came out; else a verification of k drafts
         accepted a.  Records the round, feeds the gamma policy and starts the next round."""
-        now = self.env.now
+        now = self.env._now
         if k < 0:                       # a first token (or a recompute after preemption)
             if st.in_flight or st.ready:
                 return
@@ -399,7 +399,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
 
     # ---- one round ---------------------------------------------------------------------------------
     def _rtt_ms(self, st) -> float:
-        return 2e3 * self.net.latency_s(st.device.name, self.gw) if st.device is not None else 0.0
+        return 2e3 * self.net.topo.latency_s(st.device.name, self.gw) if st.device is not None else 0.0
 
     def _next_round(self, st: SpecState, r, inst) -> None:
         cfg = self.cfg
@@ -430,7 +430,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                     return
             tgt.ready_n += 1
             st.ready = True
-            st.t_ready = now = self.env.now
+            st.t_ready = now = self.env._now
             st.deadline = now + self.round_budget_s
             if inst._wake is not None:
                 inst.wake()
@@ -438,7 +438,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         kv = inst.kv
         tel = Telemetry(r.num_computed, st.last_k, st.last_a, st.acc_est, len(inst.waiting) + tgt.ready_n,
                         1.0 - kv.free_count / kv.total,
-                        2e3 * self.net.latency_s(st.device.name, self.gw) if st.device is not None else 0.0,
+                        2e3 * self.net.topo.latency_s(st.device.name, self.gw) if st.device is not None else 0.0,
                         st.tpot_est, self.slo_tpot_ms, st.temp)
         pmode, k = pol.choose(tel)
         if self.decision_hook is not None:
@@ -451,12 +451,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if ov[0] == "off":
                 mode, k = FUSED, 0       # plain decoding on the target: no drafts, no messages
             elif ov[0] == FUSED or (ov[0] == DISTRIBUTED and st.device is not None
-                                    and st.device.available_from(self.env.now) != math.inf):
+                                    and st.device.available_from(self.env._now) != math.inf):
                 mode = ov[0]
         kv_rep = None
         if self.log is not None:         # replayed (mode, k, kv) of this round, when the log has it
             mode, k, kv_rep = self.log.decide(r.rid, mode, k)
-            if mode == DISTRIBUTED and (st.device is None or st.device.available_from(self.env.now) == math.inf):
+            if mode == DISTRIBUTED and (st.device is None or st.device.available_from(self.env._now) == math.inf):
                 mode = FUSED             # an edited log cannot send drafts to a device that is not there
         depth = k
         steps = None
@@ -478,7 +478,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         elif pv["mode"] == "first_token" or (pv["mode"] == "sampled" and float(self.prng.random()) >= pv["sample_rate"]):
             kv_k = min(k, 1)
         if self.log is not None:
-            self.log.decided(self.env.now, r.rid, mode, depth, kv_k)
+            self.log.decided(self.env._now, r.rid, mode, depth, kv_k)
         if mode == FUSED:
             st.fused = True
             st.k = kv_k
@@ -492,20 +492,20 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         st.fused = False
         st.in_flight = True
         dev = st.device
-        t0 = self.env.now
+        env = self.env
+        net = self.net
+        t0 = env._now
         dc = self._dc(inst.name)
-        ev = self.net.send(dc, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes, False)
 
         def drafted():
-            t1 = self.env.now
-            up = self.net.send(dev.name, dc, cfg.header_bytes + k * cfg.bundle_bytes_per_token, False)
+            t1 = env._now
 
             def bundle(_e):
-                st.net_s += self.env.now - t1
+                st.net_s += env._now - t1
                 st.in_flight = False
                 st.k = kv_k
                 self._ready(st, inst)
-            up.callbacks.append(bundle)
+            net.send(dev.name, dc, cfg.header_bytes + k * cfg.bundle_bytes_per_token, False, bundle)
 
         def lost():
             # the device left for good after the round was sent: the target finishes the
@@ -514,7 +514,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             self._next_round(st, r, inst)
 
         def at_device(_e):
-            st.net_s += self.env.now - t0
+            st.net_s += env._now - t0
             ns = st.levels_ns
             if ns is not None:
                 dev.submit(ns[0], r.num_computed, drafted, lost, None, None,
@@ -523,12 +523,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             dev.submit(k, r.num_computed, drafted, lost, steps,
                        self._device_model(dev, st.drafter) if st.drafter > 0 else None, None,
                        r if self.cfg.draft_kv is not None else None)
-        ev.callbacks.append(at_device)
+        net.send(dc, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes, False, at_device)
 
     def _ready(self, st: SpecState, inst) -> None:
         self.targets[inst.name].ready_n += 1
         st.ready = True
-        st.t_ready = self.env.now
+        st.t_ready = self.env._now
         st.deadline = st.t_ready + self.round_budget_s
         inst.wake()
 
