@@ -70,6 +70,9 @@ class SpeculativeSteps:
         itl = self.itl_extra
         rt = spec[0][0].spec.rt
         fast = rt.fast_target(self)      # a target whose fused rounds take the short way
+        if fast is not None and rt.one_pass:
+            rt.fused_step(self, spec, t_end, emit_t, fast)       # the same, one pass (dsim.specdec.fusedstep)
+            return
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1

@@ -34,6 +34,7 @@ from .conversations import Conversations
 from .devices import DraftDevice
 from .devmem import DeviceMemories
 from .eagle import EagleHead
+from .fusedstep import FusedSteps
 from .gamma import DISTRIBUTED, FUSED, Telemetry
 from .levels import LevelRounds
 from .modes import DraftingModes
@@ -42,7 +43,7 @@ from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories):
+class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories, FusedSteps):
     """The speculative-decoding run: draft devices and their links, the targets' state, and the
     rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
