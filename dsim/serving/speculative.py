@@ -4,9 +4,11 @@ costed inside its step; see dsim.serving.instance for how eager decoders enter a
 from __future__ import annotations
 
 from ..latency.base import BatchShape
+from ..latency.roofline import RooflineModel
 
 
 class SpeculativeSteps:
+    _draft_curves = None                 # (draft model, n -> its decode curve or None): _draft_curve
     # ---- speculative decoders -----------------------------------------------------------------
     def _draft_time(self, spec) -> float:
         """Drafters on this replica draft k tokens one step at a time, batched across requests:
@@ -17,10 +19,9 @@ class SpeculativeSteps:
             return self._mixed_draft_time(spec)
         n = ctx = 0
         count: dict = {}                 # k -> (requests drafting k, the sum of their contexts)
-        for row in spec:
-            k = row[1]
-            if k and row[0].spec.fused:
-                c = row[0].num_computed
+        for r, k, _ in spec:
+            if k and r.spec.fused:
+                c = r.num_computed
                 n += 1
                 ctx += c
                 m = count.get(k)
@@ -28,14 +29,46 @@ class SpeculativeSteps:
         t = 0.0
         if not n:
             return t
-        step_time = self.draft_model.step_time
-        for j in range(1, max(count) + 1):           # draft step j: the requests with k >= j
-            t += step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j, num_sampled=n, running=n))
-            m = count.get(j)             # requests with k = j are done after draft step j
+        curve = self._draft_curve()
+        if curve is None:
+            step_time = self.draft_model.step_time
+            for j in range(1, max(count) + 1):       # draft step j: the requests with k >= j
+                t += step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j, num_sampled=n, running=n))
+                m = count.get(j)         # requests with k = j are done after draft step j
+                if m is not None:
+                    n -= m[0]
+                    ctx -= m[1]
+            return t
+        f = None
+        for j in range(1, max(count) + 1):
+            if f is None:
+                f = curve(n)
+            t += f(ctx + n * j)
+            m = count.get(j)
             if m is not None:
                 n -= m[0]
                 ctx -= m[1]
+                f = None
         return t
+
+    def _draft_curve(self):
+        """n -> the drafter's step time of n decoders as a function of their context sum (memoised
+        per n), when that is its ``step_time`` of such a batch float for float (a plain
+        ``RooflineModel``: its ``decode_curve``); else None (draft steps are costed by step_time)."""
+        dm = self.draft_model
+        dc = self._draft_curves
+        if dc is None or dc[0] is not dm:
+            exact = (type(dm).step_time is RooflineModel.step_time
+                     and type(dm).decode_curve is RooflineModel.decode_curve)
+            memo: dict = {}
+
+            def curve(n):
+                f = memo.get(n)
+                if f is None:
+                    f = memo[n] = dm.decode_curve(n, n)
+                return f
+            dc = self._draft_curves = (dm, curve if exact else None)
+        return dc[1]
 
     def _mixed_draft_time(self, spec) -> float:
         """Trees and several drafters: each drafter model runs its requests as one batch per draft
