@@ -3,12 +3,12 @@ bookkeeping after a verification.  A mixin of ``Instance``: the drafts and the v
 costed inside its step; see dsim.serving.instance for how eager decoders enter a step."""
 from __future__ import annotations
 
-from ..latency.base import BatchShape
-from ..latency.roofline import RooflineModel
+from ..latency.base import BatchShape, decode_curve
 
 
 class SpeculativeSteps:
-    _draft_curves = None                 # (draft model, n -> its decode curve or None): _draft_curve
+    _draft_curves = None                 # (draft model, n -> its decode curve): _draft_curve
+
     # ---- speculative decoders -----------------------------------------------------------------
     def _draft_time(self, spec) -> float:
         """Drafters on this replica draft k tokens one step at a time, batched across requests:
@@ -30,21 +30,12 @@ class SpeculativeSteps:
         if not n:
             return t
         curve = self._draft_curve()
-        if curve is None:
-            step_time = self.draft_model.step_time
-            for j in range(1, max(count) + 1):       # draft step j: the requests with k >= j
-                t += step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j, num_sampled=n, running=n))
-                m = count.get(j)         # requests with k = j are done after draft step j
-                if m is not None:
-                    n -= m[0]
-                    ctx -= m[1]
-            return t
         f = None
-        for j in range(1, max(count) + 1):
+        for j in range(1, max(count) + 1):           # draft step j: the requests with k >= j
             if f is None:
                 f = curve(n)
             t += f(ctx + n * j)
-            m = count.get(j)
+            m = count.get(j)             # requests with k = j are done after draft step j
             if m is not None:
                 n -= m[0]
                 ctx -= m[1]
@@ -52,22 +43,19 @@ class SpeculativeSteps:
         return t
 
     def _draft_curve(self):
-        """n -> the drafter's step time of n decoders as a function of their context sum (memoised
-        per n), when that is its ``step_time`` of such a batch float for float (a plain
-        ``RooflineModel``: its ``decode_curve``); else None (draft steps are costed by step_time)."""
+        """n -> the drafter's step time of n decoders as a function of their context sum
+        (dsim.latency.base.decode_curve: its step_time float for float), memoised per n."""
         dm = self.draft_model
         dc = self._draft_curves
         if dc is None or dc[0] is not dm:
-            exact = (type(dm).step_time is RooflineModel.step_time
-                     and type(dm).decode_curve is RooflineModel.decode_curve)
             memo: dict = {}
 
             def curve(n):
                 f = memo.get(n)
                 if f is None:
-                    f = memo[n] = dm.decode_curve(n, n)
+                    f = memo[n] = decode_curve(dm, n, n)
                 return f
-            dc = self._draft_curves = (dm, curve if exact else None)
+            dc = self._draft_curves = (dm, curve)
         return dc[1]
 
     def _mixed_draft_time(self, spec) -> float:
