@@ -37,8 +37,9 @@ class FusedSteps:
             old = r.num_computed
             new = old + a + 1
             held = -(-(old + k + 1) // bs)
-            if held * kb > r.kv_peak_bytes:
-                r.kv_peak_bytes = held * kb
+            hb = held * kb
+            if hb > r.kv_peak_bytes:
+                r.kv_peak_bytes = hb
             r.energy_j += (k + 1) * wpt
             drop += held - -(-new // bs)
             r.num_computed = new
@@ -76,9 +77,10 @@ class FusedSteps:
             st.verified += k
             st.accepted += a
             st.drafted += dn
-            c = by_context.get(old.bit_length())    # the context the drafts were verified at
+            b = old.bit_length()         # the context the drafts were verified at, binned
+            c = by_context.get(b)
             if c is None:
-                c = by_context[old.bit_length()] = [0, 0, 0]
+                c = by_context[b] = [0, 0, 0]
             c[0] += 1
             c[1] += k
             c[2] += a

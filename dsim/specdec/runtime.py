@@ -259,10 +259,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                 row[2], x = self.accept(r.spec, r, row[1])
                 extra += x
             return extra
-        total = 0
-        for row in rows:
-            if row[1] > 0:
-                total += row[1]
+        total = sum([k for _, k, _ in rows if k > 0])
         if not total:
             for row in rows:
                 row[2] = 0
@@ -275,11 +272,10 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         acc0 = self.cfg.acceptance
         probs_of = acc0.probabilities
         for row in rows:
-            k = row[1]
+            r, k, _ = row
             if k <= 0:
                 row[2] = 0
                 continue
-            r = row[0]
             st = r.spec
             probs = probs_of(r.num_computed, k, temp) if one else \
                 self._acceptance(st).probabilities(r.num_computed, k, st.temp)
