@@ -118,16 +118,48 @@ def test_one_pass_with_temperatures_rules_and_a_prefix_cache(monkeypatch):
     assert one == short == general
 
 
-def test_a_cold_drafter_takes_the_general_way(monkeypatch):
-    """A drafter that can go cold (initially_warm false) keeps every round on the general way,
-    where the cold start and the warm retention are handled."""
+BASE_FUSED = {"mode": "fused", "acceptance": CURVE, "gamma": {"k": 3}, "cold_start": {"initially_warm": True}}
+BREAKS = {   # each breaks one precondition of fast_target: no round may take the short way or the one pass
+    "cold drafter": {"cold_start": {"initially_warm": False}},
+    "tree": {"tree": {"topk": 2, "tokens": 6, "sibling_acceptance": 0.5}},
+    "levels": {"fused_drafter": "meta-llama/Llama-3.1-8B",
+               "levels": [{"name": "tiny", "drafter": "meta-llama/Llama-3.2-1B", "acceptance": CURVE}]},
+    "portfolio": {"portfolio": {"drafters": [
+        {"name": "small", "drafter": "meta-llama/Llama-3.2-1B", "acceptance": CURVE},
+        {"name": "large", "drafter": "meta-llama/Llama-3.1-8B", "acceptance": {"geometric": 0.8}}],
+        "choose": "prompt_tokens", "prompt_tokens": [400]}},
+    "sampled partial verification": {"partial_verification": {"mode": "sampled", "sample_rate": 0.5}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_neither_short_way_is_taken_when_a_precondition_fails(name, monkeypatch):
+    """A drafter that can go cold (its cold starts and warm retention), tree drafts, drafter levels,
+    a portfolio, partial verification: every round goes the general way, where those are handled."""
     taken = []
-    orig = SpecRuntime.fused_round
-    monkeypatch.setattr(SpecRuntime, "fused_round", lambda self, *a: (taken.append(1), orig(self, *a)))
-    ses = simulate(load_scenario(_scn({"mode": "fused", "acceptance": CURVE, "gamma": {"k": 4},
-                                       "cold_start": {"initially_warm": False}})))
+    orig_round, orig_step = SpecRuntime.fused_round, SpecRuntime.fused_step
+    monkeypatch.setattr(SpecRuntime, "fused_round", lambda self, *a: (taken.append("round"), orig_round(self, *a)))
+    monkeypatch.setattr(SpecRuntime, "fused_step", lambda self, *a: (taken.append("step"), orig_step(self, *a)))
+    scn = _scn({**BASE_FUSED, **BREAKS[name]})
+    scn["workload"]["num_requests"] = 25
+    ses = simulate(load_scenario(scn))
     assert not taken
-    assert sum(t.cold_starts for t in ses.spec.targets.values()) >= 1
+    assert sum(st.rounds for st in ses.spec.states.values()) > 100         # rounds were verified
+    if name == "cold drafter":
+        assert sum(t.cold_starts for t in ses.spec.targets.values()) >= 1
+
+
+def test_an_override_or_a_decision_hook_takes_the_target_off_the_short_ways():
+    ses = simulate(load_scenario(_scn(BASE_FUSED)))
+    rt = ses.spec
+    rep = next(iter(ses.fleet.replicas()))
+    tgt = rt.targets[rep.name]
+    assert rt.fast_target(rep.inst) is tgt
+    tgt.override = (None, 2)                         # a controller's SetSpeculation
+    assert rt.fast_target(rep.inst) is None
+    tgt.override = None
+    rt.decision_hook = lambda r, pol: None           # dsim.explore.oracle's
+    assert rt.fast_target(rep.inst) is None
 
 
 def test_a_subclass_with_its_own_choose_does_not_inherit_k_for():
