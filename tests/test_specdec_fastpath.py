@@ -55,6 +55,9 @@ CASES = {
     # no k_for: every row goes the general way inside the one pass, between rows it takes
     "backoff": {"mode": "fused", "acceptance": CURVE, "gamma": {"policy": "acceptance_backoff"},
                 "cold_start": {"initially_warm": True}},
+    # one policy per target (the conversations have none of their own): the general way too
+    "backpressure": {"mode": "fused", "acceptance": CURVE, "gamma": {"policy": "backpressure"},
+                     "cold_start": {"initially_warm": True}},
 }
 # per-request temperatures and acceptance (several gamma tables), prefix caching with shared prompts (the
 # completions inside a step free hashed blocks between rows whose anonymous blocks the pass holds back)

@@ -5,9 +5,10 @@ Why its own module: ``SpeculativeSteps._verified`` (the replica's bookkeeping af
 verification) and ``SpecRuntime.fused_round``/``_tally`` (the round's counts, its gamma, the next
 round) cost a handful of calls per request per target step; on a ``fast_target`` this does the
 same updates, row by row and in the same order, in one loop.  Rows it may not take (a policy that
-wants feedback or has no ``k_for``, a conversation that is not fused, a device outside fused mode)
-and a conversation's last round go the general way in their turn, with everything the loop held
-back (KV blocks to free, the target's counters, the gamma timeline) applied first.
+wants feedback or has no ``k_for``, the target's policy rather than the conversation's own, a
+conversation that is not fused, a device outside fused mode) and a conversation's last round go
+the general way in their turn, with everything the loop held back (KV blocks to free, the target's
+counters, the gamma timeline) applied first.
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ class FusedSteps:
         itl_append = inst.itl_extra.append
         kv = inst.kv
         by_context = self.by_context
-        tpol = tgt.policy
         now = self.env.now
         deadline = now + self.round_budget_s
         dev_general = self.cfg.mode != "fused"       # a conversation with a device then goes the general way
@@ -49,10 +49,11 @@ class FusedSteps:
             r.t_last_token = t_end
             n_out = r.n_out = r.n_out + a + 1
             st = r.spec
-            pol = st.policy or tpol
             last = n_out >= r.max_tokens
-            if (last or (kf := pol.k_for) is None or pol.wants_feedback or not st.fused
-                    or (dev_general and st.device is not None)):
+            km = st.kmemo
+            if km is None and not last:
+                km = self._gamma_table(st)
+            if last or km is None or not st.fused or (dev_general and st.device is not None):
                 # the general way: first what the rows before it held back
                 if drop:
                     kv.free(drop, ())
@@ -98,16 +99,12 @@ class FusedSteps:
             st.last_k = dn
             st.last_a = a
             # the next round: its gamma from the policy's table (k_for on a miss, which fills it)
-            km = st.kmemo
-            if km is None:
-                km = pol.k_memo(st.temp) if pol is st.policy and hasattr(pol, "k_memo") else None
-                st.kmemo = km = False if km is None else km
             if km is False:
-                g = kf(new, st.temp)
+                g = st.policy.k_for(new, st.temp)
             else:
                 g = km.get(new)
                 if g is None:
-                    g = kf(new, st.temp)
+                    g = st.policy.k_for(new, st.temp)
             st.drafted_now = st.k = g
             st.t_ready = now
             st.deadline = deadline
@@ -117,6 +114,20 @@ class FusedSteps:
             kv.free(drop, ())
         if n:
             self._held_counts(tgt, now, n, nk, na, nd)
+
+    @staticmethod
+    def _gamma_table(st):
+        """The conversation's gamma table (context -> k, filled by its policy's ``k_for``; False: its
+        policy has none, ask ``k_for``), kept in ``SpecState.kmemo``: its policy and temperature are
+        fixed for its life.  None, not kept: its rounds go the general way (a target's policy, one
+        without ``k_for`` or that wants each round's feedback; ``fused_round`` sends the last two the
+        general way too, the general way gives what it would for the first)."""
+        pol = st.policy
+        if pol is None or pol.k_for is None or pol.wants_feedback:
+            return None
+        t = pol.k_memo(st.temp) if hasattr(pol, "k_memo") else None
+        st.kmemo = t = False if t is None else t
+        return t
 
     def _held_counts(self, tgt, now: float, n: int, nk: int, na: int, nd: int) -> None:
         """The counts ``_tally`` adds per round, for ``n`` rounds at once (integer sums)."""
