@@ -17,28 +17,34 @@ class SpeculativeSteps:
             return self.draft_cost(self, spec)
         if self.mixed_drafts:
             return self._mixed_draft_time(spec)
+        top = max([k for _, k, _ in spec])
+        if top <= 0:
+            return 0.0
         n = ctx = 0
-        count: dict = {}                 # k -> (requests drafting k, the sum of their contexts)
+        cn = [0] * (top + 1)             # k -> fused requests drafting k
+        cc = [0] * (top + 1)             # k -> the sum of their contexts
         for r, k, _ in spec:
-            if k and r.spec.fused:
+            if k > 0 and r.spec.fused:
                 c = r.num_computed
                 n += 1
                 ctx += c
-                m = count.get(k)
-                count[k] = (1, c) if m is None else (m[0] + 1, m[1] + c)
+                cn[k] += 1
+                cc[k] += c
         t = 0.0
         if not n:
             return t
+        while not cn[top]:
+            top -= 1
         curve = self._draft_curve()
         f = None
-        for j in range(1, max(count) + 1):           # draft step j: the requests with k >= j
+        for j in range(1, top + 1):      # draft step j: the requests with k >= j
             if f is None:
                 f = curve(n)
             t += f(ctx + n * j)
-            m = count.get(j)             # requests with k = j are done after draft step j
-            if m is not None:
-                n -= m[0]
-                ctx -= m[1]
+            m = cn[j]                    # requests with k = j are done after draft step j
+            if m:
+                n -= m
+                ctx -= cc[j]
                 f = None
         return t
 
