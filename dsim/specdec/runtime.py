@@ -279,11 +279,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             st = r.spec
             probs = probs_of(r.num_computed, k, temp) if one else \
                 self._acceptance(st).probabilities(r.num_computed, k, st.temp)
-            a = 0                        # accepted_run, inline: leading drafts with u < p
+            j = i                        # accepted_run, inline: leading drafts with u < p
             for p in probs:
-                if u[i + a] >= p:
+                if u[j] >= p:
                     break
-                a += 1
+                j += 1
+            a = j - i
             i += k
             row[2] = a
             if a < k:
