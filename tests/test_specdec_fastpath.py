@@ -183,3 +183,37 @@ def test_a_subclass_with_its_own_choose_does_not_inherit_k_for():
 
     assert Mine.k_for is None and Both(3).k_for(10, 0.0) == 2
     assert StaticGamma.k_for is not None and SpecPP.k_for is not None
+
+
+def test_draft_time_is_the_drafters_step_times_summed_step_by_step():
+    """_draft_time (per-k counts, the drafter's decode curve memoised per batch size) against the
+    definition: draft step j runs every fused request with k >= j, costed by the drafter's
+    step_time, summed in step order; rows that are not fused or draft nothing add nothing."""
+    import random
+    from types import SimpleNamespace as NS
+
+    from dsim.config.hardware import load_device
+    from dsim.config.model import load_model
+    from dsim.latency.base import BatchShape
+    from dsim.latency.roofline import RooflineModel
+    from dsim.serving.speculative import SpeculativeSteps
+
+    dm = RooflineModel(load_model("meta-llama/Llama-3.2-1B"), load_device("H100-SXM"), 1)
+    inst = SpeculativeSteps()
+    inst.draft_cost, inst.mixed_drafts, inst.draft_model = None, False, dm
+
+    def by_definition(spec):
+        t = 0.0
+        fused = [(k, r.num_computed) for r, k, _ in spec if k and r.spec.fused]
+        for j in range(1, max([k for k, _ in fused], default=0) + 1):
+            on = [c for k, c in fused if k >= j]
+            t += dm.step_time(BatchShape(decode_tokens=len(on), decode_ctx_sum=sum(c + j for c in on),
+                                         num_sampled=len(on), running=len(on)))
+        return t
+
+    rnd = random.Random(5)
+    for _ in range(300):
+        spec = [[NS(num_computed=rnd.randint(1, 9000), spec=NS(fused=rnd.random() < 0.9)), rnd.randint(0, 9), 0]
+                for _ in range(rnd.randint(1, 40))]
+        assert inst._draft_time(spec) == by_definition(spec)
+    assert inst._draft_time([[NS(num_computed=10, spec=NS(fused=False)), 4, 0]]) == 0.0
