@@ -17,7 +17,7 @@ class SpeculativeSteps:
             return self.draft_cost(self, spec)
         if self.mixed_drafts:
             return self._mixed_draft_time(spec)
-        top = max([k for _, k, _ in spec])
+        top = max([k for _, k, _ in spec], default=0)
         if top <= 0:
             return 0.0
         n = ctx = 0
