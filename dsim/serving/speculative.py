@@ -3,10 +3,12 @@ bookkeeping after a verification.  A mixin of ``Instance``: the drafts and the v
 costed inside its step; see dsim.serving.instance for how eager decoders enter a step."""
 from __future__ import annotations
 
-from ..latency.base import BatchShape
+from ..latency.base import BatchShape, decode_curve
 
 
 class SpeculativeSteps:
+    _draft_curves = None                 # (draft model, n -> its decode curve): _draft_curve
+
     # ---- speculative decoders -----------------------------------------------------------------
     def _draft_time(self, spec) -> float:
         """Drafters on this replica draft k tokens one step at a time, batched across requests:
@@ -15,27 +17,52 @@ class SpeculativeSteps:
             return self.draft_cost(self, spec)
         if self.mixed_drafts:
             return self._mixed_draft_time(spec)
+        top = max([k for _, k, _ in spec], default=0)
+        if top <= 0:
+            return 0.0
         n = ctx = 0
-        count: dict = {}                 # k -> (requests drafting k, the sum of their contexts)
-        for row in spec:
-            k = row[1]
-            if k and row[0].spec.fused:
-                c = row[0].num_computed
+        cn = [0] * (top + 1)             # k -> fused requests drafting k
+        cc = [0] * (top + 1)             # k -> the sum of their contexts
+        for r, k, _ in spec:
+            if k > 0 and r.spec.fused:
+                c = r.num_computed
                 n += 1
                 ctx += c
-                m = count.get(k)
-                count[k] = (1, c) if m is None else (m[0] + 1, m[1] + c)
+                cn[k] += 1
+                cc[k] += c
         t = 0.0
         if not n:
             return t
-        step_time = self.draft_model.step_time
-        for j in range(1, max(count) + 1):           # draft step j: the requests with k >= j
-            t += step_time(BatchShape(decode_tokens=n, decode_ctx_sum=ctx + n * j, num_sampled=n, running=n))
-            m = count.get(j)             # requests with k = j are done after draft step j
-            if m is not None:
-                n -= m[0]
-                ctx -= m[1]
+        while not cn[top]:
+            top -= 1
+        curve = self._draft_curve()
+        f = None
+        for j in range(1, top + 1):      # draft step j: the requests with k >= j
+            if f is None:
+                f = curve(n)
+            t += f(ctx + n * j)
+            m = cn[j]                    # requests with k = j are done after draft step j
+            if m:
+                n -= m
+                ctx -= cc[j]
+                f = None
         return t
+
+    def _draft_curve(self):
+        """n -> the drafter's step time of n decoders as a function of their context sum
+        (dsim.latency.base.decode_curve: its step_time float for float), memoised per n."""
+        dm = self.draft_model
+        dc = self._draft_curves
+        if dc is None or dc[0] is not dm:
+            memo: dict = {}
+
+            def curve(n):
+                f = memo.get(n)
+                if f is None:
+                    f = memo[n] = decode_curve(dm, n, n)
+                return f
+            dc = self._draft_curves = (dm, curve)
+        return dc[1]
 
     def _mixed_draft_time(self, spec) -> float:
         """Trees and several drafters: each drafter model runs its requests as one batch per draft
@@ -70,6 +97,9 @@ class SpeculativeSteps:
         itl = self.itl_extra
         rt = spec[0][0].spec.rt
         fast = rt.fast_target(self)      # a target whose fused rounds take the short way
+        if fast is not None and rt.one_pass:
+            rt.fused_step(self, spec, t_end, emit_t, fast)       # the same, one pass (dsim.specdec.fusedstep)
+            return
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1

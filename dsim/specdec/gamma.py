@@ -56,11 +56,20 @@ class _Clamp:
         # its parent's k_for: the fused fast path would ask that instead and skip its choose()
         if "choose" in cls.__dict__ and "k_for" not in cls.__dict__:
             cls.k_for = None
+        # likewise a subclass with its own k_for and no table of its own: its parent's table (read
+        # before asking k_for) would hold the parent's choices, not its own
+        if "k_for" in cls.__dict__ and "k_memo" not in cls.__dict__:
+            cls.k_memo = _Clamp.k_memo
 
     wants_feedback = False
     # policies whose k is a function of (context, temperature) alone say so with ``k_for``: the
     # runtime's fused fast path asks it without building a Telemetry each round
     k_for = None
+
+    def k_memo(self, temperature: float):
+        """The dict (context -> k) that ``k_for`` fills at ``temperature``, for readers that look a
+        choice up before asking (dsim.specdec.fusedstep); None: no such table, ask ``k_for``."""
+        return None
 
 
 class StaticGamma(_Clamp):
@@ -125,6 +134,12 @@ class SpecPP(_Clamp):
             if len(by_ctx) < self.MEMO_MAX:
                 by_ctx[context_len] = k
         return k
+
+    def k_memo(self, temperature: float):
+        by_ctx = self._memo.get(temperature)
+        if by_ctx is None:
+            by_ctx = self._memo[temperature] = {}
+        return by_ctx
 
     def _choose(self, context_len, temperature) -> int:
         probs = self.acc.probabilities(context_len, self.k_max, temperature)

@@ -34,6 +34,7 @@ from .conversations import Conversations
 from .devices import DraftDevice
 from .devmem import DeviceMemories
 from .eagle import EagleHead
+from .fusedstep import FusedSteps
 from .gamma import DISTRIBUTED, FUSED, Telemetry
 from .levels import LevelRounds
 from .modes import DraftingModes
@@ -42,7 +43,7 @@ from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories):
+class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories, FusedSteps):
     """The speculative-decoding run: draft devices and their links, the targets' state, and the
     rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
@@ -258,10 +259,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                 row[2], x = self.accept(r.spec, r, row[1])
                 extra += x
             return extra
-        total = 0
-        for row in rows:
-            if row[1] > 0:
-                total += row[1]
+        total = sum([k for _, k, _ in rows if k > 0])
         if not total:
             for row in rows:
                 row[2] = 0
@@ -274,19 +272,19 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         acc0 = self.cfg.acceptance
         probs_of = acc0.probabilities
         for row in rows:
-            k = row[1]
+            r, k, _ = row
             if k <= 0:
                 row[2] = 0
                 continue
-            r = row[0]
             st = r.spec
             probs = probs_of(r.num_computed, k, temp) if one else \
                 self._acceptance(st).probabilities(r.num_computed, k, st.temp)
-            a = 0                        # accepted_run, inline: leading drafts with u < p
+            j = i                        # accepted_run, inline: leading drafts with u < p
             for p in probs:
-                if u[i + a] >= p:
+                if u[j] >= p:
                     break
-                a += 1
+                j += 1
+            a = j - i
             i += k
             row[2] = a
             if a < k:

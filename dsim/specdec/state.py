@@ -19,7 +19,7 @@ class SpecState:
                  "drafted", "verified", "accepted", "tvt_max", "net_s", "acc_est", "last_k", "last_a",
                  "tpot_est", "fused_rounds", "dist_rounds", "rollbacks", "drafted_now", "speculative", "done_ev",
                  "tree", "first_at_server", "drafter", "escalations", "draft_model", "deadline", "fused_until",
-                 "acc_carry", "rb_carry", "levels_ns", "temp", "acc", "acc_at")
+                 "acc_carry", "rb_carry", "levels_ns", "temp", "acc", "acc_at", "kmemo")
 
     def __init__(self, rt, device, policy, speculative: bool):
         self.rt = rt
@@ -53,6 +53,8 @@ class SpecState:
         self.temp = rt.cfg.temperature   # the temperature its acceptance is read at (its request's own, if any)
         self.acc = None                  # its conditioned acceptance model (dsim.specdec.conditioning), None = none
         self.acc_at = None               # (replica, drafter) that acc was looked up for
+        self.kmemo = None                # its policy's gamma table at its temperature (context -> k; False = none),
+                                         # looked up at its first one-pass round (dsim.specdec.fusedstep)
 
     @property
     def drafter_name(self) -> str:
