@@ -122,7 +122,12 @@ class FastForward:
             h_read = horizon if self._blind else h_arr     # arrivals that read nothing do not count
         else:
             h_arr = h_read = horizon = queue[0][0]
-        append = self.log.append
+        log = self.log
+        append = log.append
+        # the varying columns per step; the constant ones once per run of rows (StepLog.quiet_rows)
+        te_app, du_app, kv_app = log.t_end.append, log.dur.append, log.kv_used.append
+        room = log.fold_at - len(log.running)      # rows before the chunk folds
+        p = 0                                      # rows whose constant columns are pending
         bs = self.bs
         boundary = self.boundary
         finish = self.finish
@@ -164,9 +169,14 @@ class FastForward:
                 self.D, self.ecum, self.busy_time = D, ecum, busy
                 kv.allocate(free0 - free)
                 self._step_t0, self._step_t1 = t, t_end
+                if p:
+                    log.quiet_rows(p, n_dec)
+                    p = 0
                 self._finish_decoders(finish.pop(D), t_end + self.token_overhead)
                 free0 = free = kv.free_count
                 append(t_end, dur, 0, n_dec, n_dec, len(self.running), len(self.waiting), total - free)
+                te_app, du_app, kv_app = log.t_end.append, log.dur.append, log.kv_used.append   # it may fold
+                room = log.fold_at - len(log.running)
                 t = t_end
                 n_dec = self.n_dec
                 if not n_dec:
@@ -180,9 +190,20 @@ class FastForward:
             D += 1
             busy += dur
             ecum += dur * w_tok
-            append(t_end, dur, 0, n_dec, n_dec, n_dec, 0, total - free)
+            te_app(t_end)
+            du_app(dur)
+            kv_app(total - free)
+            p += 1
             t = t_end
             k += 1
+            if p == room:                              # the chunk is full at this row: fold as append does
+                log.quiet_rows(p, n_dec)
+                p = 0
+                log.fold()
+                te_app, du_app, kv_app = log.t_end.append, log.dur.append, log.kv_used.append
+                room = log.fold_at - len(log.running)
+        if p:
+            log.quiet_rows(p, n_dec)
         if free != free0:
             # the stretch's blocks in one call: the free queue hands them out and evicts in the
             # same order as one call per step would
