@@ -157,3 +157,18 @@ def test_stretches_fold_and_spill_the_step_log_where_stepping_does(monkeypatch):
     assert log._n_spilled > 0 and log.steps > 20 * 97
     assert _folded_state(fast) == _folded_state(slow)
     assert _state(fast) == _state(slow)
+
+
+def test_the_plain_gateway_routes_as_the_general_path():
+    """Fleet.arrive's inline path (one cluster, admission always, no reach, no hop) books, routes
+    and times requests as the general path does (taken here through a reach filter that allows
+    every pool): the same requests (routed times and replicas included) and step series."""
+    from helpers import bench_scenario as bench
+    make = lambda: load_scenario({**bench(600, replicas=3), "seed": 9})    # noqa: E731
+    plain = simulate(make())
+    general = Session(make())
+    general.fleet.reach = lambda r: None
+    general.end = general.run_to_end()
+    assert _replicas_state(plain) == _replicas_state(general)
+    assert plain.reqs.col("t_routed").tobytes() == general.reqs.col("t_routed").tobytes()
+    assert len(set(plain.reqs.col("replica"))) == 3
