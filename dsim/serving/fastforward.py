@@ -45,8 +45,8 @@ class OwnTimeout(Timeout):
         self._delay = delay
         self._ok = True
         self.owner = owner
-        self.t0 = env._now
-        env.schedule(self, NORMAL, delay)
+        self.t0 = now = env._now
+        heappush(env._queue, (now + delay, NORMAL, next(env._eid), self))     # env.schedule, inline
 
 
 def _horizon(queue, me, past: float, inf=float("inf")) -> tuple:
@@ -252,7 +252,7 @@ class FastForward:
         """At the tail's end: what the loop does after a plain decode step, in the same order."""
         dur, n_dec = self._tail
         self._tail = None
-        t_end = self.env.now
+        t_end = self.env._now
         self._step_t0, self._step_t1 = t_end - dur, t_end
         self.num_steps += 1
         self.ff_steps += 1
