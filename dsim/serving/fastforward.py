@@ -216,10 +216,12 @@ class FastForward:
         if not k and self._tail is None:
             return None
         if inline and self._solo:
-            ev = QuietEnd(env)
+            ev = QuietEnd.__new__(QuietEnd)
             ev.owner = self
         else:
-            ev = Event(env)
+            ev = Event.__new__(Event)
+        ev.env = env                               # Event.__init__, inline (once per stretch)
+        ev.callbacks = []
         ev._ok, ev._value = True, None
         # at exactly t: a timeout's now + (t - now) may differ from t by an ulp
         heappush(env._queue, (t, NORMAL, next(env._eid), ev))
@@ -263,6 +265,16 @@ class FastForward:
         if done:
             self._finish_decoders(done, t_end + self.token_overhead)
         kv = self.kv
-        self.log.append(t_end, dur, 0, n_dec, n_dec, len(self.running), len(self.waiting), kv.total - kv.free_count)
+        log = self.log                             # StepLog.append, inline (once per stretch)
+        log.t_end.append(t_end)
+        log.dur.append(dur)
+        log.prefill_tokens.append(0)
+        log.decode_tokens.append(n_dec)
+        log.itl_count.append(n_dec)
+        log.running.append(len(self.running))
+        log.waiting.append(len(self.waiting))
+        log.kv_used.append(kv.total - kv.free_count)
+        if len(log.running) >= log.fold_at:
+            log.fold()
         if self._leaving:
             self._migrate_leaving(t_end)

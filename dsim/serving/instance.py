@@ -293,7 +293,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 self._wake = None
                 continue
             now = env._now                   # the clock (Environment.now's value, without the call)
-            if ff:
+            if ff and not self.waiting:          # (a stretch never starts with requests waiting)
                 ev = self._stretch(now)          # quiet decode steps up to the next event, in one go
                 if ev is not None:
                     yield ev
