@@ -202,7 +202,13 @@ class FastForward:
                 log.fold()
                 te_app, du_app, kv_app = log.t_end.append, log.dur.append, log.kv_used.append
                 room = log.fold_at - len(log.running)
-        if p:
+        if p == 1:                                 # one row (most stretches among several replicas): as append
+            log.prefill_tokens.append(0)
+            log.decode_tokens.append(n_dec)
+            log.itl_count.append(n_dec)
+            log.running.append(n_dec)
+            log.waiting.append(0)
+        elif p:
             log.quiet_rows(p, n_dec)
         if free != free0:
             # the stretch's blocks in one call: the free queue hands them out and evicts in the
