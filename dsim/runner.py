@@ -277,7 +277,7 @@ class Session:
             if horizon is not None and r.arrival >= horizon:
                 break
             t = r.arrival
-            dt = t - env.now
+            dt = t - env._now
             if dt > 0 and t != last:       # simultaneous arrivals stay simultaneous
                 yield arrival_timeout(env, dt)
             last = t
@@ -291,7 +291,7 @@ class Session:
                 self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             if self._cut:
                 return
-            r.arrival = env.now            # the clock's sum may differ from t by 1 ulp
+            r.arrival = env._now           # the clock's sum may differ from t by 1 ulp
             fleet.arrive(r)
             self._cursor = i + 1
             if prog.enabled and not i % 256:

@@ -134,3 +134,41 @@ def test_routers_that_read_more_than_counts_stop_stretches_at_arrivals():
     ses = simulate(load_scenario({**doc, "cluster": {**doc["cluster"], "router": "least_kv"}}))
     assert ses.fleet.arrival_reads() == 2
     assert all(r.inst._d_past == 0 and r.inst.ff_steps > 0 for r in ses.fleet.replicas())
+
+
+def _folded_state(ses) -> tuple:
+    """A replica's step log with its folded chunks and spilled segments: totals, peaks, plot points."""
+    log = ses.fleet.replicas()[0].inst.log
+    whole = tuple(np.concatenate(parts).tobytes() for parts in zip(*log.chunks(*log.WHOLE)))
+    plots = tuple(tuple(a.tobytes() for a in log.series(k)) for k in ("running", "waiting", "depth", "kv"))
+    return whole, plots, log.steps, log.token_totals(), log.peak_running(), log.peak_waiting(), log._n_spilled
+
+
+def test_stretches_fold_and_spill_the_step_log_where_stepping_does(monkeypatch):
+    """A stretch writes the constant columns once per run of steps (StepLog.quiet_rows): with chunks
+    of 97 steps (folds inside stretches) and spilling past 400, the folded totals, peaks, plot points
+    and spilled series are those of stepping one at a time."""
+    from dsim.serving import steplog
+    monkeypatch.setattr(steplog, "CHUNK", 97)
+    monkeypatch.setattr(steplog, "SPILL_STEPS", 400)
+    fast = _run(lambda: _scenario(), True, monkeypatch)
+    slow = _run(lambda: _scenario(), False, monkeypatch)
+    log = fast.fleet.replicas()[0].inst.log
+    assert log._n_spilled > 0 and log.steps > 20 * 97
+    assert _folded_state(fast) == _folded_state(slow)
+    assert _state(fast) == _state(slow)
+
+
+def test_the_plain_gateway_routes_as_the_general_path():
+    """Fleet.arrive's inline path (one cluster, admission always, no reach, no hop) books, routes
+    and times requests as the general path does (taken here through a reach filter that allows
+    every pool): the same requests (routed times and replicas included) and step series."""
+    from helpers import bench_scenario as bench
+    make = lambda: load_scenario({**bench(600, replicas=3), "seed": 9})    # noqa: E731
+    plain = simulate(make())
+    general = Session(make())
+    general.fleet.reach = lambda r: None
+    general.end = general.run_to_end()
+    assert _replicas_state(plain) == _replicas_state(general)
+    assert plain.reqs.col("t_routed").tobytes() == general.reqs.col("t_routed").tobytes()
+    assert len(set(plain.reqs.col("replica"))) == 3

@@ -222,6 +222,21 @@ class Fleet:
         that talks to one replica directly: ``dsim serve --replica-ports``)."""
         self.arrived += 1
         self.live[r.rid] = r
+        if (replica is None and self.reach is None and self.ingress is None and self.global_router is None
+                and type(self.admission) is Always):
+            # the plain gateway: one cluster's router, no admission policy, no hop (the steps below, inline)
+            cluster = self.clusters[0]
+            rep = cluster.choose_entry(r)
+            if rep.pool.role == "decode":
+                check(False, "pool isolation: an arrival routed to a decode pool")
+            work = cluster.router.router.routed_work(r)
+            rep.outstanding += 1
+            rep.pending_tokens += work
+            self.booked[r.rid] = work
+            r.state = ROUTED
+            r.t_routed = self.sim.env._now
+            rep.inst.submit(r)
+            return
         allowed = self.reach(r) if self.reach is not None else None
         if replica is not None:
             cluster, rep = replica.pool.cluster, replica
@@ -289,7 +304,8 @@ class Fleet:
 
     # ---- replica callbacks -----------------------------------------------------------------
     def _on_done(self, rep: Replica, r) -> None:
-        self._unbook(rep, r)
+        rep.outstanding -= 1                             # _unbook, inline (once per request)
+        rep.pending_tokens -= self.booked.pop(r.rid)
         self._finish(r)
         if rep.state == DRAINING:
             self._maybe_retire(rep)

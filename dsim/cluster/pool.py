@@ -3,6 +3,7 @@ as groups of replicas), readiness after a cold start, scale-in by draining, live
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 from ..config.errors import ConfigError
 from ..latency.base import BatchShape, LatencyContext
@@ -243,6 +244,7 @@ class Pool:
             inst.dp_group = dp_group[0]
         rep = Replica(f, self, i, inst, sim.now)
         holder.append(rep)
+        inst.on_done = partial(f._on_done, rep)     # the lambda's call, without its frame (once per request)
         for hook in f.replica_hooks:
             hook(rep)
         self.replicas.append(rep)

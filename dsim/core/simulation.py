@@ -1,6 +1,8 @@
 """Simulation: owns the simpy.Environment, the RNG partitions and the clock checks (BC-5)."""
 from __future__ import annotations
 
+from heapq import heappush
+
 import simpy
 from simpy.core import EmptySchedule, StopSimulation
 from simpy.events import URGENT
@@ -70,9 +72,11 @@ def arrival_timeout(env, delay: float):
     step end is processed first and that step's successor can admit it (seed 004's same-time order:
     arrival < route < step < completion; routing happens inside the arrival, completions at the
     end of the step that produced them).  Otherwise SimPy orders same-time events by creation."""
-    ev = ArrivalEvent(env)
+    ev = ArrivalEvent.__new__(ArrivalEvent)      # Event.__init__ and env.schedule, inline (one per request)
+    ev.env = env
+    ev.callbacks = []
     ev._ok, ev._value = True, None
-    env.schedule(ev, URGENT, delay)
+    heappush(env._queue, (env._now + delay, URGENT, next(env._eid), ev))
     return ev
 
 

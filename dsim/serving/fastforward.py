@@ -45,8 +45,8 @@ class OwnTimeout(Timeout):
         self._delay = delay
         self._ok = True
         self.owner = owner
-        self.t0 = env._now
-        env.schedule(self, NORMAL, delay)
+        self.t0 = now = env._now
+        heappush(env._queue, (now + delay, NORMAL, next(env._eid), self))     # env.schedule, inline
 
 
 def _horizon(queue, me, past: float, inf=float("inf")) -> tuple:
@@ -122,7 +122,12 @@ class FastForward:
             h_read = horizon if self._blind else h_arr     # arrivals that read nothing do not count
         else:
             h_arr = h_read = horizon = queue[0][0]
-        append = self.log.append
+        log = self.log
+        append = log.append
+        # the varying columns per step; the constant ones once per run of rows (StepLog.quiet_rows)
+        te_app, du_app, kv_app = log.t_end.append, log.dur.append, log.kv_used.append
+        room = log.fold_at - len(log.running)      # rows before the chunk folds
+        p = 0                                      # rows whose constant columns are pending
         bs = self.bs
         boundary = self.boundary
         finish = self.finish
@@ -164,9 +169,14 @@ class FastForward:
                 self.D, self.ecum, self.busy_time = D, ecum, busy
                 kv.allocate(free0 - free)
                 self._step_t0, self._step_t1 = t, t_end
+                if p:
+                    log.quiet_rows(p, n_dec)
+                    p = 0
                 self._finish_decoders(finish.pop(D), t_end + self.token_overhead)
                 free0 = free = kv.free_count
                 append(t_end, dur, 0, n_dec, n_dec, len(self.running), len(self.waiting), total - free)
+                te_app, du_app, kv_app = log.t_end.append, log.dur.append, log.kv_used.append   # it may fold
+                room = log.fold_at - len(log.running)
                 t = t_end
                 n_dec = self.n_dec
                 if not n_dec:
@@ -180,9 +190,26 @@ class FastForward:
             D += 1
             busy += dur
             ecum += dur * w_tok
-            append(t_end, dur, 0, n_dec, n_dec, n_dec, 0, total - free)
+            te_app(t_end)
+            du_app(dur)
+            kv_app(total - free)
+            p += 1
             t = t_end
             k += 1
+            if p == room:                              # the chunk is full at this row: fold as append does
+                log.quiet_rows(p, n_dec)
+                p = 0
+                log.fold()
+                te_app, du_app, kv_app = log.t_end.append, log.dur.append, log.kv_used.append
+                room = log.fold_at - len(log.running)
+        if p == 1:                                 # one row (most stretches among several replicas): as append
+            log.prefill_tokens.append(0)
+            log.decode_tokens.append(n_dec)
+            log.itl_count.append(n_dec)
+            log.running.append(n_dec)
+            log.waiting.append(0)
+        elif p:
+            log.quiet_rows(p, n_dec)
         if free != free0:
             # the stretch's blocks in one call: the free queue hands them out and evicts in the
             # same order as one call per step would
@@ -195,10 +222,12 @@ class FastForward:
         if not k and self._tail is None:
             return None
         if inline and self._solo:
-            ev = QuietEnd(env)
+            ev = QuietEnd.__new__(QuietEnd)
             ev.owner = self
         else:
-            ev = Event(env)
+            ev = Event.__new__(Event)
+        ev.env = env                               # Event.__init__, inline (once per stretch)
+        ev.callbacks = []
         ev._ok, ev._value = True, None
         # at exactly t: a timeout's now + (t - now) may differ from t by an ulp
         heappush(env._queue, (t, NORMAL, next(env._eid), ev))
@@ -231,7 +260,7 @@ class FastForward:
         """At the tail's end: what the loop does after a plain decode step, in the same order."""
         dur, n_dec = self._tail
         self._tail = None
-        t_end = self.env.now
+        t_end = self.env._now
         self._step_t0, self._step_t1 = t_end - dur, t_end
         self.num_steps += 1
         self.ff_steps += 1
@@ -242,6 +271,16 @@ class FastForward:
         if done:
             self._finish_decoders(done, t_end + self.token_overhead)
         kv = self.kv
-        self.log.append(t_end, dur, 0, n_dec, n_dec, len(self.running), len(self.waiting), kv.total - kv.free_count)
+        log = self.log                             # StepLog.append, inline (once per stretch)
+        log.t_end.append(t_end)
+        log.dur.append(dur)
+        log.prefill_tokens.append(0)
+        log.decode_tokens.append(n_dec)
+        log.itl_count.append(n_dec)
+        log.running.append(len(self.running))
+        log.waiting.append(len(self.waiting))
+        log.kv_used.append(kv.total - kv.free_count)
+        if len(log.running) >= log.fold_at:
+            log.fold()
         if self._leaving:
             self._migrate_leaving(t_end)

@@ -214,7 +214,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         if delayed:
             self.in_alpha -= 1
         r.state = QUEUED
-        r.t_enqueued = now = self.env.now
+        r.t_enqueued = now = self.env._now
         if r.t_queued is None:           # P/D and rebalancing: keep the first queueing time
             r.t_queued = now
         if self.by_priority:
@@ -292,8 +292,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 yield self._wake
                 self._wake = None
                 continue
-            now = env.now
-            if ff:
+            now = env._now                   # the clock (Environment.now's value, without the call)
+            if ff and not self.waiting:          # (a stretch never starts with requests waiting)
                 ev = self._stretch(now)          # quiet decode steps up to the next event, in one go
                 if ev is not None:
                     yield ev
@@ -341,7 +341,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 p_sq += c * c
                 p_pairs += c * p + c * (c + 1) // 2
                 p_ctx += p
-                if p + c == r.num_tokens:
+                if p + c == r.prompt_len + r.n_out:     # r.num_tokens
                     n_samp += 1
             dec_ctx = 0
             if n_dec:
@@ -408,7 +408,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 yield OwnTimeout(env, dur, self) if self._solo else env.timeout(dur)
             else:                            # DP ranks step together (dsim.serving.dataparallel)
                 dur = yield self.dp_group.join(dur, shape.prefill_tokens + shape.decode_tokens)
-            t_end = env.now
+            t_end = env._now
             self._step_t0, self._step_t1 = now, t_end
             self.num_steps += 1
             self.busy_time += dur

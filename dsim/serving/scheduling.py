@@ -114,8 +114,8 @@ class SchedulerIteration:
             if pp is not None and pp.passes_over(r):
                 passed.append(waiting.popleft())
                 continue
-            uncomputed = r.num_tokens - r.num_computed
             n_tok = r.num_tokens
+            uncomputed = n_tok - r.num_computed
             hit_hashes = ()
             loaded = ()                  # blocks loaded from the CPU tier for this admission (sync)
             held = 0                     # blocks held since an asynchronous load from the CPU tier

@@ -20,6 +20,7 @@ from ..core.spill import SpillFile
 CHUNK = 1 << 16              # steps per folded chunk
 PLOT_POINTS = 1024           # min/max points kept per chunk and plotted series
 SPILL_STEPS = 1 << 18        # whole series past this many steps in memory move to the spill file (4 MB)
+NEVER = 1 << 62              # ``fold_at`` of a log that keeps every step (an int: stretches count down to it)
 
 
 class StepLog:
@@ -38,7 +39,7 @@ class StepLog:
         for k in self.SERIES:
             setattr(self, k, array("d" if k in self.FLOATS else "i"))     # counts fit in int32
         self.keep_all = keep_all
-        self.fold_at = float("inf") if keep_all else CHUNK     # chunk length that triggers ``fold``
+        self.fold_at = NEVER if keep_all else CHUNK     # chunk length that triggers ``fold``
         self._prefill = 0                 # over folded chunks: prefill and decode tokens, peaks
         self._decode = 0
         self._peak_running = 0
@@ -61,6 +62,17 @@ class StepLog:
         self.kv_used.append(kv)
         if len(self.running) >= self.fold_at:
             self.fold()
+
+    def quiet_rows(self, k: int, n_dec: int) -> None:
+        """The constant columns of ``k`` quiet decode steps (prefill 0, decode, ITL count and running
+        ``n_dec``, waiting 0) whose t_end, dur and kv_used a stretch appended already."""
+        z = array("i", [0]) * k
+        c = array("i", [n_dec]) * k
+        self.prefill_tokens.extend(z)
+        self.decode_tokens.extend(c)
+        self.itl_count.extend(c)
+        self.running.extend(c)
+        self.waiting.extend(z)
 
     def fold(self) -> None:
         """Fold the chunk of running, waiting and token counts into totals, peaks and plot points."""
