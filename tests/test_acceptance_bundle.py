@@ -11,7 +11,7 @@ from dsim.specdec.acceptance import sample_accepted, tokens_per_step
 from dsim.specdec.bundle import load_bundle, read_logs
 
 
-# under pytest-xdist (`--dist loadgroup`, the README's test command) this module's tests share one
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
 # worker, so its module-scoped fixture (trained bundle) runs once, not once per worker
 pytestmark = pytest.mark.xdist_group("test_acceptance_bundle")
 

@@ -23,7 +23,7 @@ RTX4090 = ROOT / "examples" / "real" / "RTX4090_Llama-3.1-8B"
 ROUND_TRIP = yaml.safe_load((ROOT / "scenarios" / "trace_roundtrip.yaml").read_text())
 
 
-# under pytest-xdist (`--dist loadgroup`, the README's test command) this module's tests share one
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
 # worker, so its module-scoped fixture (fitted traces) runs once, not once per worker
 pytestmark = pytest.mark.xdist_group("test_calibrate_diagnostics")
 

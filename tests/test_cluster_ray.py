@@ -27,7 +27,7 @@ DSIM = [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if
         "from dsim.cli import main; sys.exit(main())"]
 
 
-# under pytest-xdist (`--dist loadgroup`, the README's test command) this module's tests share one
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
 # worker, so its module-scoped fixture (a Ray head, ~10 s to start) runs once, not once per worker
 pytestmark = pytest.mark.xdist_group("test_cluster_ray")
 

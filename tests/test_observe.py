@@ -37,7 +37,7 @@ SCENARIO = {
 }
 
 
-# under pytest-xdist (`--dist loadgroup`, the README's test command) this module's tests share one
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
 # worker, so its module-scoped fixture (captured run against the fake server) runs once, not once per worker
 pytestmark = pytest.mark.xdist_group("test_observe")
 

@@ -22,7 +22,7 @@ JUMP = PhysicsResidual(0.0, 1.0, (Tree((5, -2, -2), (0.5, -2.0, -2.0), (1, -1, -
                                        (0.0, 0.0, math.log(1.5))),), 16, None)
 
 
-# under pytest-xdist (`--dist loadgroup`, the README's test command) this module's tests share one
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
 # worker, so its module-scoped fixture (truth traces) runs once, not once per worker
 pytestmark = pytest.mark.xdist_group("test_physics_residual")
 

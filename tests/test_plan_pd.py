@@ -21,7 +21,7 @@ SLOS = ["ttft_p99_ms=300", "tpot_p99_ms=12"]
 LOAD = ["workload.rate=150", "workload.num_requests=1500"]
 
 
-# under pytest-xdist (`--dist loadgroup`, the README's test command) this module's tests share one
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
 # worker, so its module-scoped fixture (`planned` search) runs once, not once per worker
 pytestmark = pytest.mark.xdist_group("test_plan_pd")
 
