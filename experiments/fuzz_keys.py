@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -44,7 +46,10 @@ def _alarm(*_):
 
 
 def run_case(path: Path, extra: list, timeout: int = 20):
-    args = ["run", str(path), "--out", "/tmp/dsim-fuzz-out", "--quiet", "--no-plots"]
+    # one folder per process: two campaigns at once (test workers, two users) must not replace each
+    # other's report mid-run
+    out = Path(tempfile.gettempdir()) / f"dsim-fuzz-out-{os.getpid()}"
+    args = ["run", str(path), "--out", str(out), "--quiet", "--no-plots"]
     for e in extra:
         args += ["--set", e]
     err = io.StringIO()

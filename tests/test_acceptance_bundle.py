@@ -11,6 +11,11 @@ from dsim.specdec.acceptance import sample_accepted, tokens_per_step
 from dsim.specdec.bundle import load_bundle, read_logs
 
 
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
+# worker, so its module-scoped fixture (trained bundle) runs once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_acceptance_bundle")
+
+
 def rate(ctx):
     return 0.9 if ctx < 1000 else 0.5      # acceptance falls with context: the classifier must learn it
 

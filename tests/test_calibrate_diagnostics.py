@@ -23,6 +23,11 @@ RTX4090 = ROOT / "examples" / "real" / "RTX4090_Llama-3.1-8B"
 ROUND_TRIP = yaml.safe_load((ROOT / "scenarios" / "trace_roundtrip.yaml").read_text())
 
 
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
+# worker, so its module-scoped fixture (fitted traces) runs once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_calibrate_diagnostics")
+
+
 # ---- effective degrees of freedom ---------------------------------------------------------------------
 def test_hat_trace_of_orthogonal_columns_is_the_sum_by_hand():
     """Orthogonal columns of norms 1, 2, 3: trace(Z (Z'Z + lam I)^-1 Z') = sum d^2 / (d^2 + lam)."""

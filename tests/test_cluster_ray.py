@@ -27,6 +27,11 @@ DSIM = [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if
         "from dsim.cli import main; sys.exit(main())"]
 
 
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
+# worker, so its module-scoped fixture (a Ray head, ~10 s to start) runs once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_cluster_ray")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

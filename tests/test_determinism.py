@@ -55,6 +55,7 @@ def test_outputs_identical_across_hash_seeds_and_between_cli_and_api(tmp_path):
     from pathlib import Path
 
     import dsim
+    from dsim.metrics.provenance import git_commit
     root = Path(__file__).resolve().parents[1]
     for name in ("router_comparison", "pd_network"):
         scn = str(root / "scenarios" / f"{name}.yaml")
@@ -66,6 +67,10 @@ def test_outputs_identical_across_hash_seeds_and_between_cli_and_api(tmp_path):
                             "--out", str(out), "--quiet", "--no-plots"], check=True, env=env, cwd=tmp_path)
             outs.append(out)
         api = tmp_path / f"{name}-api"
+        # the manifest's commit of an editable install ('-dirty' when tracked files changed): this
+        # process asked git once, maybe minutes ago under a long or parallel run, and the checkout
+        # may have changed since; ask again now, as the two processes just did
+        git_commit.cache_clear()
         dsim.run(scn, api, overrides=["workload.num_requests=300"], plots=False)
         outs.append(api)
         for f in ("summary.json", "requests.csv", "manifest.json"):

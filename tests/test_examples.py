@@ -1,11 +1,6 @@
 """Examples for wheel users: `dsim examples DIR` copies the shipped scenarios and the data they read,
 `dsim run quickstart` finds a shipped scenario by name; both from a wheel installed into a fresh venv."""
-import os
-import shutil
 import subprocess
-import sys
-import sysconfig
-import venv
 from pathlib import Path
 
 import pytest
@@ -40,30 +35,6 @@ def test_a_bare_name_runs_the_shipped_scenario_and_an_unknown_one_lists_them(tmp
     assert err.count("\n") == 1 and not (tmp_path / "o").exists()
 
 
-@pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory):
-    """A wheel built from a clean copy of the checkout, installed (no deps) into a fresh venv that
-    finds dsim's dependencies in the environment pytest runs in, after its own site-packages."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "tests",
-                                                             "experiments", "docs", "__pycache__", "_examples",
-                                                             ".*"))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}     # the wheel's dsim, not a checkout's
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "whl"), str(src)],
-                   check=True, cwd=tmp, env=env)
-    env_dir = tmp / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    py = env_dir / "bin" / "python"
-    wheel = next((tmp / "whl").glob("dsim-*.whl"))
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, cwd=tmp, env=env)
-    inner = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                capture_output=True, text=True, check=True, env=env).stdout.strip())
-    outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (inner / "zz_outer_env.pth").write_text("".join(f"{d}\n" for d in sorted(outer)))
-    return py, env, wheel
-
-
 LOOP = r"""
 import contextlib, io, sys
 from pathlib import Path
@@ -85,6 +56,7 @@ print(done.count("run"), done.count("validate"))
 """
 
 
+@pytest.mark.xdist_group("wheel_venv")         # conftest's wheel_venv: built once, by one worker
 def test_wheel_ships_the_examples_and_every_copied_scenario_runs(wheel_venv, tmp_path):
     py, env, wheel = wheel_venv
     import zipfile

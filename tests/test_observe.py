@@ -37,6 +37,11 @@ SCENARIO = {
 }
 
 
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
+# worker, so its module-scoped fixture (captured run against the fake server) runs once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_observe")
+
+
 def _scenario(tmp_path, **workload):
     s = json.loads(json.dumps(SCENARIO))
     s["workload"].update(workload)

@@ -3,9 +3,6 @@ venv, run the quickstart from another folder. The repository itself holds no bui
 import os
 import shutil
 import subprocess
-import sys
-import sysconfig
-import venv
 from pathlib import Path
 
 import pytest
@@ -13,26 +10,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_wheel_install_runs_quickstart_from_another_folder(tmp_path):
-    src = tmp_path / "src"          # a clean copy: no stale build/ or egg-info can hide a missing file
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "results", "tests",
-                                                             "experiments", "docs", "__pycache__", ".*"))
-    whl = tmp_path / "whl"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}     # a checkout on PYTHONPATH would win
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "-w", str(whl), str(src)], check=True, cwd=tmp_path, env=env)
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
-    py = env_dir / "bin" / "python"
-    wheel = next(whl.glob("dsim-*.whl"))
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, cwd=tmp_path, env=env)
-    # dsim's dependencies come from the environment pytest runs in (no network needed), appended after
-    # the new venv's own site-packages (and only once the wheel is in: pip would take a dsim out there
-    # for this one), so the wheel's dsim wins
-    inner = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                capture_output=True, text=True, check=True).stdout.strip())
-    outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (inner / "zz_outer_env.pth").write_text("".join(f"{d}\n" for d in sorted(outer)))
+@pytest.mark.xdist_group("wheel_venv")         # conftest's wheel_venv: built once, by one worker
+def test_wheel_install_runs_quickstart_from_another_folder(wheel_venv, tmp_path):
+    """The wheel of a clean copy of the checkout (conftest's ``wheel_venv``), in a fresh venv, finds
+    every data file dsim reads, from a folder that is not the checkout."""
+    py, env, _ = wheel_venv
+    env_dir = py.parent.parent
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     scn = elsewhere / "q.yaml"

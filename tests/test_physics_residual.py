@@ -22,6 +22,11 @@ JUMP = PhysicsResidual(0.0, 1.0, (Tree((5, -2, -2), (0.5, -2.0, -2.0), (1, -1, -
                                        (0.0, 0.0, math.log(1.5))),), 16, None)
 
 
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
+# worker, so its module-scoped fixture (truth traces) runs once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_physics_residual")
+
+
 def physics_scenario(seed, n, residual=None):
     s = yaml.safe_load((ROOT / "scenarios" / "trace_roundtrip.yaml").read_text())
     s["seed"], s["workload"]["num_requests"] = seed, n

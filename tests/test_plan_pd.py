@@ -21,6 +21,11 @@ SLOS = ["ttft_p99_ms=300", "tpot_p99_ms=12"]
 LOAD = ["workload.rate=150", "workload.num_requests=1500"]
 
 
+# under pytest-xdist (`-n auto --dist loadgroup`) this module's tests share one
+# worker, so its module-scoped fixture (`planned` search) runs once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_plan_pd")
+
+
 def _scenario(prefill_hw, prefill_tp, extra=(), decode_hw="H100-SXM", decode_tp=1, pr=1, dr=4):
     cand = {"prefill_hardware": prefill_hw, "prefill_tp": prefill_tp, "decode_hardware": decode_hw,
             "decode_tp": decode_tp, "prefill_replicas": pr, "decode_replicas": dr}
