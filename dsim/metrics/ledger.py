@@ -225,14 +225,20 @@ class RequestLedger:
             raise RuntimeError("seal the ledger before reading it")
         return self._sealed
 
-    def col(self, name: str) -> np.ndarray:
+    def col(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """The field's values in request id order (optional floats: NaN where None; strings: codes,
-        see ``strings``)."""
-        return self._frozen().col(name)
+        see ``strings``); rows [lo, hi) only when given."""
+        return self._frozen().col(name, lo, hi)
 
-    def present(self, name: str) -> np.ndarray:
-        """Where an optional float field is not None."""
-        return self._frozen().present(name)
+    def present(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Where an optional float field is not None (rows [lo, hi) when given)."""
+        return self._frozen().present(name, lo, hi)
+
+    def blocks(self) -> list:
+        """``(lo, hi)`` row ranges of at most ``ITER_ROWS`` rows covering the ledger in id order:
+        what a reader of a million rows takes a piece at a time, so it holds a block's temporaries,
+        not a whole run's."""
+        return [(lo, min(lo + ITER_ROWS, self.n)) for lo in range(0, self.n, ITER_ROWS)]
 
     def strings(self, name: str) -> list:
         """The field's values as Python strings (or None), in request id order."""
@@ -323,19 +329,21 @@ class Rows:
             return sum(a.nbytes for a in self.arrays.values()) + self._mask.nbytes
         return sum(s[2] * np.dtype(s[1]).itemsize for s in [*self.arrays.values(), self._mask])
 
-    def col(self, name: str) -> np.ndarray:
-        a = self.raw(name)
+    def col(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """The values of rows [lo, hi) (all by default), as ``RequestLedger.col`` describes."""
+        a = self.raw(name, lo, hi)
         if a is not None:
-            return np.where(self.present(name), a, np.nan) if name in _BIT else a
+            return np.where(self.present(name, lo, hi), a, np.nan) if name in _BIT else a
         tc, dflt = _TYPE[name]
         if tc == "f?":                          # only 0.0 was recorded (the stored default)
-            return np.where(self.present(name), 0.0, np.nan)
+            return np.where(self.present(name, lo, hi), 0.0, np.nan)
+        m = max(0, (self.n if hi is None else min(hi, self.n)) - lo)
         if tc == "s":
-            return np.full(self.n, self._code[dflt], dtype=np.int32)
-        return np.full(self.n, dflt, dtype=tc)
+            return np.full(m, self._code[dflt], dtype=np.int32)
+        return np.full(m, dflt, dtype=tc)
 
-    def present(self, name: str) -> np.ndarray:
-        return (self.mask & _BIT[name]) != 0
+    def present(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        return (self.raw_mask(lo, hi) & _BIT[name]) != 0
 
 
 _TYPE = {f: (t, d) for f, t, d in FIELDS}
