@@ -10,6 +10,7 @@ import pytest
 
 import dsim.metrics.exact as exact
 import dsim.metrics.ledger as ledger
+import dsim.metrics.vllm_bench as vllm_bench
 from dsim.core.spill import SpillFile
 from dsim.runner import run
 from dsim.serving import steplog
@@ -30,6 +31,7 @@ def test_a_spilled_run_writes_the_same_bytes(replicas, tmp_path, monkeypatch):
     monkeypatch.setattr(ledger, "SPILL_ROWS", 500)
     monkeypatch.setattr(ledger, "ITER_ROWS", 300)
     monkeypatch.setattr(exact, "MEM_ITEMS", 2000)
+    monkeypatch.setattr(vllm_bench, "BLOCK_ROWS", 300)      # the peaks over ten blocks, not one
     spilled = run(_scenario(replicas), tmp_path / "spilled", plots=False)
     assert spilled.requests.spilled
     logs = [rep.inst.log for rep in spilled.fleet.replicas()]
@@ -54,6 +56,33 @@ def test_memory_holds_a_bounded_tail_while_the_run_goes_on(monkeypatch):
         assert len(log.dur) < 4096 + 1024 and len(log.t_end) <= 1024
         assert led.nbytes >= 40 * (led.n - len(led._buf))    # every flushed row is still there, on disk
     assert led.spilled and log.steps > 4096 > len(log.dur)
+
+
+def test_the_end_of_run_readers_hold_a_block_of_rows_not_the_run(monkeypatch):
+    """The vLLM peak metrics read a spilled ledger ``BLOCK_ROWS`` rows at a time: their largest
+    allocation is a block's temporaries, whatever the run's length (~30 float arrays of one value
+    a request and a sorted copy of ~14 per request at once before: 578 MB at 10^6 requests), and
+    the result is the one of a single pass over the whole columns."""
+    import tracemalloc
+    monkeypatch.setattr(ledger, "SPILL_ROWS", 500)
+    res = run(bench_scenario(4000), plots=False)
+    led = res.requests
+    assert led.spilled and led.n == 4000
+    monkeypatch.setattr(vllm_bench, "BLOCK_ROWS", 10**9, raising=False)
+    whole = vllm_bench.peaks(led)
+    monkeypatch.setattr(vllm_bench, "BLOCK_ROWS", 250, raising=False)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        got = vllm_bench.peaks(led)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert got == whole and got["max_concurrent_requests"] > 0
+    # a block of 250 rows: ~30 arrays of 2 KB, the buckets of ~200 simulated seconds and the
+    # reads; one array of the whole run's 4,000 values is 32 KB
+    assert peak < 400_000, peak             # 118 KB here; 1.7 MB before
 
 
 def test_bench_reports_the_bytes_it_spilled(monkeypatch):

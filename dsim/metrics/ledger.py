@@ -234,11 +234,12 @@ class RequestLedger:
         """Where an optional float field is not None (rows [lo, hi) when given)."""
         return self._frozen().present(name, lo, hi)
 
-    def blocks(self) -> list:
-        """``(lo, hi)`` row ranges of at most ``ITER_ROWS`` rows covering the ledger in id order:
-        what a reader of a million rows takes a piece at a time, so it holds a block's temporaries,
-        not a whole run's."""
-        return [(lo, min(lo + ITER_ROWS, self.n)) for lo in range(0, self.n, ITER_ROWS)]
+    def blocks(self, size: int | None = None) -> list:
+        """``(lo, hi)`` row ranges of at most ``size`` rows (``ITER_ROWS``) covering the ledger in id
+        order: what a reader of a million rows takes a piece at a time, so it holds a block's
+        temporaries, not a whole run's."""
+        size = size or ITER_ROWS
+        return [(lo, min(lo + size, self.n)) for lo in range(0, self.n, size)]
 
     def strings(self, name: str) -> list:
         """The field's values as Python strings (or None), in request id order."""

@@ -60,6 +60,38 @@ def ledger_latencies(ledger, sel) -> dict:
             "queue_ms": (ledger.col("t_scheduled")[sel] - arr) * 1e3}
 
 
+def latency_column(ledger, sel, name: str) -> np.ndarray:
+    """``ledger_latencies(ledger, sel)[name]`` for a bool mask ``sel`` over every row, computed a
+    block of rows at a time (``RequestLedger.blocks``): the same values in the same order, holding
+    one block's columns instead of five whole ones (40 MB at 10^6 requests)."""
+    parts = []
+    for lo, hi in ledger.blocks():
+        s = sel[lo:hi]
+        arr = ledger.col("arrival", lo, hi)[s]
+        if name == "ttft_ms":
+            parts.append((ledger.col("t_first_token", lo, hi)[s] - arr) * 1e3)
+        elif name == "e2e_ms":
+            parts.append((ledger.col("t_completion", lo, hi)[s] - arr) * 1e3)
+        elif name == "queue_ms":
+            parts.append((ledger.col("t_scheduled", lo, hi)[s] - arr) * 1e3)
+        elif name == "tpot_ms":
+            n_out = ledger.col("n_out", lo, hi)[s]
+            multi = n_out > 1
+            first = ledger.col("t_first_token", lo, hi)[s][multi]
+            parts.append((ledger.col("t_last_token", lo, hi)[s][multi] - first) * 1e3
+                         / (n_out[multi] - 1).astype(float))
+        else:
+            raise KeyError(name)
+    if not parts:
+        return np.empty(0)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def bad_latencies(a: np.ndarray) -> int:
+    """Latency values that are negative, infinite or NaN."""
+    return int(np.count_nonzero(~((a >= 0) & (a < np.inf))))
+
+
 def busy_and_kv(log) -> tuple:
     """(busy seconds, KV block-seconds in use, peak blocks in use) of a step log, summed as numpy
     sums the whole columns (the same bytes whether the log spilled or not)."""

@@ -18,6 +18,8 @@ import numpy as np
 from ..core.request import PENDING
 from .exact import sorted_unique
 
+BLOCK_ROWS = 1 << 14         # ledger rows ``peaks`` reads at a time (~25 temporaries of this length)
+
 
 def header(scn) -> dict:
     """``model_id``, ``request_rate`` ("inf" when all requests arrive at once, None for a trace or
@@ -48,7 +50,7 @@ def peaks(led) -> dict:
     would otherwise make ~14 arrays of a million floats at once.  The bucket additions keep the
     order of one pass over the whole columns (each addition part in turn, blocks in id order), so
     the sums are the same floats."""
-    rows = _Blocks(led, led.blocks())
+    rows = _Blocks(led, led.blocks(BLOCK_ROWS))
     if len(rows.bounds) <= 1:
         rows = list(rows)                              # one block: read and computed once
     ends = [(arr.min(), comp.max()) for arr, comp, *_ in rows]
