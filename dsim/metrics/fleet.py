@@ -251,7 +251,7 @@ def fairness(led, slo_ttft_ms, slo_tpot_ms) -> dict | None:
 def _pow2_bins(x: np.ndarray) -> tuple:
     """Power-of-two bins of token counts: (bin of each value, [(bin, lowest, highest count)] of the
     bins present, in increasing order): 0, 1, 2-3, 4-7, ..., 2^k to 2^(k+1) - 1."""
-    k = np.empty(x.size, dtype=np.int64)
+    k = np.empty(x.size, dtype=np.int8)       # bins 0..64: a byte each
     for i in range(0, x.size, BLOCK):         # a block at a time: five temporaries of 8 bytes a value
         b = x[i:i + BLOCK]
         k[i:i + BLOCK] = np.where(b > 0, np.floor(np.log2(np.maximum(b, 1))).astype(np.int64) + 1, 0)  # exact for integers

@@ -144,6 +144,19 @@ class RequestLedger:
         parts.append(np.frombuffer(col, dtype=col.typecode)[max(0, start - at):])
         return concat(parts)
 
+    def _spilled_column(self, name: str) -> np.ndarray:
+        """A whole spilled column (after ``_spill_tail``), its segments read into one array (no
+        list of pieces and their concatenation at once); segments of mixed widths are widened."""
+        segs = self._segs.get(name, ())
+        if len({s[1] for s in segs}) != 1:
+            return self._rows_from(name, 0)
+        out = np.empty(sum(s[2] for s in segs), dtype=segs[0][1])
+        at = 0
+        for s in segs:
+            self._spill.get(s, out=out[at:at + s[2]])
+            at += s[2]
+        return out
+
     def _intern(self, v) -> int:
         c = self._code.get(v)
         if c is None:
@@ -202,15 +215,22 @@ class RequestLedger:
         """``seal`` for spilled columns: each is read back, put in id order and written again, one
         column in memory at a time."""
         self._spill_tail()
-        rid = self._rows_from("rid", 0) if "rid" in self._cols else np.zeros(self.n, np.int64)
-        order = np.argsort(rid, kind="stable")
-        if (order == np.arange(self.n)).all():
-            order = None                          # finished in id order: no reordering
-        del rid
+        order = None                              # finished in id order: no reordering
+        if "rid" in self._cols:
+            rid = self._spilled_column("rid")
+            if not (rid[1:] >= rid[:-1]).all():   # the stable order is the identity just when sorted
+                order = np.argsort(rid, kind="stable")
+            del rid
         segs = {}
         for name in [f for f in NAMES if f in self._cols] + ["_mask"]:
-            a = self._rows_from(name, 0)
-            segs[name] = self._spill.put(a if order is None else a[order])
+            a = self._spilled_column(name)
+            if order is None:
+                segs[name] = self._spill.put(a)
+            else:                                 # written a block at a time: one segment, no whole copy
+                first = self._spill.put(a[order[:ITER_ROWS]])
+                for lo in range(ITER_ROWS, self.n, ITER_ROWS):
+                    self._spill.put(a[order[lo:lo + ITER_ROWS]])
+                segs[name] = (first[0], first[1], self.n)
             del a
         mask = segs.pop("_mask")
         self._cols.clear()

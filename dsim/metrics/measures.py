@@ -114,7 +114,26 @@ def delay_trend(t: np.ndarray, q: np.ndarray) -> float:
     one arrival time, or non-finite values)."""
     if t.size < 3 or not t.max() > t.min() or not np.isfinite(t).all() or not np.isfinite(q).all():
         return 0.0
-    return float(np.polyfit(t - t.min(), q, 1)[0])
+    return line_slope(t - t.min(), q)
+
+
+def line_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """``np.polyfit(x, y, 1)[0]``, the same bits, with two fewer copies of the input (a million
+    points: 16 MB): numpy's own steps (the Vandermonde matrix, its columns scaled by their norms,
+    ``lstsq`` with polyfit's ``rcond``, the slope unscaled, its warning on a rank-deficient fit)
+    on float64 arrays as given.  ``x`` is let go once in the matrix: pass a temporary."""
+    if x.dtype != np.float64 or y.dtype != np.float64 or x.ndim != 1 or y.ndim != 1:
+        return float(np.polyfit(x, y, 1)[0])
+    rcond = len(x) * np.finfo(x.dtype).eps
+    lhs = np.vander(x, 2)
+    del x
+    scale = np.sqrt((lhs * lhs).sum(axis=0))
+    lhs /= scale
+    c, _, rank, _ = np.linalg.lstsq(lhs, y, rcond)
+    if rank != 2:
+        import warnings
+        warnings.warn("Polyfit may be poorly conditioned", np.exceptions.RankWarning, stacklevel=2)
+    return float((c.T / scale).T[0])
 
 
 def decode_wait_trend(t: np.ndarray, residence: np.ndarray, n_out: np.ndarray) -> float:
