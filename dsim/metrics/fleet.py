@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.request import PENDING, REJECTED
 from .exact import sorted_unique
-from .measures import busy_and_kv, gpu_utilization, latency_column, ledger_latencies, meets_slo_mask, stats
+from .measures import busy_and_kv, gpu_utilization, latency_column, meets_slo_mask, stats
 
 BLOCK = 1 << 16              # values a block-wise column computation handles at a time
 
@@ -118,8 +118,7 @@ def spread(values) -> dict:
 def _ledger_block(led, sel) -> dict:
     """TTFT, TPOT and E2E statistics of the ledger's completed rows ``sel`` (a mask, or indices in
     the order the statistics sum them)."""
-    lat = ledger_latencies(led, sel)
-    return {k: stats(lat[f"{k}_ms"]) for k in ("ttft", "tpot", "e2e")}
+    return {k: stats(latency_column(led, sel, f"{k}_ms")) for k in ("ttft", "tpot", "e2e")}   # one at a time
 
 
 def fleet_sections(fleet, led, t_end: float, usage: dict | None = None) -> dict:
