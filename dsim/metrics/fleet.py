@@ -253,7 +253,7 @@ def _pow2_bins(x: np.ndarray) -> tuple:
     k = np.empty(x.size, dtype=np.int8)       # bins 0..64: a byte each
     for i in range(0, x.size, BLOCK):         # a block at a time: five temporaries of 8 bytes a value
         b = x[i:i + BLOCK]
-        k[i:i + BLOCK] = np.where(b > 0, np.floor(np.log2(np.maximum(b, 1))).astype(np.int64) + 1, 0)  # exact for integers
+        k[i:i + BLOCK] = np.where(b > 0, np.floor(np.log2(np.maximum(b, 1))).astype(np.int64) + 1, 0)  # exact
     return k, [(b, 0 if b == 0 else 2 ** (b - 1), 0 if b == 0 else 2 ** b - 1) for b in sorted_unique(k).tolist()]
 
 
