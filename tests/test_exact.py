@@ -97,3 +97,25 @@ def test_a_short_run_does_not_load_numpy_ma(tmp_path):
     if out.strip() == "numpy-itself":
         pytest.skip("this numpy imports numpy.ma on import")
     assert out.strip() == "False"
+
+
+def test_line_slope_is_polyfits_bit_for_bit():
+    """The summary's queueing-delay trend fits without polyfit's input copies (``line_slope``):
+    the same slope bits on delays of every shape (noisy, rounded, linear, huge spans), and
+    polyfit's warning where the fit is rank-deficient."""
+    from dsim.metrics.measures import delay_trend, line_slope
+    rng = np.random.default_rng(7)
+    for i in range(400):
+        n = int(rng.integers(3, 3000))
+        t = np.sort(rng.uniform(0, 10.0 ** rng.uniform(0, 9), n))
+        q = rng.normal(0, 1, n).cumsum() * rng.uniform(1e-6, 10) + rng.uniform(-1, 1) * t
+        if i % 5 == 0:
+            q = np.round(q, 2)
+        want = float(np.polyfit(t - t.min(), q, 1)[0])
+        assert line_slope(t - t.min(), q) == want and delay_trend(t, q) == want
+    x, y = np.full(5, 2.0), np.arange(5.0)              # one x value: rank 1
+    with pytest.warns(np.exceptions.RankWarning):
+        want = float(np.polyfit(x, y, 1)[0])
+    with pytest.warns(np.exceptions.RankWarning):
+        assert line_slope(x.copy(), y) == want
+    assert line_slope(np.arange(4, dtype=np.int64), y[:4]) == float(np.polyfit(np.arange(4), y[:4], 1)[0])

@@ -10,6 +10,7 @@ import pytest
 
 import dsim.metrics.exact as exact
 import dsim.metrics.ledger as ledger
+import dsim.metrics.vllm_bench as vllm_bench
 from dsim.core.spill import SpillFile
 from dsim.runner import run
 from dsim.serving import steplog
@@ -30,6 +31,7 @@ def test_a_spilled_run_writes_the_same_bytes(replicas, tmp_path, monkeypatch):
     monkeypatch.setattr(ledger, "SPILL_ROWS", 500)
     monkeypatch.setattr(ledger, "ITER_ROWS", 300)
     monkeypatch.setattr(exact, "MEM_ITEMS", 2000)
+    monkeypatch.setattr(vllm_bench, "BLOCK_ROWS", 300)      # the peaks over ten blocks, not one
     spilled = run(_scenario(replicas), tmp_path / "spilled", plots=False)
     assert spilled.requests.spilled
     logs = [rep.inst.log for rep in spilled.fleet.replicas()]
@@ -54,6 +56,52 @@ def test_memory_holds_a_bounded_tail_while_the_run_goes_on(monkeypatch):
         assert len(log.dur) < 4096 + 1024 and len(log.t_end) <= 1024
         assert led.nbytes >= 40 * (led.n - len(led._buf))    # every flushed row is still there, on disk
     assert led.spilled and log.steps > 4096 > len(log.dur)
+
+
+def _traced_peak(f, *args):
+    """(f(*args), the most bytes it had allocated at once above its start, by tracemalloc)."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = f(*args)
+        return out, tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_end_of_run_readers_hold_a_block_of_rows_not_the_run(monkeypatch):
+    """What a long run does at its end stays within a few arrays of one value a request: the vLLM
+    peak metrics read a spilled ledger ``BLOCK_ROWS`` rows at a time (their largest allocation is a
+    block's temporaries, whatever the run's length; they made ~30 arrays of one float a request
+    and a sorted copy of ~14 a request at once before: 578 MB peak at 10^6 requests), with the
+    result of one pass over the whole columns; the whole summary holds ~140 bytes a request
+    (~500 before)."""
+    from dsim.metrics.summary import summarize
+    from dsim.runner import Session
+    from dsim.config.scenario import load_scenario
+    monkeypatch.setattr(steplog, "CHUNK", 1024)
+    monkeypatch.setattr(steplog, "SPILL_STEPS", 4096)
+    monkeypatch.setattr(ledger, "SPILL_ROWS", 500)
+    monkeypatch.setattr(ledger, "ITER_ROWS", 250)
+    monkeypatch.setattr(exact, "MEM_ITEMS", 4000)
+    n = 2000
+    ses = Session(load_scenario(bench_scenario(n)))
+    ses.end = ses.run_to_end()
+    led = ses.reqs
+    assert led.spilled and led.n == n
+    monkeypatch.setattr(vllm_bench, "BLOCK_ROWS", 10**9, raising=False)
+    whole = vllm_bench.peaks(led)
+    monkeypatch.setattr(vllm_bench, "BLOCK_ROWS", 250, raising=False)
+    got, peak = _traced_peak(vllm_bench.peaks, led)
+    assert got == whole and got["max_concurrent_requests"] > 0
+    # a block of 250 rows: ~30 arrays of 2 KB, the buckets of ~150 simulated seconds and the
+    # reads; one array of the whole run's values is 16 KB
+    assert peak < 300_000, peak              # 116 KB here; 870 KB before
+    summary, peak = _traced_peak(summarize, ses.scn, ses.fleet, led, ses.end, ses.action_log)
+    assert summary["metrics"]["max_concurrent_requests"] == whole["max_concurrent_requests"]
+    assert peak < 250 * n, peak / n          # 137 B a request here; 502 before
 
 
 def test_bench_reports_the_bytes_it_spilled(monkeypatch):

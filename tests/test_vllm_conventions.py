@@ -110,11 +110,14 @@ def test_peaks_of_a_run_spanning_more_seconds_than_memory_holds():
                 "t_first_token": np.array([0.1, 0.6, 1e12 + 1]), "t_last_token": np.array([10.1, 1e12 + 3, 2e15]),
                 "n_out": np.array([11, 2, 1])}
 
-        def present(self, k):
-            return np.ones(3, dtype=bool)
+        def blocks(self, size=None):            # a block a row: the pieces' sums are the whole's
+            return [(0, 1), (1, 2), (2, 3)]
 
-        def col(self, k):
-            return self.cols[k]
+        def present(self, k, lo=0, hi=None):
+            return np.ones(3, dtype=bool)[lo:hi]
+
+        def col(self, k, lo=0, hi=None):
+            return self.cols[k][lo:hi]
     p = peaks(Ledger())
     # by hand: bucket 0 holds both first tokens (0.1, 0.6) plus request 0's spread 1 token/s x 0.9 s
     assert p["max_output_tokens_per_s"] == pytest.approx(2.9)

@@ -68,12 +68,16 @@ class SpillFile:
         SpillFile.written += a.nbytes
         return seg
 
-    def get(self, seg: tuple, start: int = 0, count: int | None = None) -> np.ndarray:
-        """The segment's values ``[start, start + count)`` (all of them from ``start`` by default)."""
+    def get(self, seg: tuple, start: int = 0, count: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The segment's values ``[start, start + count)`` (all of them from ``start`` by default),
+        read into ``out`` when given (a contiguous array of the segment's dtype and that length)."""
         off, dt, n = seg
         dt = np.dtype(dt)
         count = n - start if count is None else min(count, n - start)
-        out = np.empty(max(count, 0), dtype=dt)
+        if out is None:
+            out = np.empty(max(count, 0), dtype=dt)
+        elif out.dtype != dt or out.size != max(count, 0) or not out.flags.c_contiguous:
+            raise ValueError(f"spill file: out is {out.dtype}[{out.size}], the read {dt}[{max(count, 0)}]")
         if out.size:
             at = off + start * dt.itemsize
             if self._own is not None and off >= self._own_at:

@@ -144,6 +144,19 @@ class RequestLedger:
         parts.append(np.frombuffer(col, dtype=col.typecode)[max(0, start - at):])
         return concat(parts)
 
+    def _spilled_column(self, name: str) -> np.ndarray:
+        """A whole spilled column (after ``_spill_tail``), its segments read into one array (no
+        list of pieces and their concatenation at once); segments of mixed widths are widened."""
+        segs = self._segs.get(name, ())
+        if len({s[1] for s in segs}) != 1:
+            return self._rows_from(name, 0)
+        out = np.empty(sum(s[2] for s in segs), dtype=segs[0][1])
+        at = 0
+        for s in segs:
+            self._spill.get(s, out=out[at:at + s[2]])
+            at += s[2]
+        return out
+
     def _intern(self, v) -> int:
         c = self._code.get(v)
         if c is None:
@@ -202,15 +215,22 @@ class RequestLedger:
         """``seal`` for spilled columns: each is read back, put in id order and written again, one
         column in memory at a time."""
         self._spill_tail()
-        rid = self._rows_from("rid", 0) if "rid" in self._cols else np.zeros(self.n, np.int64)
-        order = np.argsort(rid, kind="stable")
-        if (order == np.arange(self.n)).all():
-            order = None                          # finished in id order: no reordering
-        del rid
+        order = None                              # finished in id order: no reordering
+        if "rid" in self._cols:
+            rid = self._spilled_column("rid")
+            if not (rid[1:] >= rid[:-1]).all():   # the stable order is the identity just when sorted
+                order = np.argsort(rid, kind="stable")
+            del rid
         segs = {}
         for name in [f for f in NAMES if f in self._cols] + ["_mask"]:
-            a = self._rows_from(name, 0)
-            segs[name] = self._spill.put(a if order is None else a[order])
+            a = self._spilled_column(name)
+            if order is None:
+                segs[name] = self._spill.put(a)
+            else:                                 # written a block at a time: one segment, no whole copy
+                first = self._spill.put(a[order[:ITER_ROWS]])
+                for lo in range(ITER_ROWS, self.n, ITER_ROWS):
+                    self._spill.put(a[order[lo:lo + ITER_ROWS]])
+                segs[name] = (first[0], first[1], self.n)
             del a
         mask = segs.pop("_mask")
         self._cols.clear()
@@ -225,14 +245,21 @@ class RequestLedger:
             raise RuntimeError("seal the ledger before reading it")
         return self._sealed
 
-    def col(self, name: str) -> np.ndarray:
+    def col(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """The field's values in request id order (optional floats: NaN where None; strings: codes,
-        see ``strings``)."""
-        return self._frozen().col(name)
+        see ``strings``); rows [lo, hi) only when given."""
+        return self._frozen().col(name, lo, hi)
 
-    def present(self, name: str) -> np.ndarray:
-        """Where an optional float field is not None."""
-        return self._frozen().present(name)
+    def present(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Where an optional float field is not None (rows [lo, hi) when given)."""
+        return self._frozen().present(name, lo, hi)
+
+    def blocks(self, size: int | None = None) -> list:
+        """``(lo, hi)`` row ranges of at most ``size`` rows (``ITER_ROWS``) covering the ledger in id
+        order: what a reader of a million rows takes a piece at a time, so it holds a block's
+        temporaries, not a whole run's."""
+        size = size or ITER_ROWS
+        return [(lo, min(lo + size, self.n)) for lo in range(0, self.n, size)]
 
     def strings(self, name: str) -> list:
         """The field's values as Python strings (or None), in request id order."""
@@ -323,19 +350,21 @@ class Rows:
             return sum(a.nbytes for a in self.arrays.values()) + self._mask.nbytes
         return sum(s[2] * np.dtype(s[1]).itemsize for s in [*self.arrays.values(), self._mask])
 
-    def col(self, name: str) -> np.ndarray:
-        a = self.raw(name)
+    def col(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """The values of rows [lo, hi) (all by default), as ``RequestLedger.col`` describes."""
+        a = self.raw(name, lo, hi)
         if a is not None:
-            return np.where(self.present(name), a, np.nan) if name in _BIT else a
+            return np.where(self.present(name, lo, hi), a, np.nan) if name in _BIT else a
         tc, dflt = _TYPE[name]
         if tc == "f?":                          # only 0.0 was recorded (the stored default)
-            return np.where(self.present(name), 0.0, np.nan)
+            return np.where(self.present(name, lo, hi), 0.0, np.nan)
+        m = max(0, (self.n if hi is None else min(hi, self.n)) - lo)
         if tc == "s":
-            return np.full(self.n, self._code[dflt], dtype=np.int32)
-        return np.full(self.n, dflt, dtype=tc)
+            return np.full(m, self._code[dflt], dtype=np.int32)
+        return np.full(m, dflt, dtype=tc)
 
-    def present(self, name: str) -> np.ndarray:
-        return (self.mask & _BIT[name]) != 0
+    def present(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        return (self.raw_mask(lo, hi) & _BIT[name]) != 0
 
 
 _TYPE = {f: (t, d) for f, t, d in FIELDS}

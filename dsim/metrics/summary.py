@@ -8,7 +8,8 @@ from .conversations import conversation_summary
 from .exact import PCTS, pkey as _pkey, weighted_stats_chunked
 from .fleet import (efficiency, energy_cost, fairness, fleet_sections, length_bins, memory_utilization,
                     replica_usage)
-from .measures import GROWTH_LIMIT, delay_trend, gpu_utilization, ledger_latencies, meets_slo_mask, stats
+from .measures import (GROWTH_LIMIT, bad_latencies, delay_trend, gpu_utilization, latency_column, ledger_latencies,
+                       meets_slo_mask, stats)
 
 
 # vLLM's `vllm bench serve` result names for our nested latency sections
@@ -55,10 +56,16 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
     rebuilt, so a million requests cost arrays, not objects)."""
     is_done = led.present("t_completion")
     n_done = int(is_done.sum())
-    lat = ledger_latencies(led, is_done)
-    arrival = led.col("arrival")
     insts = [rep.inst for rep in fleet.replicas()]
     pcts = sorted(set(PCTS) | set(getattr(scn, "percentiles", PCTS)))
+    lat_stats, bad = {}, 0
+    for k in ("ttft", "tpot", "e2e", "queue"):          # one latency array in memory at a time
+        a = latency_column(led, is_done, k + "_ms")
+        lat_stats[k] = stats(a, pcts)
+        if k != "queue":
+            bad += bad_latencies(a)
+        del a
+    arrival = led.col("arrival")
     itl = _itl_stats(insts, pcts)
     first = float(arrival.min()) if led.n else 0.0
     last = float(led.col("t_completion")[is_done].max()) if n_done else first
@@ -77,11 +84,11 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
             "not_arrived": led.n - fleet.arrived,
         },
         "latency_ms": {
-            "ttft": stats(lat["ttft_ms"], pcts),
-            "tpot": stats(lat["tpot_ms"], pcts),
+            "ttft": lat_stats["ttft"],
+            "tpot": lat_stats["tpot"],
             "itl": itl,
-            "e2e": stats(lat["e2e_ms"], pcts),
-            "queue": stats(lat["queue_ms"], pcts),
+            "e2e": lat_stats["e2e"],
+            "queue": lat_stats["queue"],
         },
         "throughput": {
             "duration_s": span,
@@ -183,7 +190,7 @@ def summarize(scn, fleet, led, t_end: float | None = None, actions=()) -> dict:
     summary["metrics"] = flat_metrics(summary, getattr(scn, "percentiles", PCTS))
     from .vllm_bench import header, peaks             # the rest of vllm bench serve's result keys
     summary["metrics"].update(failed=fleet.arrived - n_done, **peaks(led), **header(scn))
-    warn = health_warnings(summary, lat)
+    warn = health_warnings(summary, bad)
     if warn:
         summary["warnings"] = warn
     return summary
@@ -222,23 +229,32 @@ def stability(led, end: float, warmup: float = 0.1) -> dict:
     share of the arrival span: a drained run of an overloaded deployment finishes every request,
     and only this says its percentiles describe a growing queue.  ``led``: a sealed RequestLedger."""
     arrival = led.col("arrival")
-    arr = np.sort(arrival[arrival <= end])
-    if arr.size < 3 or not arr[-1] > arr[0]:
+    seen = arrival <= end
+    n = int(np.count_nonzero(seen))          # count, first and last of the arrivals by then: no sorted copy
+    if n < 3:
         return {"offered_requests_per_s": None, "queue_delay_trend_ms_per_s": None, "overloaded": False}
-    t0, t1 = float(arr[0]), float(arr[-1])
+    t0, t1 = float(np.min(arrival, where=seen, initial=np.inf)), float(np.max(arrival, where=seen, initial=-np.inf))
+    if not t1 > t0:
+        return {"offered_requests_per_s": None, "queue_delay_trend_ms_per_s": None, "overloaded": False}
     tw = t0 + warmup * (t1 - t0)
     # requests a stopped run never scheduled have no queueing delay yet (their wait is censored at
     # the stop, which would bend the trend down): the trend is over the scheduled ones; rejected
     # requests are left out
     sel = ((tw <= arrival) & (arrival <= t1) & led.present("t_scheduled")
            & (led.col("reject_reason") == led.code_of("")))
-    trend = delay_trend(arrival[sel], led.col("t_scheduled")[sel] - arrival[sel])
-    return {"offered_requests_per_s": (arr.size - 1) / (t1 - t0), "queue_delay_trend_ms_per_s": trend * 1e3,
+    del seen
+    t = arrival[sel]
+    del arrival                              # the least-squares fit copies its inputs several times
+    q = led.col("t_scheduled")[sel] - t
+    del sel
+    trend = delay_trend(t, q)
+    return {"offered_requests_per_s": (n - 1) / (t1 - t0), "queue_delay_trend_ms_per_s": trend * 1e3,
             "overloaded": trend > GROWTH_LIMIT}
 
 
-def health_warnings(summary: dict, lat: dict) -> list[str]:
-    """What makes the numbers above untrustworthy as a steady-state answer, said plainly."""
+def health_warnings(summary: dict, bad: int) -> list[str]:
+    """What makes the numbers above untrustworthy as a steady-state answer, said plainly (``bad``:
+    the TTFT, TPOT and E2E values that are negative, infinite or NaN)."""
     req = summary["requests"]
     out = []
     if req["submitted"] and not req["completed"]:
@@ -253,7 +269,6 @@ def health_warnings(summary: dict, lat: dict) -> list[str]:
                    "latency percentiles describe a growing queue, not a steady state")
     if req["rejected"] and req["rejected"] * 10 >= req["submitted"]:
         out.append(f"{req['rejected']} of {req['submitted']} requests were rejected")
-    bad = sum(int(np.count_nonzero(~((lat[k] >= 0) & (lat[k] < np.inf)))) for k in ("ttft_ms", "tpot_ms", "e2e_ms"))
     if bad:
         out.append(f"{bad} latency values are negative, infinite or NaN (check the inputs: infinite arrival "
                    "times or RTTs?)")

@@ -18,6 +18,8 @@ import numpy as np
 from ..core.request import PENDING
 from .exact import sorted_unique
 
+BLOCK_ROWS = 1 << 14         # ledger rows ``peaks`` reads at a time (~25 temporaries of this length)
+
 
 def header(scn) -> dict:
     """``model_id``, ``request_rate`` ("inf" when all requests arrive at once, None for a trace or
@@ -42,52 +44,96 @@ def peaks(led) -> dict:
 
     Only the buckets where something changes are materialised (a run spanning 1e9 s would need a
     billion buckets): between two such buckets every bucket has the same value, so the maximum over
-    them, plus the first bucket after each, is the maximum over all."""
-    done = led.present("t_completion")
-    if not done.any():
+    them, plus the first bucket after each, is the maximum over all.
+
+    The ledger is read a block of rows at a time (``RequestLedger.blocks``): a million requests
+    would otherwise make ~14 arrays of a million floats at once.  The bucket additions keep the
+    order of one pass over the whole columns (each addition part in turn, blocks in id order), so
+    the sums are the same floats."""
+    rows = _Blocks(led, led.blocks(BLOCK_ROWS))
+    if len(rows.bounds) <= 1:
+        rows = list(rows)                              # one block: read and computed once
+    ends = [(arr.min(), comp.max()) for arr, comp, *_ in rows]
+    if not ends:
         return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
-    arr = led.col("arrival")[done]
-    comp = led.col("t_completion")[done]
-    t0 = float(arr.min())
+    t0 = float(np.min([a for a, _ in ends]))
     # bucket numbers as floats: a run can span more seconds than an int64 holds (1e30 ms latencies)
-    nb = float(math.ceil(float(comp.max()) - t0) + 1)
-    first = led.col("t_first_token")[done] - t0
-    last = led.col("t_last_token")[done] - t0
-    n = led.col("n_out")[done].astype(float)
-    conc_at = [np.floor(arr - t0), np.minimum(np.floor(comp - t0) + 1, nb)]
-    conc_dv = [np.ones(arr.size), -np.ones(arr.size)]
-    tok_at, tok_v = [np.clip(np.floor(first), 0, nb)], [np.ones(first.size)]      # first tokens
-    run_at, run_dv = [], []                                       # whole buckets: cumulative deltas
-    _spread(first, last, n - 1, nb, tok_at, tok_v, run_at, run_dv)
-    keys = np.concatenate(conc_at + tok_at + run_at)
-    keys = sorted_unique(np.clip(np.concatenate([keys, keys + 1]), 0, nb))
-    def dense(parts_at, parts_v):
-        out = np.zeros(keys.size)
-        if parts_at:
-            np.add.at(out, np.searchsorted(keys, np.concatenate(parts_at)), np.concatenate(parts_v))
-        return out
+    nb = float(math.ceil(float(np.max([c for _, c in ends])) - t0) + 1)
+    if isinstance(rows, list):
+        once = [_parts(blk, t0, nb) for blk in rows]
+        all_parts = lambda: once                       # noqa: E731
+    else:                                              # several blocks: each pass reads them again
+        all_parts = lambda: (_parts(blk, t0, nb) for blk in rows)      # noqa: E731
+    keys = None
+    for p in all_parts():
+        at = np.concatenate([a for a, _ in p["conc"] + p["tok"] + p["run"]])
+        k = sorted_unique(np.clip(np.concatenate([at, at + 1]), 0, nb))
+        keys = k if keys is None else sorted_unique(np.concatenate([keys, k]))
+    dense = {name: np.zeros(keys.size) for name in ("conc", "tok", "run")}
+    for i in range(4):                                 # part i of every series, over every block in turn
+        for p in all_parts():
+            for name, out in dense.items():
+                if i < len(p[name]):
+                    at, v = p[name][i]
+                    np.add.at(out, np.searchsorted(keys, at), v)
     live = keys < nb
-    conc = np.cumsum(dense(conc_at, conc_dv))
-    tok = dense(tok_at, tok_v) + np.cumsum(dense(run_at, run_dv))
+    conc = np.cumsum(dense["conc"])
+    tok = dense["tok"] + np.cumsum(dense["run"])
     return {"max_output_tokens_per_s": float(np.round(tok[live].max(), 6)),
             "max_concurrent_requests": int(conc[live].max())}
 
 
-def _spread(a, b, count, nb, tok_at, tok_v, run_at, run_dv) -> None:
+class _Blocks:
+    """The completed rows of each block (``_done_rows``), read again on each iteration (each
+    pass of ``peaks``), so only one block's rows are in memory at a time."""
+
+    def __init__(self, led, bounds):
+        self.led, self.bounds = led, bounds
+
+    def __iter__(self):
+        for lo, hi in self.bounds:
+            blk = _done_rows(self.led, lo, hi)
+            if blk is not None:
+                yield blk
+
+
+def _done_rows(led, lo: int, hi: int):
+    """(arrival, completion, first token, last token, tokens out) of the completed requests among
+    rows [lo, hi), or None when none completed.  Read through the ledger's block API: a spilled
+    ledger reads only these rows back."""
+    done = led.present("t_completion", lo, hi)
+    if not done.any():
+        return None
+    return (led.col("arrival", lo, hi)[done], led.col("t_completion", lo, hi)[done],
+            led.col("t_first_token", lo, hi)[done], led.col("t_last_token", lo, hi)[done],
+            led.col("n_out", lo, hi)[done])
+
+
+def _parts(blk, t0: float, nb: float) -> dict:
+    """A block's bucket additions, as (buckets, values) parts in their fixed order: ``conc``
+    (+1 from a send's bucket, -1 after its completion's), ``tok`` (direct token additions) and
+    ``run`` (cumulative deltas of the whole buckets a request's tokens spread over)."""
+    arr, comp, first, last, n = blk
+    first, last, n = first - t0, last - t0, n.astype(float)
+    conc = [(np.floor(arr - t0), np.ones(arr.size)), (np.minimum(np.floor(comp - t0) + 1, nb), -np.ones(arr.size))]
+    tok = [(np.clip(np.floor(first), 0, nb), np.ones(first.size))]           # first tokens
+    run = []
+    _spread(first, last, n - 1, nb, tok, run)
+    return {"conc": conc, "tok": tok, "run": run}
+
+
+def _spread(a, b, count, nb, tok, run) -> None:
     """``count`` tokens spread uniformly over [a, b] into one-second buckets: direct additions to
-    the partial first and last buckets (tok_*), cumulative deltas for the whole ones between (run_*)."""
+    the partial first and last buckets (tok), cumulative deltas for the whole ones between (run)."""
     sel = (count > 0) & (b > a)
     a, b, count = a[sel], b[sel], count[sel]
     rate = count / (b - a)
     ia, ib = np.clip(np.floor(a), 0, nb - 1), np.clip(np.floor(b), 0, nb - 1)
     same = ia == ib
-    tok_at.append(ia[same])
-    tok_v.append(count[same])
+    tok.append((ia[same], count[same]))
     ia, ib, a, b, rate = ia[~same], ib[~same], a[~same], b[~same], rate[~same]
-    tok_at += [ia, ib]
-    tok_v += [rate * (ia + 1 - a), rate * (b - ib)]                    # partial first and last bucket
-    run_at += [ia + 1, ib]
-    run_dv += [rate, -rate]
+    tok += [(ia, rate * (ia + 1 - a)), (ib, rate * (b - ib))]              # partial first and last bucket
+    run += [(ia + 1, rate), (ib, -rate)]
 
 
 def _token_times(res):
