@@ -280,6 +280,13 @@ class Network:
         one path share its links: each path's links are walked once, not once per flow."""
         if len(links) == 1 and len(links[0].flows) <= 1:
             return list(links[0].flows.values())   # an access link carrying one flow
+        n = len(self.active)                       # the flows on links (a flow is on its links while active)
+        for lk in links:
+            if len(lk.flows) == n:                 # a link every flow crosses (a spine): they are all connected
+                flows = list(self.active.values())
+                if n > 1:
+                    flows.sort(key=_SEQ)
+                return flows
         seen = set()
         paths = set()
         comp: dict = {}
