@@ -241,7 +241,7 @@ class Network:
                 lk.bytes += moved
                 if one_bin:
                     bins = lk.bins
-                    bins[i] = bins.get(i, 0.0) + r * (now - t0)
+                    bins[i] = bins.get(i, 0.0) + moved     # r x (now - t0): the same product
                 elif b:
                     self._bin(lk, t0, now, r)
         elif any(not lk.up for lk in f.links):
