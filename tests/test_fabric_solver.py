@@ -121,9 +121,8 @@ def test_the_shape_key_tells_apart_orders_and_counts_that_change_the_shares():
     assert got["fewer"] != got["ac first"]
 
 
-def reference_resolve(self, links):
-    """The plain re-solve: every flow reachable from ``links`` through shared links (walked flow by
-    flow), settled in start order, given the textbook rates, its completion projected."""
+def reference_component(links) -> list:
+    """Every flow reachable from ``links`` through shared links, walked flow by flow, in start order."""
     comp, stack, seen = {}, list(links), set()
     while stack:
         lk = stack.pop()
@@ -134,7 +133,40 @@ def reference_resolve(self, links):
             if fid not in comp:
                 comp[fid] = f
                 stack.extend(f.links)
-    flows = sorted(comp.values(), key=lambda f: f.seq)
+    return sorted(comp.values(), key=lambda f: f.seq)
+
+
+def test_the_component_walk_finds_the_flows_a_flow_by_flow_walk_finds():
+    """Random flows on random paths (some through one link all of them cross, some not); the component
+    of random touched links, by path-wise walk or by the every-flow shortcut, is the plain walk's."""
+    rng = np.random.default_rng(7)
+    shortcut = 0
+    for case in range(300):
+        links = random_links(rng, int(rng.integers(2, 9)))
+        hub = links[0] if rng.random() < 0.5 else None
+        paths = []
+        for _ in range(int(rng.integers(1, 6))):
+            k = int(rng.integers(1, min(3, len(links) - 1) + 1))
+            p = tuple(links[1 + j] for j in rng.choice(len(links) - 1, size=k, replace=False))
+            paths.append(p + (hub,) if hub is not None else p)
+        net = bare_network()
+        flows = random_flows(rng, paths, int(rng.integers(0, 10)))
+        rng.shuffle(flows)                                       # dict order is not start order
+        for f in flows:
+            net.active[f.fid] = f
+            for lk in f.links:
+                lk.flows[f.fid] = f
+        touched = [links[int(j)] for j in rng.integers(len(links), size=int(rng.integers(1, 4)))]
+        got = net._component(touched)
+        assert [f.fid for f in got] == [f.fid for f in reference_component(touched)], f"case {case}"
+        shortcut += any(len(lk.flows) == len(flows) > 1 for lk in touched)
+    assert shortcut > 30
+
+
+def reference_resolve(self, links):
+    """The plain re-solve: every flow reachable from ``links`` through shared links (walked flow by
+    flow), settled in start order, given the textbook rates, its completion projected."""
+    flows = reference_component(links)
     self.work += len(flows)
     now = self.env.now
     for f in flows:

@@ -279,7 +279,9 @@ class Network:
         """Flows connected to ``links`` through shared links, in the order they started.  Flows on
         one path share its links: each path's links are walked once, not once per flow."""
         if len(links) == 1 and len(links[0].flows) <= 1:
-            return list(links[0].flows.values())   # an access link carrying one flow
+            flows = list(links[0].flows.values())
+            if not flows or len(flows[0].links) == 1:
+                return flows                       # an access link carrying one flow that crosses no other
         n = len(self.active)                       # the flows on links (a flow is on its links while active)
         for lk in links:
             if len(lk.flows) == n:                 # a link every flow crosses (a spine): they are all connected
