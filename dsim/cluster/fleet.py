@@ -487,8 +487,8 @@ class Fleet:
             check(pool.role == "prefill" and r.prefill_replica is None)
         else:
             pre = self._pool_of(r.prefill_replica)
-            check(pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster,
-                  f"pool isolation violated for request {r.rid}")
+            if not (pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster):
+                check(False, f"pool isolation violated for request {r.rid}")   # message built only on failure
             # speculation's device-issued requests have their token times as the device saw them
             first = self.speculation.first_token_at_server(r) if self.speculation is not None else r.t_first_token
             check(first <= r.t_handoff <= r.t_kv_ready <= r.t_completion)
