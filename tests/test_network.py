@@ -78,6 +78,18 @@ def test_max_min_fairness_across_a_bottleneck():
     assert ab.end == pytest.approx(7e6 / (720 * MB))          # 90 MB/s: what a-b has left
 
 
+def test_a_flow_left_alone_on_a_link_still_shares_its_other_links():
+    """x on a-b ends while f (a-b-c) is left alone on a-b: f still shares b-c with g, so both go on at
+    half of b-c (not f at all of it, which would carry 1.5x b-c's bandwidth)."""
+    raw = {"links": [{"src": "a", "dst": "b", "rtt_ms": 0, "bw_mbps": 80},
+                     {"src": "b", "dst": "c", "rtt_ms": 0, "bw_mbps": 80}]}
+    env, n = net(raw)
+    x, f, g = run_sends(env, n, [(0.0, "a", "b", 1e6), (0.0, "a", "c", 2e6), (0.0, "b", "c", 2e6)])
+    assert x.end == pytest.approx(0.2)                       # 5 MB/s each on both links while x runs
+    assert f.end == pytest.approx(0.4) and g.end == pytest.approx(0.4)
+    assert n.summary(0.4)["links"]["b->c"]["utilization"] <= 1 + 1e-12
+
+
 def test_retransmissions_match_the_loss_rate():
     p, N = 0.2, 10_000
     env, n = net(dict(LINK, loss_pct=p * 100, retransmit_timeout_ms=50), seed=3)

@@ -116,6 +116,7 @@ class NetworkTransfer:
         self.count = 0
         self.bytes = 0.0
         self.nodes: dict = {}
+        self._named: set = set()         # replica names that are topology nodes themselves
         for p in cluster.pools:
             where = f"{p.spec.path}.name" if p.spec.path else "cluster"
             if not network.topo.has(p.name):
@@ -132,8 +133,11 @@ class NetworkTransfer:
                                       "a network path from every prefill pool to every decode pool")
 
     def node(self, rep_name: str, pool: str) -> str:
+        if rep_name in self._named:                 # a node stays one (the topology never drops nodes)
+            return rep_name
         topo = self.net.topo
         if topo.has(rep_name):
+            self._named.add(rep_name)
             return rep_name
         if self.nodes.get(pool):
             return self.nodes[pool]
@@ -144,7 +148,9 @@ class NetworkTransfer:
         """One message over the replicas' network links (pipeline stages share them: ``streams`` unused)."""
         self.count += 1
         self.bytes += nbytes
-        return self.net.send(self.node(src, src_pool), self.node(dst, dst_pool), nbytes)
+        named = self._named
+        return self.net.send(src if src in named else self.node(src, src_pool),
+                             dst if dst in named else self.node(dst, dst_pool), nbytes)
 
     def summary(self) -> dict:
         return {"transfers": self.count, "bytes": self.bytes, "over": "network (see the network section)"}
@@ -333,17 +339,19 @@ class Fleet:
         """A prefill replica produced r's first token: pick a decode replica, move the KV."""
         self._unbook(rep, r)
         r.prefill_replica = rep.name
-        cluster = rep.pool.cluster
+        pool = rep.pool
+        cluster = pool.cluster
         dec = cluster.choose_decode(r)
-        check(dec.pool.role == "decode", "pool isolation: a handoff routed outside the decode pool")
+        dpool = dec.pool
+        check(dpool.role == "decode", "pool isolation: a handoff routed outside the decode pool")
         self._book(dec, r, r.max_tokens - 1)
         dec.incoming += 1
         self.in_transfer += 1
-        nbytes = r.num_computed * rep.pool.spec.model.kv_bytes_per_token
+        nbytes = r.num_computed * pool.spec.model.kv_bytes_per_token
         # pipeline stages move their own layers' KV in parallel (dsim.cluster.transfer)
-        streams = min(rep.pool.engine.pipeline_parallel_size, dec.pool.engine.pipeline_parallel_size)
-        ev = cluster.transfer.send(rep.name, dec.name, nbytes, rep.pool.name, dec.pool.name, streams)
-        ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r, e.ok))
+        streams = min(pool.engine.pipeline_parallel_size, dpool.engine.pipeline_parallel_size)
+        ev = cluster.transfer.send(rep.name, dec.name, nbytes, pool.name, dpool.name, streams)
+        ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r, e._ok))
 
     def _kv_arrived(self, src: Replica, dec: Replica, r, ok: bool = True) -> None:
         src.inst.release_handoff(r)
@@ -495,8 +503,8 @@ class Fleet:
             check(pool.role == "prefill" and r.prefill_replica is None)
         else:
             pre = self._pool_of(r.prefill_replica)
-            check(pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster,
-                  f"pool isolation violated for request {r.rid}")
+            if not (pre.role == "prefill" and pool.role == "decode" and pre.cluster is pool.cluster):
+                check(False, f"pool isolation violated for request {r.rid}")   # message built only on failure
             # speculation's device-issued requests have their token times as the device saw them
             first = self.speculation.first_token_at_server(r) if self.speculation is not None else r.t_first_token
             check(first <= r.t_handoff <= r.t_kv_ready <= r.t_completion)

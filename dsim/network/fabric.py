@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from simpy.events import NORMAL
 
 from typing import TYPE_CHECKING
@@ -30,6 +31,8 @@ if TYPE_CHECKING:                       # the schema is imported when a scenario
 
 
 LONG_RUN_BINS = 1_000           # a settled stretch longer than this many timeline bins is kept as a run
+SHARES_KEPT = 4_096             # component shapes whose fair shares are remembered (Network._shares)
+_SEQ = operator.attrgetter("seq")
 
 
 class Link:
@@ -134,6 +137,7 @@ class Network:
         self.alone = 0                  # flows started alone on their path, without the solver
         self.work_cap = MAX_FLOW_WORK
         self.path = "network"
+        self._shares: dict = {}         # component shape -> {path: max-min share}; cleared when a link goes down or up
 
     # ---- paths ----------------------------------------------------------------------------------
     def link(self, u, v) -> Link:
@@ -272,7 +276,7 @@ class Network:
                 lk.bytes += moved
                 if one_bin:
                     bins = lk.bins
-                    bins[i] = bins.get(i, 0.0) + r * (now - t0)
+                    bins[i] = bins.get(i, 0.0) + moved     # r x (now - t0): the same product
                 elif b:
                     self._bin(lk, t0, now, r)
         elif any(not lk.up for lk in f.links):
@@ -307,10 +311,21 @@ class Network:
             i += 1
 
     def _component(self, links) -> list:
-        """Flows connected to ``links`` through shared links, in the order they started."""
+        """Flows connected to ``links`` through shared links, in the order they started.  Flows on
+        one path share its links: each path's links are walked once, not once per flow."""
         if len(links) == 1 and len(links[0].flows) <= 1:
-            return list(links[0].flows.values())   # an access link carrying one flow
+            flows = list(links[0].flows.values())
+            if not flows or len(flows[0].links) == 1:
+                return flows                       # an access link carrying one flow that crosses no other
+        n = len(self.active)                       # the flows on links (a flow is on its links while active)
+        for lk in links:
+            if len(lk.flows) == n:                 # a link every flow crosses (a spine): they are all connected
+                flows = list(self.active.values())
+                if n > 1:
+                    flows.sort(key=_SEQ)
+                return flows
         seen = set()
+        paths = set()
         comp: dict = {}
         stack = list(links)
         while stack:
@@ -321,10 +336,13 @@ class Network:
             for fid, f in lk.flows.items():
                 if fid not in comp:
                     comp[fid] = f
-                    stack.extend(f.links)
+                    p = f.links
+                    if p not in paths:
+                        paths.add(p)
+                        stack.extend(p)
         flows = list(comp.values())
         if len(flows) > 1:
-            flows.sort(key=lambda f: f.seq)
+            flows.sort(key=_SEQ)
         return flows
 
     def _resolve(self, links) -> None:
@@ -336,15 +354,39 @@ class Network:
             self._schedule_next()
             return
         now = self.env.now
+        settle = self._settle
         for f in flows:
-            self._settle(f, now)
-        self._fill(flows)
+            settle(f, now)
+        shares = self._shares_for(flows)
         heap = self.heap
+        push = heapq.heappush
         for f in flows:
             f.ver += 1
-            if f.rate > 0:
-                heapq.heappush(heap, (f.t + f.remaining / f.rate, f.seq, f.ver, f))
+            f.rate = rate = shares[f.links]
+            if rate > 0:
+                push(heap, (f.t + f.remaining / rate, f.seq, f.ver, f))
         self._schedule_next()
+
+    def _shares_for(self, flows: list) -> dict:
+        """{path: max-min share} of a component (flows in start order), as ``_fill`` gives them.
+        Flows on one path are interchangeable (the filling fixes a link's flows all at once and
+        takes the same share off each link per flow), and the tie-breaking link order is that in
+        which the paths first appear, so the shares are a function of the component's shape: its
+        paths in order of first appearance with their flow counts, given which links are up.  The
+        first component of a shape runs ``_fill``; later ones read its answer."""
+        shape: dict = {}
+        for f in flows:
+            p = f.links
+            shape[p] = shape.get(p, 0) + 1
+        key = tuple(shape.items())
+        shares = self._shares.get(key)
+        if shares is None:
+            self._fill(flows)
+            shares = {f.links: f.rate for f in flows}
+            if len(self._shares) >= SHARES_KEPT:
+                self._shares.clear()
+            self._shares[key] = shares
+        return shares
 
     def _check_work(self) -> None:
         """Stop a run whose fabric work explodes (thousands of flows sharing links that barely move
@@ -548,6 +590,7 @@ class Network:
                 lk.busy_s += now - lk.since
             lk.since = now if (up and lk.flows) else None
         (self.down.discard if up else self.down.add)(edge)
+        self._shares.clear()                       # the shares were solved with the old link states
         if not up and self.policy == "failover":
             for f in list(self.active.values()):
                 if any(lk.edge == edge for lk in f.links):

@@ -26,6 +26,7 @@ class Topology:
         self.path = path
         self._auto = auto_attach        # callable(device) -> attach a new device, or None
         self._paths: dict = {}
+        self._detours: dict = {}        # (src, dst, down edges) -> route avoiding them (or None)
         self._latency: dict = {}
 
     def has(self, device: str) -> bool:
@@ -41,8 +42,7 @@ class Topology:
         ``key``: the scenario key that set its bandwidth (named when the network's work explodes)."""
         old = self.g.edges[u, v].get("key") if self.g.has_edge(u, v) else None
         self.g.add_edge(u, v, latency_s=latency_s, bw=bw_bytes_s, key=key or old)
-        self._paths.clear()
-        self._latency.clear()
+        self._forget_routes()
 
     def ensure(self, device: str, where: str) -> None:
         """Make sure ``device`` is a node (auto-attaching where the preset allows)."""
@@ -52,24 +52,37 @@ class Topology:
             known = ", ".join(sorted(n for n, d in self.g.nodes(data=True) if d.get("device", True)))
             raise ConfigError(where, device, f"a device of the {self.kind} topology at {self.path} ({known})")
         self._auto(device)
+        self._forget_routes()
+
+    def _forget_routes(self) -> None:
+        """The graph changed: every cached route, detour and latency may have."""
         self._paths.clear()
+        self._detours.clear()
         self._latency.clear()
 
     def route(self, src: str, dst: str, down=frozenset()) -> list:
-        """Nodes on the lowest-latency path avoiding ``down`` edges (frozensets {u, v})."""
-        key = (src, dst)
+        """Nodes on the lowest-latency path avoiding ``down`` edges (frozensets {u, v}); cached per
+        (src, dst) and, with edges down, per set of down edges (a detour is the same until the graph
+        or that set changes: every send during an outage would otherwise search the graph again)."""
         if not down:
+            key = (src, dst)
             p = self._paths.get(key)
             if p is not None:
                 return p
+        else:
+            key = (src, dst, down)
+            if key in self._detours:
+                return self._detours[key]
         g = self.g
         if down:
             g = nx.restricted_view(self.g, [], [tuple(e) for e in down])
         try:
             p = nx.shortest_path(g, src, dst, weight="latency_s")
         except nx.NetworkXNoPath:
-            return None
-        if not down:
+            p = None
+        if down:
+            self._detours[key] = p
+        elif p is not None:
             self._paths[key] = p
         return p
 
