@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from ..config.errors import ConfigError
 from ..config.limits import FLOW_WORK_PER_MSG, MAX_FLOW_WORK
 from ..cluster.transfer import TransferRecord
+from .fairshare import water_fill
 from .topology import Topology, build_topology
 
 if TYPE_CHECKING:                       # the schema is imported when a scenario is loaded, not with dsim
@@ -412,56 +413,7 @@ class Network:
         raise ConfigError(key, None, f"{rate}{tail}; raise the bandwidth or send fewer requests "
                           "(workload.num_requests, horizon_s)", show_value=False)
 
-    @staticmethod
-    def _fill(flows) -> None:
-        """Max-min fair rates (water filling) over the links that are up.
-
-        Progressive filling with a heap of link fair shares: the link whose share cap / unfixed
-        flows is smallest saturates first, its flows get that share, and only the links those flows
-        cross change.  Ties go to the link first met in flow order, and every cap is reduced in the
-        same order as a full rescan would, so rates are bit-identical to the textbook loop, in
-        O(F x path x log L) instead of O(L^2)."""
-        if len(flows) == 1:                        # fast path: one flow gets its bottleneck
-            f = flows[0]
-            f.rate = 0.0 if any(not lk.up for lk in f.links) else min(lk.bw for lk in f.links)
-            return
-        cap: dict = {}
-        users: dict = {}                           # link -> {fid: flow}, in flow order
-        order: dict = {}                           # link -> first-seen index (tie-break)
-        for f in flows:
-            f.rate = -1.0
-            if any(not lk.up for lk in f.links):
-                f.rate = 0.0
-                continue
-            for lk in f.links:
-                us = users.get(lk)
-                if us is None:
-                    users[lk] = us = {}
-                    cap[lk] = lk.bw
-                    order[lk] = len(order)
-                us[f.fid] = f
-        heap = [(cap[lk] / len(us), order[lk], lk) for lk, us in users.items()]
-        heapq.heapify(heap)
-        while heap:
-            share, _, lk = heapq.heappop(heap)
-            us = users.get(lk)
-            if us is None or cap[lk] / len(us) != share:
-                continue                           # stale entry: the link was updated since
-            touched = {}
-            for f in list(us.values()):
-                f.rate = share
-                for other in f.links:
-                    cap[other] -= share
-                    ou = users[other]
-                    del ou[f.fid]
-                    if ou:
-                        touched[other] = True
-                    else:
-                        del users[other]
-                        touched.pop(other, None)
-            for other in touched:
-                if other in users:
-                    heapq.heappush(heap, (cap[other] / len(users[other]), order[other], other))
+    _fill = staticmethod(water_fill)
 
     def _schedule_next(self) -> None:
         """One timer, at the earliest projected completion (re-armed only when that moves earlier;
