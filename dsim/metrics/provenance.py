@@ -36,9 +36,9 @@ def git_commit() -> str | None:
     import subprocess               # here: a run that writes no manifest never needs it
     try:
         head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=5, check=True).stdout.strip()
+                              timeout=30, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", src, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("-dirty" if dirty else "") if head else None
