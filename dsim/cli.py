@@ -228,6 +228,9 @@ def main(argv=None) -> int:
     """The ``dsim`` command; SIGTERM is handled like SIGINT while it runs (no partial output)."""
     import signal
     import threading
+
+    from .core.malloc import hold_mmap_threshold
+    hold_mmap_threshold()                 # a long run's peak memory (dsim.core.malloc)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
