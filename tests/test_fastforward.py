@@ -172,3 +172,73 @@ def test_the_plain_gateway_routes_as_the_general_path():
     assert _replicas_state(plain) == _replicas_state(general)
     assert plain.reqs.col("t_routed").tobytes() == general.reqs.col("t_routed").tobytes()
     assert len(set(plain.reqs.col("replica"))) == 3
+
+
+def _grid(replicas: int, a0_us: float) -> dict:
+    """Every step 1/64 s (blackbox b0), arrivals every 1/8 s a replica, entry delay a0: times on a
+    dyadic grid, so entries fall due exactly at step ends (a0 = 1/64 s: made when that step began,
+    1/128 s: made during it), the same-time case of ``Instance._take_in``."""
+    s = bench_scenario(400, replicas=replicas)
+    s["latency"] = {"model": "blackbox", "beta": [15625, 0, 0], "alpha": [a0_us, 0, 0]}
+    s["workload"] = {**s["workload"], "type": "constant", "rate": 8 * replicas}
+    return s
+
+
+def _counted(make, monkeypatch, general: bool, advance=None):
+    """A run on the pending route (or the general path: entries as events) and the SimPy events it
+    processed; pending entries that became events again when their replica parked are counted too."""
+    import simpy
+    from dsim.cluster.fleet import Fleet
+    from dsim.serving.instance import Instance
+    n = [0, 0]
+    step, to_events = simpy.Environment.step, Instance._entries_to_events
+
+    def counting(env):
+        n[0] += 1
+        step(env)
+
+    def parked(inst):
+        n[1] += len(inst._pend)
+        to_events(inst)
+    with monkeypatch.context() as m:
+        m.setattr(simpy.Environment, "step", counting)
+        m.setattr(Instance, "_entries_to_events", parked)
+        if general:
+            m.setattr(Fleet, "entries_unread", lambda self: False)
+        ses = _run(make, True, monkeypatch, advance)
+    assert all((r.inst._pend is None) == general for r in ses.fleet.replicas())
+    return ses, n[0], n[1]
+
+
+@pytest.mark.parametrize("case", ["one", "four", "four_slices", "one_horizon", "idle_alpha", "grid_made_before",
+                                  "grid_made_during", "grid4"])
+def test_entries_without_events_change_nothing(case, monkeypatch):
+    """Queue entries kept pending and taken in at step ends (Instance._take_in) give the run of entries
+    as SimPy events, byte for byte: every request column, every replica's step series, counters and
+    KV free queue; at slice ends and a horizon stop too; with entries falling due exactly at step ends
+    (both sides of the same-time rule), and with replicas parking while entries are pending (they
+    become events again); and the route processes fewer SimPy events."""
+    advance = None
+    if case in ("one", "one_horizon"):
+        doc = {**bench_scenario(900), "seed": 4}
+        if case == "one_horizon":
+            doc.update(horizon_s=31.3, drain=False)          # stops mid-step, entries pending
+    elif case in ("four", "four_slices"):
+        doc = {**bench_scenario(900, replicas=4), "seed": 7}
+        advance = (7.77, 20.0, 20.004) if case == "four_slices" else None
+    elif case == "idle_alpha":                                # light load: replicas park with entries pending;
+        doc = {**bench_scenario(500, replicas=2, rate=3,      # a1 > 0: entries fall due out of arrival order
+                                output_tokens={"dist": "uniform", "min": 1, "max": 6}), "seed": 2,
+               "latency": {"model": "roofline", "alpha": [2000, 40, 0]}}
+    else:
+        doc = _grid(4 if case == "grid4" else 1, 7812.5 if case == "grid_made_during" else 15625)
+    make = lambda: load_scenario(doc)                          # noqa: E731
+    route, n_route, parked = _counted(make, monkeypatch, False, advance)
+    general, n_general, _ = _counted(make, monkeypatch, True, advance)
+    assert _replicas_state(route) == _replicas_state(general)
+    for col in ("t_routed", "t_queued"):
+        assert route.reqs.col(col).tobytes() == general.reqs.col(col).tobytes()
+    n = len(route.reqs)
+    assert n_route < n_general - 0.5 * n if case != "idle_alpha" else n_route < n_general
+    if case == "idle_alpha":
+        assert parked > 0

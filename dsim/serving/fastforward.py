@@ -49,6 +49,22 @@ class OwnTimeout(Timeout):
         heappush(env._queue, (now + delay, NORMAL, next(env._eid), self))     # env.schedule, inline
 
 
+def entry_event(owner, t: float, eid: int, t0: float, callback) -> OwnTimeout:
+    """The arrival-to-queue event that ``owner``'s entry made at ``t0`` would have been, pushed with its
+    own key ``(t, NORMAL, eid)`` (a pending entry becoming an event again: Instance._entries_to_events)."""
+    env = owner.env
+    ev = OwnTimeout.__new__(OwnTimeout)
+    ev.env = env
+    ev.callbacks = [callback]
+    ev._value = None
+    ev._delay = t - t0
+    ev._ok = True
+    ev.owner = owner
+    ev.t0 = t0
+    heappush(env._queue, (t, NORMAL, eid, ev))
+    return ev
+
+
 def _horizon(queue, me, past: float, inf=float("inf")) -> tuple:
     """``(read, cut)``: the time of the first queued event that reads or changes ``me``, and the
     time ``me``'s stretch must stop stepping at.  Skipped by both: the quiet stretch ends and own
@@ -122,6 +138,15 @@ class FastForward:
             h_read = horizon if self._blind else h_arr     # arrivals that read nothing do not count
         else:
             h_arr = h_read = horizon = queue[0][0]
+        pend = self._pend
+        if pend:                                   # pending entries of this replica: readers and cuts
+            tp = pend[0][0]
+            if tp < horizon:
+                horizon = tp
+                if tp < h_read:
+                    h_read = tp
+                if tp < h_arr:
+                    h_arr = tp
         log = self.log
         append = log.append
         # the varying columns per step; the constant ones once per run of rows (StepLog.quiet_rows)
@@ -157,6 +182,7 @@ class FastForward:
                 # finishing steps end in place only before the first reader (an arrival reads counts)
                 if not (inline and t_end < h_read):
                     self._tail = (dur, n_dec)          # ended by _end_tail once the replica wakes
+                    self._s = t                        # its start (Instance._take_in)
                     if h_arr < horizon and t >= h_arr:
                         self._past = t                 # begun past an arrival: see _after_past
                     t = t_end
