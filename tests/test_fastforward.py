@@ -184,14 +184,22 @@ def _grid(replicas: int, a0_us: float) -> dict:
     return s
 
 
+def _snapshot(ses) -> tuple:
+    """What a reader sees between slices: every replica's queue (ids in order) and entries still in
+    their delay, and every request in flight with its state and queueing time."""
+    reps = tuple((tuple(r.rid for r in rep.inst.waiting), rep.inst.in_alpha) for rep in ses.fleet.replicas())
+    return reps, tuple(sorted((r.rid, r.state, r.t_queued) for r in ses.fleet.live.values()))
+
+
 def _counted(make, monkeypatch, general: bool, advance=None):
-    """A run on the pending route (or the general path: entries as events) and the SimPy events it
-    processed; pending entries that became events again when their replica parked are counted too."""
+    """A run on the pending route (or the general path: entries as events), what it showed at each
+    slice end, and the SimPy events it processed; pending entries that became events again when
+    their replica parked are counted too."""
     import simpy
     from dsim.cluster.fleet import Fleet
     from dsim.serving.instance import Instance
-    n = [0, 0]
-    step, to_events = simpy.Environment.step, Instance._entries_to_events
+    n = [0, 0, 0]
+    step, to_events, after = simpy.Environment.step, Instance._entries_to_events, Instance._after_past_event
 
     def counting(env):
         n[0] += 1
@@ -200,14 +208,33 @@ def _counted(make, monkeypatch, general: bool, advance=None):
     def parked(inst):
         n[1] += len(inst._pend)
         to_events(inst)
+
+    def same_time(inst):                 # an own entry event due at a tail's end runs first (_after_past)
+        n[2] += 1
+        return after(inst)
+    seen = []
     with monkeypatch.context() as m:
         m.setattr(simpy.Environment, "step", counting)
         m.setattr(Instance, "_entries_to_events", parked)
+        m.setattr(Instance, "_after_past_event", same_time)
         if general:
             m.setattr(Fleet, "entries_unread", lambda self: False)
-        ses = _run(make, True, monkeypatch, advance)
+        monkeypatch.setattr(FastForward, "_can_stretch", _stretch_on)
+        ses = Session(make())
+        for t in advance or ():
+            ses.advance(t)
+            seen.append(_snapshot(ses))
+        ses.end = ses.run_to_end()
     assert all((r.inst._pend is None) == general for r in ses.fleet.replicas())
-    return ses, n[0], n[1]
+    return ses, seen, n
+
+
+def _mid_entries(doc, k: int = 6) -> tuple:
+    """Slice ends just after ``k`` requests' queue entries, spread over the run (a busy replica is
+    then mid-step: the entry is pending on the route, due before the stop)."""
+    q = simulate(load_scenario(doc)).reqs.col("t_queued")
+    q = q[np.isfinite(q)]
+    return tuple(float(t) + 1e-4 for t in np.sort(q)[np.linspace(len(q) // 8, len(q) - len(q) // 8, k).astype(int)])
 
 
 @pytest.mark.parametrize("case", ["one", "four", "four_slices", "one_horizon", "idle_alpha", "grid_made_before",
@@ -215,17 +242,18 @@ def _counted(make, monkeypatch, general: bool, advance=None):
 def test_entries_without_events_change_nothing(case, monkeypatch):
     """Queue entries kept pending and taken in at step ends (Instance._take_in) give the run of entries
     as SimPy events, byte for byte: every request column, every replica's step series, counters and
-    KV free queue; at slice ends and a horizon stop too; with entries falling due exactly at step ends
-    (both sides of the same-time rule), and with replicas parking while entries are pending (they
-    become events again); and the route processes fewer SimPy events."""
+    KV free queue, the event id counter; what a reader sees at slice ends and a horizon stop just
+    after entries fell due; with entries falling due exactly at step ends (both sides of the
+    same-time rule), and with replicas parking while entries are pending (they become events
+    again); and the route processes fewer SimPy events."""
     advance = None
     if case in ("one", "one_horizon"):
         doc = {**bench_scenario(900), "seed": 4}
-        if case == "one_horizon":
-            doc.update(horizon_s=31.3, drain=False)          # stops mid-step, entries pending
+        if case == "one_horizon":                             # stops mid-step, an entry due before it
+            doc.update(horizon_s=_mid_entries(doc, 1)[0], drain=False)
     elif case in ("four", "four_slices"):
         doc = {**bench_scenario(900, replicas=4), "seed": 7}
-        advance = (7.77, 20.0, 20.004) if case == "four_slices" else None
+        advance = _mid_entries(doc) if case == "four_slices" else None
     elif case == "idle_alpha":                                # light load: replicas park with entries pending;
         doc = {**bench_scenario(500, replicas=2, rate=3,      # a1 > 0: entries fall due out of arrival order
                                 output_tokens={"dist": "uniform", "min": 1, "max": 6}), "seed": 2,
@@ -233,12 +261,19 @@ def test_entries_without_events_change_nothing(case, monkeypatch):
     else:
         doc = _grid(4 if case == "grid4" else 1, 7812.5 if case == "grid_made_during" else 15625)
     make = lambda: load_scenario(doc)                          # noqa: E731
-    route, n_route, parked = _counted(make, monkeypatch, False, advance)
-    general, n_general, _ = _counted(make, monkeypatch, True, advance)
+    route, seen_route, (n_route, parked, after_route) = _counted(make, monkeypatch, False, advance)
+    general, seen_general, (n_general, _, after_general) = _counted(make, monkeypatch, True, advance)
     assert _replicas_state(route) == _replicas_state(general)
     for col in ("t_routed", "t_queued"):
         assert route.reqs.col(col).tobytes() == general.reqs.col(col).tobytes()
-    n = len(route.reqs)
+    assert seen_route == seen_general
+    if case.startswith("grid"):
+        # the general path makes an event to let an own entry due at a tail's end run first
+        # (_after_past; other replicas' stretches stop at it); the route takes such entries in directly
+        assert after_route == 0 and (after_general > 0) == (case != "grid_made_during")
+    else:                                                     # every other event kept its id
+        assert next(route.sim.env._eid) == next(general.sim.env._eid)
+    n = route.fleet.arrived
     assert n_route < n_general - 0.5 * n if case != "idle_alpha" else n_route < n_general
     if case == "idle_alpha":
         assert parked > 0
