@@ -183,8 +183,9 @@ class FastForward:
                 if not (inline and t_end < h_read):
                     self._tail = (dur, n_dec)          # ended by _end_tail once the replica wakes
                     self._s = t                        # its start (Instance._take_in)
-                    if h_arr < horizon and t >= h_arr:
-                        self._past = t                 # begun past an arrival: see _after_past
+                    if h_arr < horizon and t >= h_arr and (pend is None or self._n_ev):
+                        self._past = t                 # begun past an arrival: see _after_past (pending
+                                                       # entries are taken in by Instance._take_in)
                     t = t_end
                     break
                 # a step that finishes requests before the next event: end it here, as _end_tail does
