@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from simpy.events import URGENT, Event
-
 from ._version import __version__
 from .config.errors import ConfigError
 from .config.files import recording_reads
@@ -18,7 +16,8 @@ from .config.scenario import Scenario, load_scenario
 from .cluster.controllers import build_controllers
 from .cluster.fleet import Fleet
 from .core.request import PENDING
-from .core.simulation import Simulation, arrival_timeout
+from .arrival_feed import ArrivalFeed
+from .core.simulation import Simulation
 from .metrics.provenance import data_file_hashes, software_versions
 from .latency.credibility import outside_design, validation_rows
 from .metrics import band
@@ -236,7 +235,7 @@ class Session:
             self._slot = None
             self.fleet.done_hooks.append(self._release)
         if self.spec is None:
-            self._arrivals()
+            ArrivalFeed(self).start()
 
     def _recorder_factory(self, opts):
         if opts is None:
@@ -267,67 +266,6 @@ class Session:
         self.in_flight -= 1
         if self._slot is not None and not self._slot.triggered:
             self._slot.succeed()
-
-    def _arrivals(self) -> None:
-        """Send the workload's requests at their times.  The arrival process is the callbacks of its
-        own events, not a generator process: the same events with the same keys (its start is
-        Initialize's URGENT event), without a process resume per arrival (docs/performance.md)."""
-        env = self.sim.env
-        self._feed_it = enumerate(self.reqs)
-        self._feed_next = None             # (i, r) sent when the pending event fires
-        self._feed_last = None             # time of the last arrival (simultaneous ones stay together)
-        ev = Event(env)
-        ev._ok, ev._value = True, None
-        ev.callbacks.append(self._feed)
-        env.schedule(ev, URGENT)
-
-    def _feed(self, _ev=None) -> None:
-        env = self.sim.env
-        fleet = self.fleet
-        horizon = self.scn.horizon_s
-        cap = self.max_concurrency
-        item = self._feed_next
-        while True:
-            if item is None:               # the next request: wait for its time unless it is now
-                item = next(self._feed_it, None)
-                if item is None:
-                    fleet.arrivals_done = True
-                    return
-                r = item[1]
-                if horizon is not None and r.arrival >= horizon:
-                    fleet.arrivals_done = True
-                    return
-                t = r.arrival
-                dt = t - env._now
-                if dt > 0 and t != self._feed_last:
-                    self._feed_next = (item, 0)
-                    arrival_timeout(env, dt).callbacks.append(self._feed)
-                    return
-                stage = 0
-            else:
-                item, stage = item
-            i, r = item
-            if stage == 0:
-                self._feed_last = r.arrival
-            if cap is not None:
-                # like `vllm bench serve --max-concurrency`: a request waits for a free client,
-                # and its latency clock starts when it is sent
-                if self.in_flight >= cap:
-                    self._feed_next = (item, 1)
-                    self._slot = env.event()
-                    self._slot.callbacks.append(self._feed)
-                    return
-                self.in_flight += 1
-                self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-            self._feed_next = None
-            if self._cut:
-                return
-            r.arrival = env._now           # the clock's sum may differ from t by 1 ulp
-            fleet.arrive(r)
-            self._cursor = i + 1
-            if self.progress.enabled and not i % 256:
-                self.progress.tick(fleet.n_completed)
-            item = None
 
     @property
     def sent(self) -> int:

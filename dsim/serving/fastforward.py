@@ -49,22 +49,6 @@ class OwnTimeout(Timeout):
         heappush(env._queue, (now + delay, NORMAL, next(env._eid), self))     # env.schedule, inline
 
 
-def entry_event(owner, t: float, eid: int, t0: float, callback) -> OwnTimeout:
-    """The arrival-to-queue event that ``owner``'s entry made at ``t0`` would have been, pushed with its
-    own key ``(t, NORMAL, eid)`` (a pending entry becoming an event again: Instance._entries_to_events)."""
-    env = owner.env
-    ev = OwnTimeout.__new__(OwnTimeout)
-    ev.env = env
-    ev.callbacks = [callback]
-    ev._value = None
-    ev._delay = t - t0
-    ev._ok = True
-    ev.owner = owner
-    ev.t0 = t0
-    heappush(env._queue, (t, NORMAL, eid, ev))
-    return ev
-
-
 def _horizon(queue, me, past: float, inf=float("inf")) -> tuple:
     """``(read, cut)``: the time of the first queued event that reads or changes ``me``, and the
     time ``me``'s stretch must stop stepping at.  Skipped by both: the quiet stretch ends and own

@@ -47,7 +47,6 @@ add ``k`` sequential draft-model decode steps to the step time.
 from __future__ import annotations
 
 from collections import deque
-from heapq import heappop, heappush
 
 from ..core.request import COMPLETED, QUEUED, REJECTED
 from ..latency.base import AlphaModel, BatchShape, LoadView
@@ -59,7 +58,8 @@ from .offload import TierAdmission
 from .scheduling import SchedulerIteration
 from .swap import SwapPreemption
 from .speculative import SpeculativeSteps
-from .fastforward import FastForward, OwnTimeout, entry_event
+from .entries import PendingEntries
+from .fastforward import FastForward, OwnTimeout
 from .steplog import StepLog
 from .prefix import block_hashes, may_be_cached
 from .policies import make_policy
@@ -72,8 +72,8 @@ def _noop(*_a) -> None:
     return None
 
 
-class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, SwapPreemption, SpeculativeSteps, Handoff,
-               ReplicaChecks):
+class Instance(SchedulerIteration, LazyDecoders, FastForward, PendingEntries, TierAdmission, SwapPreemption,
+               SpeculativeSteps, Handoff, ReplicaChecks):
     """One replica.  ``on_done(r)`` is called when a request completes or is rejected here,
     ``on_handoff(r)`` when a prefill replica has produced a request's first token."""
 
@@ -208,19 +208,11 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         d = self.queueing.delay(r, self.load_view(r) if self.alpha_state else None)
         if d > 0:
             self.in_alpha += 1
-            pend = self._pend
-            if pend is None:
+            if self._pend is None:
                 ev = OwnTimeout(self.env, d, self)       # env.timeout's scheduling, seen by this replica only
                 ev.callbacks.append(lambda _ev, r=r: self._enqueue(r, True))
-            elif self._wake is None and not self._n_ev and at_arrival:
-                # busy: the entry waits here, without an event, for the step end that takes it in
-                env = self.env
-                now = env._now
-                heappush(pend, (now + d, next(env._eid), now, r))
-            else:                                        # parked, or entries already events: one more
-                self._n_ev += 1
-                ev = OwnTimeout(self.env, d, self)
-                ev.callbacks.append(lambda _ev, r=r: self._enqueue_ev(r))
+            else:
+                self._entry(r, d, at_arrival)            # pending, or an event (dsim.serving.entries)
         else:
             self._enqueue(r)
 
@@ -242,53 +234,6 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self.waiting.append(r)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
-
-    def _enqueue_ev(self, r) -> None:
-        """An entry event of a replica on the pending route (made while parked)."""
-        self._n_ev -= 1
-        self._enqueue(r, True)
-
-    def _take_in(self, s: float) -> None:
-        """At the end (now) of a step begun at ``s``: enqueue the pending entries whose events would have
-        run before that step's end event, each as ``_enqueue`` would at its own time: those due before
-        now, and those due now made no later than ``s`` (made at ``s`` by an arrival, which runs before
-        any NORMAL event of its instant; made later, their events come after the step's)."""
-        pend = self._pend
-        now = self.env._now
-        while pend:
-            e = pend[0]
-            t = e[0]
-            if t > now or (t == now and e[2] > s):
-                break
-            heappop(pend)
-            self._enter(e[3], t)
-
-    def _take_in_before(self, t_stop: float) -> None:
-        """A run stopped at ``t_stop`` before the NORMAL events of that instant (Simulation.stop_hooks):
-        the entries due before it are in the queue, as SimPy would have left them."""
-        pend = self._pend
-        while pend and pend[0][0] < t_stop:
-            t, _, _, r = heappop(pend)
-            self._enter(r, t)
-
-    def _enter(self, r, t: float) -> None:
-        """``_enqueue(r, True)`` at time t, without waking the loop (it is busy or being woken)."""
-        self.in_alpha -= 1
-        r.state = QUEUED
-        r.t_enqueued = t
-        if r.t_queued is None:
-            r.t_queued = t
-        if self.by_priority:
-            r.sched_key = self.policy.key(r)
-        self.waiting.append(r)
-
-    def _entries_to_events(self) -> None:
-        """Parking idle: each pending entry becomes the event it would have been (its own key)."""
-        pend = self._pend
-        for t, eid, t0, r in pend:
-            entry_event(self, t, eid, t0, lambda _ev, r=r: self._enqueue_ev(r))
-        self._n_ev += len(pend)
-        pend.clear()
 
     # ---- load view for routers, alpha models and reports ------------------------------------
     def load_view(self, r=None) -> LoadView:
