@@ -16,6 +16,9 @@ class ArrivalFeed:
     def __init__(self, ses):
         self.ses = ses
         self.env = ses.sim.env
+        self.fleet = ses.fleet
+        self.horizon = ses.scn.horizon_s
+        self.cap = ses.max_concurrency
         self.it = enumerate(ses.reqs)
         self.pending = None              # ((i, r), stage) sent when the event it waits for fires:
                                          # stage 0 its time, 1 a free client slot (max_concurrency)
@@ -30,9 +33,9 @@ class ArrivalFeed:
     def __call__(self, _ev=None) -> None:
         ses = self.ses
         env = self.env
-        fleet = ses.fleet
-        horizon = ses.scn.horizon_s
-        cap = ses.max_concurrency
+        fleet = self.fleet
+        horizon = self.horizon
+        cap = self.cap
         item = self.pending
         while True:
             if item is None:             # the next request: wait for its time unless that is now

@@ -23,18 +23,14 @@ from .fastforward import OwnTimeout
 
 
 class PendingEntries:
-    def _entry(self, r, d: float, at_arrival: bool) -> None:
-        """r enters the queue ``d`` seconds from now: pending while the replica is busy (its loop will
-        wake at a step end), an event while it is parked or has entry events, or when r was not
-        submitted at its arrival (the same-time rule of ``_take_in`` assumes that)."""
-        env = self.env
-        if self._wake is None and not self._n_ev and at_arrival:
-            now = env._now
-            heappush(self._pend, (now + d, next(env._eid), now, r))    # the id its event would have had
-        else:
-            self._n_ev += 1
-            ev = OwnTimeout(env, d, self)
-            ev.callbacks.append(lambda _ev, r=r: self._enqueue_ev(r))
+    # Instance.submit pushes ``(now + d, next(env._eid), now, r)`` on ``_pend`` while the replica is busy
+    # (not parked, no entry of its own an event) and r was submitted at its arrival (the same-time
+    # rule of ``_take_in`` assumes that); otherwise the entry is an event:
+
+    def _entry_event(self, r, d: float) -> None:
+        self._n_ev += 1
+        ev = OwnTimeout(self.env, d, self)
+        ev.callbacks.append(lambda _ev, r=r: self._enqueue_ev(r))
 
     def _enqueue_ev(self, r) -> None:
         self._n_ev -= 1

@@ -47,6 +47,7 @@ add ``k`` sequential draft-model decode steps to the step time.
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappush
 
 from ..core.request import COMPLETED, QUEUED, REJECTED
 from ..latency.base import AlphaModel, BatchShape, LoadView
@@ -208,11 +209,16 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, PendingEntries, Ti
         d = self.queueing.delay(r, self.load_view(r) if self.alpha_state else None)
         if d > 0:
             self.in_alpha += 1
-            if self._pend is None:
+            pend = self._pend
+            if pend is None:
                 ev = OwnTimeout(self.env, d, self)       # env.timeout's scheduling, seen by this replica only
                 ev.callbacks.append(lambda _ev, r=r: self._enqueue(r, True))
+            elif self._wake is None and not self._n_ev and at_arrival:
+                env = self.env                           # busy: pending until a step end takes it in
+                now = env._now                           # (dsim.serving.entries), with its event's id
+                heappush(pend, (now + d, next(env._eid), now, r))
             else:
-                self._entry(r, d, at_arrival)            # pending, or an event (dsim.serving.entries)
+                self._entry_event(r, d)                  # parked, or own entries are events
         else:
             self._enqueue(r)
 
