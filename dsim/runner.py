@@ -16,7 +16,8 @@ from .config.scenario import Scenario, load_scenario
 from .cluster.controllers import build_controllers
 from .cluster.fleet import Fleet
 from .core.request import PENDING
-from .core.simulation import Simulation, arrival_timeout
+from .arrival_feed import ArrivalFeed
+from .core.simulation import Simulation
 from .metrics.provenance import data_file_hashes, software_versions
 from .latency.credibility import outside_design, validation_rows
 from .metrics import band
@@ -234,7 +235,7 @@ class Session:
             self._slot = None
             self.fleet.done_hooks.append(self._release)
         if self.spec is None:
-            sim.process(self._arrivals())
+            ArrivalFeed(self).start()
 
     def _recorder_factory(self, opts):
         if opts is None:
@@ -265,38 +266,6 @@ class Session:
         self.in_flight -= 1
         if self._slot is not None and not self._slot.triggered:
             self._slot.succeed()
-
-    def _arrivals(self):
-        env = self.sim.env
-        fleet = self.fleet
-        horizon = self.scn.horizon_s
-        prog = self.progress
-        cap = self.max_concurrency
-        last = None
-        for i, r in enumerate(self.reqs):
-            if horizon is not None and r.arrival >= horizon:
-                break
-            t = r.arrival
-            dt = t - env._now
-            if dt > 0 and t != last:       # simultaneous arrivals stay simultaneous
-                yield arrival_timeout(env, dt)
-            last = t
-            if cap is not None:
-                # like `vllm bench serve --max-concurrency`: a request waits for a free client,
-                # and its latency clock starts when it is sent
-                while self.in_flight >= cap:
-                    self._slot = env.event()
-                    yield self._slot
-                self.in_flight += 1
-                self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-            if self._cut:
-                return
-            r.arrival = env._now           # the clock's sum may differ from t by 1 ulp
-            fleet.arrive(r)
-            self._cursor = i + 1
-            if prog.enabled and not i % 256:
-                prog.tick(fleet.n_completed)
-        fleet.arrivals_done = True
 
     @property
     def sent(self) -> int:

@@ -172,3 +172,110 @@ def test_the_plain_gateway_routes_as_the_general_path():
     assert _replicas_state(plain) == _replicas_state(general)
     assert plain.reqs.col("t_routed").tobytes() == general.reqs.col("t_routed").tobytes()
     assert len(set(plain.reqs.col("replica"))) == 3
+
+
+def _grid(replicas: int, a0_us: float) -> dict:
+    """Every step 1/64 s (blackbox b0), arrivals every 1/8 s a replica, entry delay a0: times on a
+    dyadic grid, so entries fall due exactly at step ends (a0 = 1/64 s: made when that step began,
+    1/128 s: made during it), the same-time case of ``Instance._take_in``."""
+    s = bench_scenario(400, replicas=replicas)
+    s["latency"] = {"model": "blackbox", "beta": [15625, 0, 0], "alpha": [a0_us, 0, 0]}
+    s["workload"] = {**s["workload"], "type": "constant", "rate": 8 * replicas}
+    return s
+
+
+def _snapshot(ses) -> tuple:
+    """What a reader sees between slices: every replica's queue (ids in order) and entries still in
+    their delay, and every request in flight with its state and queueing time."""
+    reps = tuple((tuple(r.rid for r in rep.inst.waiting), rep.inst.in_alpha) for rep in ses.fleet.replicas())
+    return reps, tuple(sorted((r.rid, r.state, r.t_queued) for r in ses.fleet.live.values()))
+
+
+def _counted(make, monkeypatch, general: bool, advance=None):
+    """A run on the pending route (or the general path: entries as events), what it showed at each
+    slice end, and the SimPy events it processed; pending entries that became events again when
+    their replica parked are counted too."""
+    import simpy
+    from dsim.cluster.fleet import Fleet
+    from dsim.serving.instance import Instance
+    n = [0, 0, 0]
+    step, to_events, after = simpy.Environment.step, Instance._entries_to_events, Instance._after_past_event
+
+    def counting(env):
+        n[0] += 1
+        step(env)
+
+    def parked(inst):
+        n[1] += len(inst._pend)
+        to_events(inst)
+
+    def same_time(inst):                 # an own entry event due at a tail's end runs first (_after_past)
+        n[2] += 1
+        return after(inst)
+    seen = []
+    with monkeypatch.context() as m:
+        m.setattr(simpy.Environment, "step", counting)
+        m.setattr(Instance, "_entries_to_events", parked)
+        m.setattr(Instance, "_after_past_event", same_time)
+        if general:
+            m.setattr(Fleet, "entries_unread", lambda self: False)
+        monkeypatch.setattr(FastForward, "_can_stretch", _stretch_on)
+        ses = Session(make())
+        for t in advance or ():
+            ses.advance(t)
+            seen.append(_snapshot(ses))
+        ses.end = ses.run_to_end()
+    assert all((r.inst._pend is None) == general for r in ses.fleet.replicas())
+    return ses, seen, n
+
+
+def _mid_entries(doc, k: int = 6) -> tuple:
+    """Slice ends just after ``k`` requests' queue entries, spread over the run (a busy replica is
+    then mid-step: the entry is pending on the route, due before the stop)."""
+    q = simulate(load_scenario(doc)).reqs.col("t_queued")
+    q = q[np.isfinite(q)]
+    return tuple(float(t) + 1e-4 for t in np.sort(q)[np.linspace(len(q) // 8, len(q) - len(q) // 8, k).astype(int)])
+
+
+@pytest.mark.parametrize("case", ["one", "four", "four_slices", "one_horizon", "idle_alpha", "grid_made_before",
+                                  "grid_made_during", "grid4"])
+def test_entries_without_events_change_nothing(case, monkeypatch):
+    """Queue entries kept pending and taken in at step ends (Instance._take_in) give the run of entries
+    as SimPy events, byte for byte: every request column, every replica's step series, counters and
+    KV free queue, the event id counter; what a reader sees at slice ends and a horizon stop just
+    after entries fell due; with entries falling due exactly at step ends (both sides of the
+    same-time rule), and with replicas parking while entries are pending (they become events
+    again); and the route processes fewer SimPy events."""
+    advance = None
+    if case in ("one", "one_horizon"):
+        doc = {**bench_scenario(900), "seed": 4}
+        if case == "one_horizon":                             # stops mid-step, an entry due before it
+            doc.update(horizon_s=_mid_entries(doc, 1)[0], drain=False)
+    elif case in ("four", "four_slices"):
+        doc = {**bench_scenario(900, replicas=4), "seed": 7}
+        advance = _mid_entries(doc) if case == "four_slices" else None
+    elif case == "idle_alpha":                                # light load: replicas park with entries pending;
+        doc = {**bench_scenario(500, replicas=2, rate=3,      # a1 > 0: entries fall due out of arrival order
+                                output_tokens={"dist": "uniform", "min": 1, "max": 6}), "seed": 2,
+               "latency": {"model": "roofline", "alpha": [2000, 40, 0]}}
+    else:
+        doc = _grid(4 if case == "grid4" else 1, 7812.5 if case == "grid_made_during" else 15625)
+        if case == "grid4":                                   # slice ends at entries' due times: still pending
+            advance = (3.015625, 7.515625)
+    make = lambda: load_scenario(doc)                          # noqa: E731
+    route, seen_route, (n_route, parked, after_route) = _counted(make, monkeypatch, False, advance)
+    general, seen_general, (n_general, _, after_general) = _counted(make, monkeypatch, True, advance)
+    assert _replicas_state(route) == _replicas_state(general)
+    for col in ("t_routed", "t_queued"):
+        assert route.reqs.col(col).tobytes() == general.reqs.col(col).tobytes()
+    assert seen_route == seen_general
+    if case.startswith("grid"):
+        # the general path makes an event to let an own entry due at a tail's end run first
+        # (_after_past; other replicas' stretches stop at it); the route takes such entries in directly
+        assert after_route == 0 and (after_general > 0) == (case != "grid_made_during")
+    else:                                                     # every other event kept its id
+        assert next(route.sim.env._eid) == next(general.sim.env._eid)
+    n = route.fleet.arrived
+    assert n_route < n_general - 0.5 * n if case != "idle_alpha" else n_route < n_general
+    if case == "idle_alpha":
+        assert parked > 0

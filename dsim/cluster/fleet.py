@@ -219,6 +219,14 @@ class Fleet:
             return 0
         return 1 if slot.router.counts_only else 2
 
+    def entries_unread(self) -> bool:
+        """Nothing but queue-count readers (arrivals with ``arrival_reads() < 2``) looks at a replica
+        between a request's arrival and the replica's next step end: no controllers, draft devices or
+        network (other actors, reading at their own times), no done hooks, no speculation.  Replicas
+        may then keep their arrival-to-queue entries without events (Instance._take_in)."""
+        return (not self.extra_actors and not self.done_hooks and self.speculation is None
+                and self.network is None and self.arrival_reads() < 2)
+
     @property
     def done(self) -> bool:
         return self.arrivals_done and self.arrived == self.n_completed + self.n_rejected
@@ -241,7 +249,7 @@ class Fleet:
             self.booked[r.rid] = work
             r.state = ROUTED
             r.t_routed = self.sim.env._now
-            rep.inst.submit(r)
+            rep.inst.submit(r, True)
             return
         allowed = self.reach(r) if self.reach is not None else None
         if replica is not None:
@@ -273,7 +281,7 @@ class Fleet:
         r.t_routed = self.sim.now
         hop = self.ingress(r, rep) if self.ingress is not None else None
         if hop is None:
-            rep.inst.submit(r)
+            rep.inst.submit(r, True)
             return
         self.in_transfer += 1            # on its way from the gateway into the replica (seed 004 ROUTED)
 

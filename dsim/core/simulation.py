@@ -20,6 +20,8 @@ class Simulation:
         self.rng = PartitionedRNG(seed, seeds)
         self.seed = seed
         self.stall_limit = STALL_EVENTS
+        self.stop_hooks: list = []       # f(t) after a run stops at t, before the NORMAL events of t
+                                         # (replicas' pending queue entries: Instance._take_in_before)
 
     @property
     def now(self) -> float:
@@ -55,6 +57,8 @@ class Simulation:
                         raise RuntimeError(f"simulated time stuck at {env.now!r} s for {n - n_seen:,} events "
                                            f"(next: {_next_process(env)}): a zero-delay loop")
         except StopSimulation:
+            for f in self.stop_hooks:
+                f(env._now)
             return
         except EmptySchedule:
             if until is not None:

@@ -122,6 +122,15 @@ class FastForward:
             h_read = horizon if self._blind else h_arr     # arrivals that read nothing do not count
         else:
             h_arr = h_read = horizon = queue[0][0]
+        pend = self._pend
+        if pend:                                   # pending entries of this replica: readers and cuts
+            tp = pend[0][0]
+            if tp < horizon:
+                horizon = tp
+                if tp < h_read:
+                    h_read = tp
+                if tp < h_arr:
+                    h_arr = tp
         log = self.log
         append = log.append
         # the varying columns per step; the constant ones once per run of rows (StepLog.quiet_rows)
@@ -157,8 +166,10 @@ class FastForward:
                 # finishing steps end in place only before the first reader (an arrival reads counts)
                 if not (inline and t_end < h_read):
                     self._tail = (dur, n_dec)          # ended by _end_tail once the replica wakes
-                    if h_arr < horizon and t >= h_arr:
-                        self._past = t                 # begun past an arrival: see _after_past
+                    self._s = t                        # its start (Instance._take_in)
+                    if h_arr < horizon and t >= h_arr and (pend is None or self._n_ev):
+                        self._past = t                 # begun past an arrival: see _after_past (pending
+                                                       # entries are taken in by Instance._take_in)
                     t = t_end
                     break
                 # a step that finishes requests before the next event: end it here, as _end_tail does

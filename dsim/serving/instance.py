@@ -47,6 +47,7 @@ add ``k`` sequential draft-model decode steps to the step time.
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappush
 
 from ..core.request import COMPLETED, QUEUED, REJECTED
 from ..latency.base import AlphaModel, BatchShape, LoadView
@@ -58,6 +59,7 @@ from .offload import TierAdmission
 from .scheduling import SchedulerIteration
 from .swap import SwapPreemption
 from .speculative import SpeculativeSteps
+from .entries import PendingEntries
 from .fastforward import FastForward, OwnTimeout
 from .steplog import StepLog
 from .prefix import block_hashes, may_be_cached
@@ -71,8 +73,8 @@ def _noop(*_a) -> None:
     return None
 
 
-class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, SwapPreemption, SpeculativeSteps, Handoff,
-               ReplicaChecks):
+class Instance(SchedulerIteration, LazyDecoders, FastForward, PendingEntries, TierAdmission, SwapPreemption,
+               SpeculativeSteps, Handoff, ReplicaChecks):
     """One replica.  ``on_done(r)`` is called when a request completes or is rejected here,
     ``on_handoff(r)`` when a prefill replica has produced a request's first token."""
 
@@ -150,6 +152,12 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self._blind = False              # ... and arrivals read nothing of it (finishing steps end in place)
         self._past = None                # start of a tail begun past an arrival (a same-time enqueue may
                                          # have to run before its end: FastForward._after_past)
+        self.entries_unread = None       # () -> True while only queue-count readers look at this replica
+                                         # between an arrival and its next step (Fleet.entries_unread)
+        self._pend = None                # set at the first step on that route: pending queue entries, a heap
+                                         # of (time, event id, made at, request), taken in at step ends
+        self._n_ev = 0                   # ... entries of this replica that are events (made while parked)
+        self._s = 0.0                    # start of a stretch's tail (the same-time rule of _take_in)
         self.stall_t = 0.0
         self.num_preemptions = 0
         self.num_steps = 0
@@ -179,8 +187,10 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self.proc = self.env.process(self._loop())
 
     # ---- arrivals ---------------------------------------------------------------------------
-    def submit(self, r) -> None:
-        """A request reaches the server: reject what can never run, else queue after alpha."""
+    def submit(self, r, at_arrival: bool = False) -> None:
+        """A request reaches the server: reject what can never run, else queue after alpha.
+        ``at_arrival``: submitted by the gateway at the request's arrival (before every NORMAL event
+        of that instant), the condition of pending entries (``_take_in``)."""
         self.submitted += 1
         r.replica = self.name
         e = self.engine
@@ -199,8 +209,16 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         d = self.queueing.delay(r, self.load_view(r) if self.alpha_state else None)
         if d > 0:
             self.in_alpha += 1
-            ev = OwnTimeout(self.env, d, self)       # env.timeout's scheduling, seen by this replica only
-            ev.callbacks.append(lambda _ev, r=r: self._enqueue(r, True))
+            pend = self._pend
+            if pend is None:
+                ev = OwnTimeout(self.env, d, self)       # env.timeout's scheduling, seen by this replica only
+                ev.callbacks.append(lambda _ev, r=r: self._enqueue(r, True))
+            elif self._wake is None and not self._n_ev and at_arrival:
+                env = self.env                           # busy: pending until a step end takes it in
+                now = env._now                           # (dsim.serving.entries), with its event's id
+                heappush(pend, (now + d, next(env._eid), now, r))
+            else:
+                self._entry_event(r, d)                  # parked, or own entries are events
         else:
             self._enqueue(r)
 
@@ -282,12 +300,19 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         if reads < 2 and type(q) is AlphaModel and q.a0 > 0 and q.a1 >= 0:
             self._d_past = q.a0          # delay(r) = a0 + a1 x prompt >= a0: no enqueue sooner after an arrival
             self._blind = reads == 0
+        if (self._solo and self.role == "mixed" and not self.alpha_state and self.entries_unread is not None
+                and self.entries_unread()):
+            self._pend = []              # queue entries without events (docs/performance.md, second pass)
+            self.sim.stop_hooks.append(self._take_in_before)
+        pend = self._pend
         sm = self.step_model
         lut = getattr(sm, "energy_mj", None) is not None      # the model gives each step's energy
         ej = 0.0
         watts = self.watts                   # set by the pool before the first step
         while True:
             if not self.running and not self.waiting and not self.swapped:
+                if pend:
+                    self._entries_to_events()
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -297,6 +322,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 ev = self._stretch(now)          # quiet decode steps up to the next event, in one go
                 if ev is not None:
                     yield ev
+                    if pend and pend[0][0] <= env._now:
+                        self._take_in(self._s)
                     if self._past is not None and self._after_past():
                         yield self._after_past_event()
                     if self._tail is not None:
@@ -409,6 +436,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             else:                            # DP ranks step together (dsim.serving.dataparallel)
                 dur = yield self.dp_group.join(dur, shape.prefill_tokens + shape.decode_tokens)
             t_end = env._now
+            if pend and pend[0][0] <= t_end:
+                self._take_in(now)
             self._step_t0, self._step_t1 = now, t_end
             self.num_steps += 1
             self.busy_time += dur
