@@ -355,7 +355,17 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             v_n = v_ctx = 0
             d_tok = n_dec
             extra = 0.0
-            if spec:
+            sums = self._spec_sums if spec else None
+            if sums is not None:                 # the rows summed by the verify walk (dsim.serving.speculative)
+                s_tok, s_sq, s_pairs, v_n, v_ctx, s_dec, s_dctx, draft_s = sums
+                p_tok += s_tok
+                p_sq += s_sq
+                p_pairs += s_pairs
+                p_ctx += v_ctx
+                n_pf += v_n
+                d_tok += s_dec
+                dec_ctx += s_dctx
+            elif spec:
                 # verification: k + 1 query tokens after the context (a chunk); k = 0 decodes
                 for row in spec:
                     r, k = row[0], row[1]
@@ -374,6 +384,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                     else:
                         d_tok += 1
                         dec_ctx += p + 1
+            if spec:
                 if self.verify_padding is not None:     # shape divergence (dsim.specdec.cohorts)
                     xp, xc = self.verify_padding(spec)
                     p_pairs += xp
@@ -381,7 +392,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 extra += spec[0][0].spec.accept_all(spec)
                 n_samp += len(spec)
                 if self.draft_model is not None:
-                    extra += self._draft_time(spec)
+                    extra += self._draft_time(spec) if sums is None else draft_s
             shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
                                p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx,
                                self._load_blocks)

@@ -8,6 +8,8 @@ from ..latency.base import BatchShape, decode_curve
 
 class SpeculativeSteps:
     _draft_curves = None                 # (draft model, n -> its decode curve): _draft_curve
+    _spec_sums = None                    # the verify walk's shape terms and draft seconds of this step's rows
+    one_walk = True                      # False: every step walks _schedule's general loop (the tests compare)
 
     # ---- speculative decoders -----------------------------------------------------------------
     def _draft_time(self, spec) -> float:
@@ -30,11 +32,17 @@ class SpeculativeSteps:
                 ctx += c
                 cn[k] += 1
                 cc[k] += c
-        t = 0.0
         if not n:
-            return t
+            return 0.0
         while not cn[top]:
             top -= 1
+        return self._draft_steps(cn, cc, n, ctx, top)
+
+    def _draft_steps(self, cn, cc, n: int, ctx: int, top: int) -> float:
+        """The draft steps of ``n`` fused requests (context sum ``ctx``), ``cn[k]``/``cc[k]`` of them
+        (their context sum) drafting k, ``top`` the largest k: step j costed by the drafter's decode
+        curve for the requests with k >= j, summed in step order."""
+        t = 0.0
         curve = self._draft_curve()
         f = None
         for j in range(1, top + 1):      # draft step j: the requests with k >= j
@@ -47,6 +55,81 @@ class SpeculativeSteps:
                 ctx -= cc[j]
                 f = None
         return t
+
+    def _verify_walk(self, order: list, budget: int, now: float, spec: list):
+        """``_schedule``'s walk of ``order`` when every request in it is a speculative decoder and the
+        drafts are chains costed by this replica's drafter: the same rows, k and preemptions as the
+        general loop, with the rows' blocks taken from the pool in one ``allocate`` (before a
+        preemption and at the end), and the rows' shape terms and draft seconds summed on the way
+        into ``_spec_sums`` for ``_loop`` (docs/performance.md, "Round three, second pass").
+        Returns (budget left, whether a request was preempted)."""
+        kv = self.kv
+        bs = self.bs
+        pend = 0                         # blocks the rows took, not yet taken from the pool
+        free = kv.free_count             # ... the pool's free blocks less those
+        preempted = False
+        s_tok = s_sq = s_pairs = v_n = v_ctx = s_dec = s_dctx = 0
+        nf = fctx = top = 0              # fused rows drafting, their context sum, the largest k
+        cn = [0]                         # k -> fused rows drafting k
+        cc = [0]                         # k -> the sum of their contexts
+        i = 0
+        while i < len(order) and budget > 0:     # (the general loop takes nothing once budget <= 0)
+            r = order[i]
+            i += 1
+            sp = r.spec
+            if not sp.ready:
+                continue                 # drafts not here yet: holds its KV, takes no tokens
+            comp = r.num_computed
+            k = sp.k                     # min(sp.k, max_tokens - n_out - 1, budget - 1)
+            m = r.max_tokens - r.n_out - 1
+            if m < k:
+                k = m
+            if budget <= k:
+                k = budget - 1
+            c = k + 1
+            blocks = -(-(comp + c) // bs) - -(-comp // bs)
+            if blocks > free:
+                if pend:                 # the pool as the general loop leaves it, then its preemptions
+                    kv.allocate(pend)
+                    pend = 0
+                victim_self = False
+                while blocks > kv.free_count:
+                    victim = order.pop()
+                    self._preempt(victim, now)
+                    preempted = True
+                    if victim is r:
+                        victim_self = True
+                        break
+                if victim_self:
+                    break
+                free = kv.free_count
+            pend += blocks
+            free -= blocks
+            budget -= c
+            spec.append([r, k, 0])
+            if k:                        # k + 1 query tokens after the context, like a prefill chunk
+                s_tok += c
+                s_sq += c * c
+                s_pairs += c * comp + c * (c + 1) // 2
+                v_n += 1
+                v_ctx += comp
+                if k > 0 and sp.fused:
+                    if k > top:
+                        cn += [0] * (k - top)
+                        cc += [0] * (k - top)
+                        top = k
+                    nf += 1
+                    fctx += comp
+                    cn[k] += 1
+                    cc[k] += comp
+            else:                        # k = 0: a plain decode token
+                s_dec += 1
+                s_dctx += comp + 1
+        if pend:
+            kv.allocate(pend)
+        draft_s = self._draft_steps(cn, cc, nf, fctx, top) if nf and self.draft_model is not None else 0.0
+        self._spec_sums = (s_tok, s_sq, s_pairs, v_n, v_ctx, s_dec, s_dctx, draft_s)
+        return budget, preempted
 
     def _draft_curve(self):
         """n -> the drafter's step time of n decoders as a function of their context sum
