@@ -65,17 +65,15 @@ class SpeculativeSteps:
         Returns (budget left, whether a request was preempted)."""
         kv = self.kv
         bs = self.bs
-        pend = 0                         # blocks the rows took, not yet taken from the pool
-        free = kv.free_count             # ... the pool's free blocks less those
+        free = kv.free_count             # the pool's free blocks less those the rows took (taken at a flush)
         preempted = False
         s_tok = s_sq = s_pairs = v_n = v_ctx = s_dec = s_dctx = 0
-        nf = fctx = top = 0              # fused rows drafting, their context sum, the largest k
+        xn = xctx = top = 0              # verify rows not drafted here (not fused), their contexts; the largest k
         cn = [0]                         # k -> fused rows drafting k
         cc = [0]                         # k -> the sum of their contexts
-        i = 0
-        while i < len(order) and budget > 0:     # (the general loop takes nothing once budget <= 0)
-            r = order[i]
-            i += 1
+        for r in order:                  # (a preemption pops from the end: the loop then stops sooner)
+            if budget <= 0:
+                break                    # (the general loop takes nothing more)
             sp = r.spec
             if not sp.ready:
                 continue                 # drafts not here yet: holds its KV, takes no tokens
@@ -89,9 +87,8 @@ class SpeculativeSteps:
             c = k + 1
             blocks = -(-(comp + c) // bs) - -(-comp // bs)
             if blocks > free:
-                if pend:                 # the pool as the general loop leaves it, then its preemptions
-                    kv.allocate(pend)
-                    pend = 0
+                if free < kv.free_count:     # the pool as the general loop leaves it, then its preemptions
+                    kv.allocate(kv.free_count - free)
                 victim_self = False
                 while blocks > kv.free_count:
                     victim = order.pop()
@@ -100,10 +97,9 @@ class SpeculativeSteps:
                     if victim is r:
                         victim_self = True
                         break
+                free = kv.free_count     # (nothing taken is pending now)
                 if victim_self:
                     break
-                free = kv.free_count
-            pend += blocks
             free -= blocks
             budget -= c
             spec.append([r, k, 0])
@@ -118,16 +114,18 @@ class SpeculativeSteps:
                         cn += [0] * (k - top)
                         cc += [0] * (k - top)
                         top = k
-                    nf += 1
-                    fctx += comp
                     cn[k] += 1
                     cc[k] += comp
+                else:
+                    xn += 1
+                    xctx += comp
             else:                        # k = 0: a plain decode token
                 s_dec += 1
                 s_dctx += comp + 1
-        if pend:
-            kv.allocate(pend)
-        draft_s = self._draft_steps(cn, cc, nf, fctx, top) if nf and self.draft_model is not None else 0.0
+        if free < kv.free_count:
+            kv.allocate(kv.free_count - free)
+        nf = v_n - xn                    # fused rows drafting, and their context sum
+        draft_s = self._draft_steps(cn, cc, nf, v_ctx - xctx, top) if nf and self.draft_model is not None else 0.0
         self._spec_sums = (s_tok, s_sq, s_pairs, v_n, v_ctx, s_dec, s_dctx, draft_s)
         return budget, preempted
 
