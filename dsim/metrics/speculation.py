@@ -80,7 +80,6 @@ def by_domain(pairs, domain_of: dict) -> dict:
 
 
 def spec_summary(rt, reqs, t_end: float, slo: dict) -> dict:
-    rt.settle_deferred()             # rollbacks of a step still under way (dsim.specdec.runtime)
     cfg = rt.cfg
     pairs = [(r, rt.states[r.rid]) for r in reqs if r.rid in rt.states]
     done = [(r, st) for r, st in pairs if r.state == COMPLETED]

@@ -181,8 +181,6 @@ class SpeculativeSteps:
         if fast is not None and rt.one_pass:
             rt.fused_step(self, spec, t_end, emit_t, fast)       # the same, one pass (dsim.specdec.fusedstep)
             return
-        if rt.deferred:
-            rt.decide_rows(spec)         # the acceptance accept_rows left to the one pass
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1

@@ -33,26 +33,8 @@ class FusedSteps:
         waker = inst.wake if inst._wake is not None else None
         drop = 0                         # rejected drafts' KV blocks, not yet returned to the pool
         n = nk = na = nd = 0             # fast rounds held back: count, verified, accepted, drafted
-        u = None
-        if self.deferred:                # accept_rows drew the uniforms and left the comparison here
-            got = self.deferred.pop(id(spec), None)
-            if got is not None:
-                u = got[1]
-                i = 0
-                temp = self.cfg.temperature
-                probs_of = self.cfg.acceptance.probabilities
         for r, k, a in spec:
             old = r.num_computed
-            if u is not None and k > 0:  # SpecRuntime._decide, inline: leading drafts with u < p
-                j = i
-                for p in probs_of(old, k, temp):
-                    if u[j] >= p:
-                        break
-                    j += 1
-                a = j - i
-                i += k
-                if a < k:
-                    r.spec.rollbacks += 1
             new = old + a + 1
             held = -(-(old + k + 1) // bs)
             hb = held * kb

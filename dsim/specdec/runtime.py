@@ -49,8 +49,6 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
     drafted, and the fused drafter's cold starts, ``DraftingModes`` (dsim.specdec.modes)."""
 
-    defer_accept = True              # False: accept_rows decides every row at the step's start (the tests compare)
-
     def __init__(self, sim, fleet, network, cfg: SpecConfig, reqs, horizon_s=None, slo_tpot_ms=None,
                  slo_tvt_ms=None):
         self.sim = sim
@@ -108,11 +106,6 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         self.cond = Conditioning(cfg, self._pool_of) if Conditioning.wanted(cfg, reqs) else None
         self.domain_of: dict = {}        # rid -> its request's domain label (summary.json acceptance_by_domain)
         self.log = ReproLog(replay=cfg.replay) if cfg.replay is not None else None
-        # a step's acceptance left to the one pass (dsim.specdec.fusedstep): no rollback penalty (the step's
-        # duration does not depend on it), the configuration's own acceptance; id(rows) -> (rows, uniforms)
-        self._defer = (self.defer_accept and cfg.partial["rollback_penalty_ms"] == 0 and cfg.portfolio is None
-                       and self.cond is None)
-        self.deferred: dict = {}
         # _next_round's fused fast path: chains, every draft holding KV (no partial-verification draw),
         # one drafter level, no log to write or replay
         self._fused_fast = (cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
@@ -257,9 +250,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
 
     def accept_rows(self, rows) -> float:
         """``accept`` for each row in order, with one draw of the uniforms for all chain drafts
-        (the stream gives the same numbers drawn at once or row by row).  Without a rollback
-        penalty the comparison is left to whoever takes the rows after the step (the one pass, or
-        ``decide_rows``): the uniforms are kept in ``deferred``."""
+        (the stream gives the same numbers drawn at once or row by row)."""
         extra = 0.0
         # trees draw per level; expectation draws nothing; the log takes each row in turn
         if self.cfg.tree is not None or self.cfg.expectation or self.log is not None:
@@ -274,15 +265,6 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                 row[2] = 0
             return extra
         u = self.rng.random(total).tolist()
-        if self._defer:
-            self.deferred[id(rows)] = (rows, u)
-            return extra
-        return self._decide(rows, u)
-
-    def _decide(self, rows, u) -> float:
-        """Each row's accepted drafts (``row[2]``): its leading uniforms below its acceptance
-        probabilities, the uniforms taken k at a time in row order; the rollback penalties summed."""
-        extra = 0.0
         i = 0
         temp = self.cfg.temperature
         pen = self.cfg.partial["rollback_penalty_ms"] * 1e-3
@@ -309,19 +291,6 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
                 st.rollbacks += 1
                 extra += pen
         return extra
-
-    def decide_rows(self, rows) -> None:
-        """The rows' acceptance, if ``accept_rows`` left it to the one pass (they go another way)."""
-        got = self.deferred.pop(id(rows), None)
-        if got is not None:
-            self._decide(rows, got[1])
-
-    def settle_deferred(self) -> None:
-        """Decide the rows of steps still under way (a run stopped at its horizon): their rollbacks
-        count, as they did when decided at the step's start (``spec_summary`` calls this first)."""
-        for rows, u in list(self.deferred.values()):
-            self._decide(rows, u)
-        self.deferred.clear()
 
     def round_done(self, st: SpecState, r, inst, k: int, a: int, last: bool = False) -> None:
         """k < 0: a first token (or a recompute) came out; else a verification of k drafts
