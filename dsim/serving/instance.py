@@ -357,7 +357,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             extra = 0.0
             sums = self._spec_sums if spec else None
             if sums is not None:                 # the rows summed by the verify walk (dsim.serving.speculative)
-                s_tok, s_sq, s_pairs, v_n, v_ctx, s_dec, s_dctx, draft_s = sums
+                s_tok, s_sq, s_pairs, v_n, v_ctx, s_dec, s_dctx, _ = sums
                 p_tok += s_tok
                 p_sq += s_sq
                 p_pairs += s_pairs
@@ -392,7 +392,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
                 extra += spec[0][0].spec.accept_all(spec)
                 n_samp += len(spec)
                 if self.draft_model is not None:
-                    extra += self._draft_time(spec) if sums is None else draft_s
+                    extra += self._draft_time(spec)
             shape = BatchShape(p_tok, n_pf, p_pairs, p_ctx, d_tok, dec_ctx, n_samp + n_dec,
                                p_sq, len(self.running), self.num_preemptions - n_pre0, v_n, p_tok - p_tok0, v_ctx,
                                self._load_blocks)

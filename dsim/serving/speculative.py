@@ -19,6 +19,9 @@ class SpeculativeSteps:
             return self.draft_cost(self, spec)
         if self.mixed_drafts:
             return self._mixed_draft_time(spec)
+        sums = self._spec_sums
+        if sums is not None and spec is self._spec_sched:
+            return sums[7]               # the verify walk counted this step's rows (_verify_walk)
         top = max([k for _, k, _ in spec], default=0)
         if top <= 0:
             return 0.0
