@@ -33,6 +33,9 @@ class FusedSteps:
         waker = inst.wake if inst._wake is not None else None
         drop = 0                         # rejected drafts' KV blocks, not yet returned to the pool
         n = nk = na = nd = 0             # fast rounds held back: count, verified, accepted, drafted
+        # a row's times are mostly the same float object as the row before's (both set to the same step's
+        # end): what is computed from them is taken from the row before when the object is the same
+        t_tok = t_rdy = t_rnd = gap = tvt = rs3 = None
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1
@@ -43,7 +46,11 @@ class FusedSteps:
             r.energy_j += (k + 1) * wpt
             drop += held - -(-new // bs)
             r.num_computed = new
-            itl_append((t_end - r.t_last_token, 1))
+            t = r.t_last_token
+            if t is not t_tok:
+                t_tok = t
+                gap = (t_end - t, 1)
+            itl_append(gap)
             if a:
                 itl_append((0.0, a))
             r.t_last_token = t_end
@@ -86,14 +93,20 @@ class FusedSteps:
             c[1] += k
             c[2] += a
             st.fused_rounds += 1
-            tvt = now - st.t_ready
+            t = st.t_ready
+            if t is not t_rdy:
+                t_rdy = t
+                tvt = now - t
             if tvt > st.tvt_max:
                 st.tvt_max = tvt
-            round_s = now - st.t_last
+            t = st.t_last
+            if t is not t_rnd:
+                t_rnd = t
+                rs3 = (now - t) * 1e3    # the round's seconds, in ms
             st.t_last = now
             if k:
                 st.acc_est = 0.8 * st.acc_est + 0.2 * (a / k)
-            tpot_ms = round_s * 1e3 / (a + 1)
+            tpot_ms = rs3 / (a + 1)
             est = st.tpot_est
             st.tpot_est = tpot_ms if est == 0 else 0.8 * est + 0.2 * tpot_ms
             st.last_k = dn
