@@ -55,8 +55,8 @@ CASES = {
     "edf": _scn({"mode": "fused", "acceptance": {"geometric": 0.7}, "gamma": {"k": 3}, "verify_order": "edf",
                  "cold_start": {"initially_warm": True}}),
     # devices: rounds drafted elsewhere (rows not ready, rows not fused), a drafter that goes cold
-    "hybrid_rtt": _shipped("hybrid_rtt", 60),
-    "datacenter_fused": _shipped("datacenter_fused", 60),
+    "hybrid_rtt": _shipped("hybrid_rtt", 40),
+    "datacenter_fused": _shipped("datacenter_fused", 40),
 }
 
 
