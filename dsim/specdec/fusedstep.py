@@ -12,13 +12,16 @@ counters, the gamma timeline) applied first.
 """
 from __future__ import annotations
 
+# the ITL sample (0.0, a) of a round's a accepted drafts (their tokens come out with the target's),
+# one tuple per a shared by every row that accepts a; a larger a builds its own
+ACCEPTED_SAMPLES = tuple((0.0, a) for a in range(17))
+
 
 class FusedSteps:
     """Mixin of ``SpecRuntime``: ``fused_step``, the verified rows of one step on a fast target."""
 
     # False: every row goes through fused_round/round_done, as before this module (the tests compare)
     one_pass = True
-    _acc_samples = None              # a -> the ITL sample (0.0, a) of a's accepted drafts, shared by the rows
 
     def fused_step(self, inst, spec, t_end: float, emit_t: float, tgt) -> None:
         """``_verified`` + ``fused_round`` for every row of ``spec`` ([(request, k, accepted)])."""
@@ -37,9 +40,8 @@ class FusedSteps:
         # a row's times are mostly the same float object as the row before's (both set to the same step's
         # end): what is computed from them is taken from the row before when the object is the same
         t_tok = t_rdy = t_rnd = gap = tvt = rs3 = None
-        acc_s = self._acc_samples
-        if acc_s is None:
-            acc_s = self._acc_samples = [(0.0, a) for a in range(17)]
+        acc_s = ACCEPTED_SAMPLES
+        n_acc = len(acc_s)
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1
@@ -56,7 +58,7 @@ class FusedSteps:
                 gap = (t_end - t, 1)
             itl_append(gap)
             if a:
-                itl_append(acc_s[a] if a < 17 else (0.0, a))
+                itl_append(acc_s[a] if a < n_acc else (0.0, a))
             r.t_last_token = t_end
             n_out = r.n_out = r.n_out + a + 1
             st = r.spec
