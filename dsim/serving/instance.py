@@ -382,7 +382,17 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, PendingEntries, Ti
             v_n = v_ctx = 0
             d_tok = n_dec
             extra = 0.0
-            if spec:
+            sums = self._spec_sums if spec else None
+            if sums is not None:                 # the rows summed by the verify walk (dsim.serving.speculative)
+                s_tok, s_sq, s_pairs, v_n, v_ctx, s_dec, s_dctx, _ = sums
+                p_tok += s_tok
+                p_sq += s_sq
+                p_pairs += s_pairs
+                p_ctx += v_ctx
+                n_pf += v_n
+                d_tok += s_dec
+                dec_ctx += s_dctx
+            elif spec:
                 # verification: k + 1 query tokens after the context (a chunk); k = 0 decodes
                 for row in spec:
                     r, k = row[0], row[1]
@@ -401,6 +411,7 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, PendingEntries, Ti
                     else:
                         d_tok += 1
                         dec_ctx += p + 1
+            if spec:
                 if self.verify_padding is not None:     # shape divergence (dsim.specdec.cohorts)
                     xp, xc = self.verify_padding(spec)
                     p_pairs += xp

@@ -207,6 +207,7 @@ class SchedulerIteration:
         gap_dec: list = []
         v0 = not e.enable_chunked_prefill
         self._spec_sched = spec = []
+        self._spec_sums = None
         self._partial = pp = PartialPrefills(self) if e.max_num_partial_prefills > 1 else None
         if v0 and self.waiting and not self.swapped:
             # V0 policy: a prefill-only step whenever waiting prompts can be admitted (and none
@@ -245,6 +246,11 @@ class SchedulerIteration:
         preempted = False
         scheduled_dec = 0
         i = 0
+        if (len(order) == len(self.spec_dec) and pp is None and not self.mixed_drafts and self.draft_cost is None
+                and self.one_walk):
+            # every running request verifies drafts: the verify walk (dsim.serving.speculative)
+            budget, preempted = self._verify_walk(order, budget, now, spec)
+            i = len(order)               # (no plain decoder to rebase below)
         while i < len(order):
             r = order[i]
             i += 1
@@ -304,6 +310,6 @@ class SchedulerIteration:
         if not preempted and self.swapped:
             budget, k = self._swap_in(budget, prefills, gap_dec, now, v0)
             scheduled_dec += k
-        if not preempted and not v0 and not self.swapped:
+        if not preempted and not v0 and not self.swapped and self.waiting:
             self._admit(budget, prefills, now, False)
         return prefills, scheduled_dec, skipped, gap_dec

@@ -8,6 +8,8 @@ from ..latency.base import BatchShape, decode_curve
 
 class SpeculativeSteps:
     _draft_curves = None                 # (draft model, n -> its decode curve): _draft_curve
+    _spec_sums = None                    # the verify walk's shape terms and draft seconds of this step's rows
+    one_walk = True                      # False: every step walks _schedule's general loop (the tests compare)
 
     # ---- speculative decoders -----------------------------------------------------------------
     def _draft_time(self, spec) -> float:
@@ -17,6 +19,9 @@ class SpeculativeSteps:
             return self.draft_cost(self, spec)
         if self.mixed_drafts:
             return self._mixed_draft_time(spec)
+        sums = self._spec_sums
+        if sums is not None and spec is self._spec_sched:
+            return sums[7]               # the verify walk counted this step's rows (_verify_walk)
         top = max([k for _, k, _ in spec], default=0)
         if top <= 0:
             return 0.0
@@ -30,11 +35,17 @@ class SpeculativeSteps:
                 ctx += c
                 cn[k] += 1
                 cc[k] += c
-        t = 0.0
         if not n:
-            return t
+            return 0.0
         while not cn[top]:
             top -= 1
+        return self._draft_steps(cn, cc, n, ctx, top)
+
+    def _draft_steps(self, cn, cc, n: int, ctx: int, top: int) -> float:
+        """The draft steps of ``n`` fused requests (context sum ``ctx``), ``cn[k]``/``cc[k]`` of them
+        (their context sum) drafting k, ``top`` the largest k: step j costed by the drafter's decode
+        curve for the requests with k >= j, summed in step order."""
+        t = 0.0
         curve = self._draft_curve()
         f = None
         for j in range(1, top + 1):      # draft step j: the requests with k >= j
@@ -47,6 +58,79 @@ class SpeculativeSteps:
                 ctx -= cc[j]
                 f = None
         return t
+
+    def _verify_walk(self, order: list, budget: int, now: float, spec: list):
+        """``_schedule``'s walk of ``order`` when every request in it is a speculative decoder and the
+        drafts are chains costed by this replica's drafter: the same rows, k and preemptions as the
+        general loop, with the rows' blocks taken from the pool in one ``allocate`` (before a
+        preemption and at the end), and the rows' shape terms and draft seconds summed on the way
+        into ``_spec_sums`` for ``_loop`` (docs/performance.md, "Round three, second pass").
+        Returns (budget left, whether a request was preempted)."""
+        kv = self.kv
+        bs = self.bs
+        free = kv.free_count             # the pool's free blocks less those the rows took (taken at a flush)
+        preempted = False
+        s_tok = s_sq = s_pairs = v_n = v_ctx = s_dec = s_dctx = 0
+        xn = xctx = top = 0              # verify rows not drafted here (not fused), their contexts; the largest k
+        cn = [0]                         # k -> fused rows drafting k
+        cc = [0]                         # k -> the sum of their contexts
+        for r in order:                  # (a preemption pops from the end: the loop then stops sooner)
+            if budget <= 0:
+                break                    # (the general loop takes nothing more)
+            sp = r.spec
+            if not sp.ready:
+                continue                 # drafts not here yet: holds its KV, takes no tokens
+            comp = r.num_computed
+            k = sp.k                     # min(sp.k, max_tokens - n_out - 1, budget - 1)
+            m = r.max_tokens - r.n_out - 1
+            if m < k:
+                k = m
+            if budget <= k:
+                k = budget - 1
+            c = k + 1
+            blocks = -(-(comp + c) // bs) - -(-comp // bs)
+            if blocks > free:
+                if free < kv.free_count:     # the pool as the general loop leaves it, then its preemptions
+                    kv.allocate(kv.free_count - free)
+                victim_self = False
+                while blocks > kv.free_count:
+                    victim = order.pop()
+                    self._preempt(victim, now)
+                    preempted = True
+                    if victim is r:
+                        victim_self = True
+                        break
+                free = kv.free_count     # (nothing taken is pending now)
+                if victim_self:
+                    break
+            free -= blocks
+            budget -= c
+            spec.append([r, k, 0])
+            if k:                        # k + 1 query tokens after the context, like a prefill chunk
+                s_tok += c
+                s_sq += c * c
+                s_pairs += c * comp + c * (c + 1) // 2
+                v_n += 1
+                v_ctx += comp
+                if k > 0 and sp.fused:
+                    if k > top:
+                        cn += [0] * (k - top)
+                        cc += [0] * (k - top)
+                        top = k
+                    cn[k] += 1
+                    cc[k] += comp
+                else:
+                    xn += 1
+                    xctx += comp
+            else:                        # k = 0: a plain decode token
+                s_dec += 1
+                s_dctx += comp + 1
+        if free < kv.free_count:
+            kv.allocate(kv.free_count - free)
+        nf = v_n - xn                    # fused rows drafting, and their context sum
+        draft_s = self._draft_steps(cn, cc, nf, v_ctx - xctx, top) if nf and self.draft_model is not None else 0.0
+        self._spec_sums = (s_tok, s_sq, s_pairs, v_n, v_ctx, s_dec, s_dctx, draft_s)
+        return budget, preempted
 
     def _draft_curve(self):
         """n -> the drafter's step time of n decoders as a function of their context sum

@@ -12,6 +12,10 @@ counters, the gamma timeline) applied first.
 """
 from __future__ import annotations
 
+# the ITL sample (0.0, a) of a round's a accepted drafts (their tokens come out with the target's),
+# one tuple per a shared by every row that accepts a; a larger a builds its own
+ACCEPTED_SAMPLES = tuple((0.0, a) for a in range(17))
+
 
 class FusedSteps:
     """Mixin of ``SpecRuntime``: ``fused_step``, the verified rows of one step on a fast target."""
@@ -33,6 +37,11 @@ class FusedSteps:
         waker = inst.wake if inst._wake is not None else None
         drop = 0                         # rejected drafts' KV blocks, not yet returned to the pool
         n = nk = na = nd = 0             # fast rounds held back: count, verified, accepted, drafted
+        # a row's times are mostly the same float object as the row before's (both set to the same step's
+        # end): what is computed from them is taken from the row before when the object is the same
+        t_tok = t_rdy = t_rnd = gap = tvt = rs3 = None
+        acc_s = ACCEPTED_SAMPLES
+        n_acc = len(acc_s)
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1
@@ -43,9 +52,13 @@ class FusedSteps:
             r.energy_j += (k + 1) * wpt
             drop += held - -(-new // bs)
             r.num_computed = new
-            itl_append((t_end - r.t_last_token, 1))
+            t = r.t_last_token
+            if t is not t_tok:
+                t_tok = t
+                gap = (t_end - t, 1)
+            itl_append(gap)
             if a:
-                itl_append((0.0, a))
+                itl_append(acc_s[a] if a < n_acc else (0.0, a))
             r.t_last_token = t_end
             n_out = r.n_out = r.n_out + a + 1
             st = r.spec
@@ -86,14 +99,20 @@ class FusedSteps:
             c[1] += k
             c[2] += a
             st.fused_rounds += 1
-            tvt = now - st.t_ready
+            t = st.t_ready
+            if t is not t_rdy:
+                t_rdy = t
+                tvt = now - t
             if tvt > st.tvt_max:
                 st.tvt_max = tvt
-            round_s = now - st.t_last
+            t = st.t_last
+            if t is not t_rnd:
+                t_rnd = t
+                rs3 = (now - t) * 1e3    # the round's seconds, in ms
             st.t_last = now
             if k:
                 st.acc_est = 0.8 * st.acc_est + 0.2 * (a / k)
-            tpot_ms = round_s * 1e3 / (a + 1)
+            tpot_ms = rs3 / (a + 1)
             est = st.tpot_est
             st.tpot_est = tpot_ms if est == 0 else 0.8 * est + 0.2 * tpot_ms
             st.last_k = dn

@@ -276,19 +276,16 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if k <= 0:
                 row[2] = 0
                 continue
-            st = r.spec
-            probs = probs_of(r.num_computed, k, temp) if one else \
-                self._acceptance(st).probabilities(r.num_computed, k, st.temp)
             j = i                        # accepted_run, inline: leading drafts with u < p
-            for p in probs:
+            for p in (probs_of(r.num_computed, k, temp) if one else
+                      self._acceptance(r.spec).probabilities(r.num_computed, k, r.spec.temp)):
                 if u[j] >= p:
                     break
                 j += 1
-            a = j - i
+            a = row[2] = j - i
             i += k
-            row[2] = a
             if a < k:
-                st.rollbacks += 1
+                r.spec.rollbacks += 1
                 extra += pen
         return extra
 
