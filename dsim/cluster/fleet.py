@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..config.errors import ConfigError
 from ..core.request import COMPLETED, REJECTED, ROUTED
+from ..latency.base import AlphaModel
 from .admission import Always, build_admission
 from .pool import DRAINING, READY, RETIRED, Pool, Replica  # noqa: F401 (Replica: for readers of this module)
 from .transfer import build_transfer
@@ -174,6 +175,7 @@ class Fleet:
         self.migrated_bytes = 0.0
         self.order_watchers = 0      # readers of the ledger's finish order (controllers' windows)
         self.extra_actors = 0        # draft devices, controllers: processes besides the replicas (BC-14)
+        self.fabric_actors = 0       # ... of them the network's timer and outage processes
         self._version = 0
         self.clusters = [Cluster(self, c, i, network) for i, c in enumerate(self.spec.clusters)]
         self.pools = {p.name: p for c in self.clusters for p in c.pools}
@@ -218,6 +220,27 @@ class Fleet:
         if len(self.clusters[0].entry_candidates()) == 1:
             return 0
         return 1 if slot.router.counts_only else 2
+
+    def decode_past(self) -> float | None:
+        """For a decode replica's quiet stretches (``fastforward._horizon_pd``): None unless the fleet is
+        one P/D cluster behind the plain gateway (then an arrival reads and changes only entry
+        replicas, and nothing but handoffs, the decode router and KV deliveries reach a decode
+        replica); else how long after an arrival its enqueue comes at the soonest: the least ``a0``
+        of the entry replicas' arrival-to-queue delays (``AlphaModel``, ``a1 >= 0``), 0 if unbounded."""
+        if (not self._disagg or len(self.clusters) != 1 or self.global_router is not None
+                or self.ingress is not None or self.reach is not None or type(self.admission) is not Always
+                or self.speculation is not None):
+            return None
+        past = float("inf")
+        for p in self.clusters[0].pools:
+            if p.role == "decode":
+                continue
+            for rep in p.replicas:
+                q = rep.inst.queueing
+                if type(q) is not AlphaModel or not (q.a0 > 0 and q.a1 >= 0):
+                    return 0.0
+                past = min(past, q.a0)
+        return past if past < float("inf") else 0.0
 
     @property
     def done(self) -> bool:

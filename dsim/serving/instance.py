@@ -148,6 +148,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self._d_past = 0.0               # set at the first step: stretches may run this far past an arrival
                                          # (a lower bound of the arrival-to-queue delay), 0 = not past
         self._blind = False              # ... and arrivals read nothing of it (finishing steps end in place)
+        self.decode_past = None          # () -> a decode replica's bound past arrivals, or None (Fleet.decode_past)
+        self._pd = None                  # set at the first step: that bound (stretches use _horizon_pd)
         self._past = None                # start of a tail begun past an arrival (a same-time enqueue may
                                          # have to run before its end: FastForward._after_past)
         self.stall_t = 0.0
@@ -282,6 +284,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         if reads < 2 and type(q) is AlphaModel and q.a0 > 0 and q.a1 >= 0:
             self._d_past = q.a0          # delay(r) = a0 + a1 x prompt >= a0: no enqueue sooner after an arrival
             self._blind = reads == 0
+        if self._solo and self.role == "decode" and self.decode_past is not None:
+            self._pd = self.decode_past()
         sm = self.step_model
         lut = getattr(sm, "energy_mj", None) is not None      # the model gives each step's energy
         ej = 0.0
