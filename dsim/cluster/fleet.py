@@ -145,13 +145,15 @@ class NetworkTransfer:
         topo.ensure(rep_name, "network")
         return rep_name
 
-    def send(self, src, dst, nbytes: float, src_pool: str = "", dst_pool: str = "", streams: int = 1):
-        """One message over the replicas' network links (pipeline stages share them: ``streams`` unused)."""
+    def send(self, src, dst, nbytes: float, src_pool: str = "", dst_pool: str = "", streams: int = 1, then=None):
+        """One message over the replicas' network links (pipeline stages share them: ``streams`` unused);
+        with ``then``, ``then(ev)`` is called at its arrival and nothing is returned (the flow is the
+        arrival's event: Network.send)."""
         self.count += 1
         self.bytes += nbytes
         named = self._named
         return self.net.send(src if src in named else self.node(src, src_pool),
-                             dst if dst in named else self.node(dst, dst_pool), nbytes)
+                             dst if dst in named else self.node(dst, dst_pool), nbytes, True, then)
 
     def summary(self) -> dict:
         return {"transfers": self.count, "bytes": self.bytes, "over": "network (see the network section)"}
@@ -360,21 +362,26 @@ class Fleet:
 
     def _on_handoff(self, rep: Replica, r) -> None:
         """A prefill replica produced r's first token: pick a decode replica, move the KV."""
-        self._unbook(rep, r)
+        rep.outstanding -= 1                             # _unbook, inline (once per request)
+        rep.pending_tokens -= self.booked.pop(r.rid)
         r.prefill_replica = rep.name
         pool = rep.pool
         cluster = pool.cluster
         dec = cluster.choose_decode(r)
         dpool = dec.pool
-        check(dpool.role == "decode", "pool isolation: a handoff routed outside the decode pool")
-        self._book(dec, r, r.max_tokens - 1)
+        if dpool.role != "decode":
+            check(False, "pool isolation: a handoff routed outside the decode pool")
+        work = r.max_tokens - 1                          # _book, inline
+        dec.outstanding += 1
+        dec.pending_tokens += work
+        self.booked[r.rid] = work
         dec.incoming += 1
         self.in_transfer += 1
         nbytes = r.num_computed * pool.spec.model.kv_bytes_per_token
         # pipeline stages move their own layers' KV in parallel (dsim.cluster.transfer)
         streams = min(pool.engine.pipeline_parallel_size, dpool.engine.pipeline_parallel_size)
-        ev = cluster.transfer.send(rep.name, dec.name, nbytes, pool.name, dpool.name, streams)
-        ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r, e._ok))
+        cluster.transfer.send(rep.name, dec.name, nbytes, pool.name, dpool.name, streams,
+                              lambda e: self._kv_arrived(rep, dec, r, e._ok))
 
     def _kv_arrived(self, src: Replica, dec: Replica, r, ok: bool = True) -> None:
         src.inst.release_handoff(r)
@@ -391,7 +398,7 @@ class Fleet:
                 self._maybe_retire(src)
             return
         r.kv_ready = r.prompt_len
-        r.t_kv_ready = self.sim.now
+        r.t_kv_ready = self.sim.env._now
         if src.state == DRAINING:
             self._maybe_retire(src)
         dec.inst.submit(r)
