@@ -96,7 +96,8 @@ class Cluster:
         return self.router.choose(r, cands)
 
     def choose_decode(self, r) -> Replica:
-        cands = self.decode_candidates()
+        c = self._cache                  # _lists(), inline (once per handoff)
+        cands = c[2] if c[0] == self.fleet._version else self._lists()[2]
         if self.affinity == "session" and r.session >= 0:
             rep = self.dec_sessions.get(r.session)
             if rep is not None and rep.state == READY:
@@ -537,7 +538,8 @@ class Fleet:
                 check(False, f"pool isolation violated for request {r.rid}")   # message built only on failure
             # speculation's device-issued requests have their token times as the device saw them
             first = self.speculation.first_token_at_server(r) if self.speculation is not None else r.t_first_token
-            check(first <= r.t_handoff <= r.t_kv_ready <= r.t_completion)
+            if not first <= r.t_handoff <= r.t_kv_ready <= r.t_completion:
+                check(False, f"P/D causality violated for request {r.rid}")
 
     def _pool_of(self, replica: str):
         """The pool of a replica by name (names are never reused; the map grows with the fleet)."""
