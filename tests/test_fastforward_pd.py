@@ -94,3 +94,37 @@ def test_decode_replicas_stop_at_every_event_outside_the_plain_p_d_gateway():
     assert ses.fleet.decode_past() == 0.0
     ses = simulate(load_scenario(scn, base))
     assert ses.fleet.decode_past() > 0 and all(i._pd == ses.fleet.decode_past() for i in _decoders(ses))
+
+
+def test_kv_transfers_as_callbacks_equal_the_event_path(monkeypatch):
+    """The KV transfer's life without a Timeout for the serialization overhead (a Wake with the same
+    heap key) and without an arrival event of its own (``then``: the flow is the event): the same
+    run, SimPy event count included, as the general path (a Timeout whose callback begins the flow,
+    a done event the handoff appends its callback to)."""
+    from dsim.cluster.fleet import NetworkTransfer
+    from dsim.network.fabric import Network
+    make = _make("network")
+    fast = simulate(make())
+    send = Network.send
+
+    def general_send(self, src, dst, nbytes, record=True, then=None):
+        ov, begun = self.overhead_s, []
+        self.overhead_s, self._begin = 0.0, begun.append      # send begins at once: catch the flow
+        try:
+            ev = send(self, src, dst, nbytes, record, None)
+        finally:
+            self.overhead_s = ov
+            del self._begin
+        t = self.env.timeout(ov)
+        t.callbacks.append(lambda _e, f=begun[0]: self._begin(f))
+        if then is not None:
+            ev.callbacks.append(then)
+        return ev
+
+    monkeypatch.setattr(Network, "send", general_send)
+    monkeypatch.setattr(NetworkTransfer, "send", lambda self, s, d, n, sp="", dp="", streams=1, then=None:
+                        self.net.send(self.node(s, sp), self.node(d, dp), n, True, then))
+    general = simulate(make())
+    assert fast.fleet.network.count > 300 and fast.fleet.network.overhead_s > 0
+    assert _state(fast) == _state(general)
+    assert next(fast.sim.env._eid) == next(general.sim.env._eid)
