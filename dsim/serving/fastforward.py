@@ -277,27 +277,6 @@ class FastForward:
         heappush(env._queue, (t, NORMAL, next(env._eid), ev))
         return ev
 
-    def _chained(self, ev) -> None:
-        """A stretch's end, as its event's callback (P/D decode replicas): what the loop does after
-        the stretch and at its next turn (end the tail; start the next stretch when nothing waits
-        and something runs), without resuming the loop.  When no stretch follows (or a tail begun
-        past an arrival must let a same-time enqueue run first) the loop resumes, within this same
-        callback, where it would have: the SimPy events made and their order are the loop's."""
-        if self._past is None:
-            if self._tail is not None:
-                self._end_tail()
-            if self.running and not self.waiting:
-                nxt = self._stretch(self.env._now)
-                if nxt is not None:
-                    nxt.callbacks.append(self._chained)
-                    return
-        hold = self._hold
-        self._hold = None
-        hold._ok, hold._value = True, None
-        cbs, hold.callbacks = hold.callbacks, None         # Environment.step's callback loop, for hold
-        for cb in cbs:
-            cb(hold)
-
     def _after_past(self) -> bool:
         """Woken at the end of a tail begun at ``_past``, after an arrival: does an enqueue of this
         replica at this very time come first when stepping one at a time?  It does when it was made

@@ -150,7 +150,6 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
         self._blind = False              # ... and arrivals read nothing of it (finishing steps end in place)
         self.decode_past = None          # () -> a decode replica's bound past arrivals, or None (Fleet.decode_past)
         self._pd = None                  # set at the first step: that bound (stretches use _horizon_pd)
-        self._hold = None                # the event the loop waits on while stretches chain (FastForward._chained)
         self._past = None                # start of a tail begun past an arrival (a same-time enqueue may
                                          # have to run before its end: FastForward._after_past)
         self.stall_t = 0.0
@@ -301,9 +300,6 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, TierAdmission, Swa
             if ff and not self.waiting:          # (a stretch never starts with requests waiting)
                 ev = self._stretch(now)          # quiet decode steps up to the next event, in one go
                 if ev is not None:
-                    if self._pd is not None:     # a P/D decode replica: stretch after stretch by callbacks
-                        ev.callbacks.append(self._chained)
-                        ev = self._hold = env.event()     # FastForward._chained triggers it when it stops
                     yield ev
                     if self._past is not None and self._after_past():
                         yield self._after_past_event()
