@@ -215,7 +215,10 @@ class Session:
         self.controllers = build_controllers(scn.fleet.controllers, self.fleet, self) + list(controllers)
         self.fleet.extra_actors += len(self.controllers) + (len(self.spec.devices) if self.spec is not None else 0)
         if self.network is not None:
-            self.fleet.extra_actors += 1 + len(self.network.outages)
+            # the fabric's timer and outage processes: actors for BC-14's bound, but not readers of the
+            # replicas' same-time order (Instance.alone): their events are never skipped by a stretch
+            self.fleet.fabric_actors = 1 + len(self.network.outages)
+            self.fleet.extra_actors += self.fleet.fabric_actors
         self.action_log: list = []
         for c in self.controllers:
             from .cluster.control import run_controller      # most runs have no controller

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..config.errors import ConfigError
 from ..core.request import COMPLETED, REJECTED, ROUTED
+from ..latency.base import AlphaModel
 from .admission import Always, build_admission
 from .pool import DRAINING, READY, RETIRED, Pool, Replica  # noqa: F401 (Replica: for readers of this module)
 from .transfer import build_transfer
@@ -95,7 +96,8 @@ class Cluster:
         return self.router.choose(r, cands)
 
     def choose_decode(self, r) -> Replica:
-        cands = self.decode_candidates()
+        c = self._cache                  # _lists(), inline (once per handoff)
+        cands = c[2] if c[0] == self.fleet._version else self._lists()[2]
         if self.affinity == "session" and r.session >= 0:
             rep = self.dec_sessions.get(r.session)
             if rep is not None and rep.state == READY:
@@ -144,13 +146,15 @@ class NetworkTransfer:
         topo.ensure(rep_name, "network")
         return rep_name
 
-    def send(self, src, dst, nbytes: float, src_pool: str = "", dst_pool: str = "", streams: int = 1):
-        """One message over the replicas' network links (pipeline stages share them: ``streams`` unused)."""
+    def send(self, src, dst, nbytes: float, src_pool: str = "", dst_pool: str = "", streams: int = 1, then=None):
+        """One message over the replicas' network links (pipeline stages share them: ``streams`` unused);
+        with ``then``, ``then(ev)`` is called at its arrival and nothing is returned (the flow is the
+        arrival's event: Network.send)."""
         self.count += 1
         self.bytes += nbytes
         named = self._named
         return self.net.send(src if src in named else self.node(src, src_pool),
-                             dst if dst in named else self.node(dst, dst_pool), nbytes)
+                             dst if dst in named else self.node(dst, dst_pool), nbytes, True, then)
 
     def summary(self) -> dict:
         return {"transfers": self.count, "bytes": self.bytes, "over": "network (see the network section)"}
@@ -174,6 +178,7 @@ class Fleet:
         self.migrated_bytes = 0.0
         self.order_watchers = 0      # readers of the ledger's finish order (controllers' windows)
         self.extra_actors = 0        # draft devices, controllers: processes besides the replicas (BC-14)
+        self.fabric_actors = 0       # ... of them the network's timer and outage processes
         self._version = 0
         self.clusters = [Cluster(self, c, i, network) for i, c in enumerate(self.spec.clusters)]
         self.pools = {p.name: p for c in self.clusters for p in c.pools}
@@ -226,6 +231,27 @@ class Fleet:
         may then keep their arrival-to-queue entries without events (Instance._take_in)."""
         return (not self.extra_actors and not self.done_hooks and self.speculation is None
                 and self.network is None and self.arrival_reads() < 2)
+
+    def decode_past(self) -> float | None:
+        """For a decode replica's quiet stretches (``fastforward._horizon_pd``): None unless the fleet is
+        one P/D cluster behind the plain gateway (then an arrival reads and changes only entry
+        replicas, and nothing but handoffs, the decode router and KV deliveries reach a decode
+        replica); else how long after an arrival its enqueue comes at the soonest: the least ``a0``
+        of the entry replicas' arrival-to-queue delays (``AlphaModel``, ``a1 >= 0``), 0 if unbounded."""
+        if (not self._disagg or len(self.clusters) != 1 or self.global_router is not None
+                or self.ingress is not None or self.reach is not None or type(self.admission) is not Always
+                or self.speculation is not None):
+            return None
+        past = float("inf")
+        for p in self.clusters[0].pools:
+            if p.role == "decode":
+                continue
+            for rep in p.replicas:
+                q = rep.inst.queueing
+                if type(q) is not AlphaModel or not (q.a0 > 0 and q.a1 >= 0):
+                    return 0.0
+                past = min(past, q.a0)
+        return past if past < float("inf") else 0.0
 
     @property
     def done(self) -> bool:
@@ -345,21 +371,26 @@ class Fleet:
 
     def _on_handoff(self, rep: Replica, r) -> None:
         """A prefill replica produced r's first token: pick a decode replica, move the KV."""
-        self._unbook(rep, r)
+        rep.outstanding -= 1                             # _unbook, inline (once per request)
+        rep.pending_tokens -= self.booked.pop(r.rid)
         r.prefill_replica = rep.name
         pool = rep.pool
         cluster = pool.cluster
         dec = cluster.choose_decode(r)
         dpool = dec.pool
-        check(dpool.role == "decode", "pool isolation: a handoff routed outside the decode pool")
-        self._book(dec, r, r.max_tokens - 1)
+        if dpool.role != "decode":
+            check(False, "pool isolation: a handoff routed outside the decode pool")
+        work = r.max_tokens - 1                          # _book, inline
+        dec.outstanding += 1
+        dec.pending_tokens += work
+        self.booked[r.rid] = work
         dec.incoming += 1
         self.in_transfer += 1
         nbytes = r.num_computed * pool.spec.model.kv_bytes_per_token
         # pipeline stages move their own layers' KV in parallel (dsim.cluster.transfer)
         streams = min(pool.engine.pipeline_parallel_size, dpool.engine.pipeline_parallel_size)
-        ev = cluster.transfer.send(rep.name, dec.name, nbytes, pool.name, dpool.name, streams)
-        ev.callbacks.append(lambda e: self._kv_arrived(rep, dec, r, e._ok))
+        cluster.transfer.send(rep.name, dec.name, nbytes, pool.name, dpool.name, streams,
+                              lambda e: self._kv_arrived(rep, dec, r, e._ok))
 
     def _kv_arrived(self, src: Replica, dec: Replica, r, ok: bool = True) -> None:
         src.inst.release_handoff(r)
@@ -376,7 +407,7 @@ class Fleet:
                 self._maybe_retire(src)
             return
         r.kv_ready = r.prompt_len
-        r.t_kv_ready = self.sim.now
+        r.t_kv_ready = self.sim.env._now
         if src.state == DRAINING:
             self._maybe_retire(src)
         dec.inst.submit(r)
@@ -515,7 +546,8 @@ class Fleet:
                 check(False, f"pool isolation violated for request {r.rid}")   # message built only on failure
             # speculation's device-issued requests have their token times as the device saw them
             first = self.speculation.first_token_at_server(r) if self.speculation is not None else r.t_first_token
-            check(first <= r.t_handoff <= r.t_kv_ready <= r.t_completion)
+            if not first <= r.t_handoff <= r.t_kv_ready <= r.t_completion:
+                check(False, f"P/D causality violated for request {r.rid}")
 
     def _pool_of(self, replica: str):
         """The pool of a replica by name (names are never reused; the map grows with the fleet)."""

@@ -231,9 +231,12 @@ class Pool:
                         swap_space=build_swap(self.spec.model, self.spec.device, self.engine))
         # a completion only books and records (no hooks, not draining): stretches may end it early
         inst.quiet_done = lambda: not f.done_hooks and holder[0].state != DRAINING
-        inst.alone = lambda: not f.extra_actors and not f.order_watchers
+        inst.alone = lambda: f.extra_actors == f.fabric_actors and not f.order_watchers
         inst.arrival_reads = f.arrival_reads
         inst.entries_unread = f.entries_unread
+
+        if self.role == "decode":
+            inst.decode_past = f.decode_past
         inst.watts = self.spec.device.tdp_w * self.spec.gpus_per_replica     # as fleet.replica_power
         inst.kv_block_bytes = (self.spec.model.with_kv_cache_dtype(self.engine.kv_cache_dtype).kv_bytes_per_token
                                * self.engine.block_size)

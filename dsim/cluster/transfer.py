@@ -40,13 +40,18 @@ class DirectTransfer:
         nbytes / streams each."""
         return self.latency_s + (nbytes if streams == 1 else nbytes / streams) / self.bw
 
-    def send(self, src: str, dst: str, nbytes: float, src_pool: str = "", dst_pool: str = "", streams: int = 1):
+    def send(self, src: str, dst: str, nbytes: float, src_pool: str = "", dst_pool: str = "", streams: int = 1,
+             then=None):
+        """The transfer's event (its value a TransferRecord); ``then(ev)`` is called when it ends."""
         now = self.env.now
         d = self.duration(nbytes, streams)
         self.bytes += nbytes
         self.count += 1
         self.busy_s += d
-        return self.env.timeout(d, TransferRecord(src, dst, nbytes, now, now + d, 0, (src, dst)))
+        ev = self.env.timeout(d, TransferRecord(src, dst, nbytes, now, now + d, 0, (src, dst)))
+        if then is not None:
+            ev.callbacks.append(then)
+        return ev
 
     def summary(self) -> dict:
         return {"transfers": self.count, "bytes": self.bytes, "total_transfer_s": self.busy_s,

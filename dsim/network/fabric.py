@@ -209,8 +209,8 @@ class Network:
         f.record = record
         self.count += 1
         if self.overhead_s > 0:
-            ev = env.timeout(self.overhead_s)
-            ev.callbacks.append(lambda _e, f=f: self._begin(f))
+            # env.timeout(overhead) with a callback, as a Wake: the same heap key, no Timeout or closure
+            heapq.heappush(env._queue, (env._now + self.overhead_s, NORMAL, next(env._eid), Wake(self._begun, f)))
         else:
             self._begin(f)
         return f.done
@@ -259,6 +259,9 @@ class Network:
                 lk.since = now
             lk.flows[f.fid] = f
         self._resolve(links)
+
+    def _begun(self, ev) -> None:
+        self._begin(ev.arg)
 
     def _settle(self, f, now: float) -> None:
         """Move ``f``'s bytes from its last settlement to ``now`` at its current rate."""

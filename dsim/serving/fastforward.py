@@ -89,6 +89,47 @@ def _horizon(queue, me, past: float, inf=float("inf")) -> tuple:
     return h, hc
 
 
+def _horizon_pd(queue, me, past: float, inf=float("inf")) -> float:
+    """Where the stretch of ``me``, a decode replica of a P/D cluster (``Instance._pd``), must stop
+    stepping.  Nothing reads such a replica but the handoffs (a prefill replica's step end), the
+    decode router's refreshes and the KV deliveries into it, none of them skipped here.  Skipped, on
+    top of ``_horizon``'s other quiet stretch ends and own timeouts: an enqueue into a busy prefill
+    replica (it takes the request at its step end, which is queued: a cut), and an arrival up to
+    ``past`` after it (it reads and changes only an entry replica, whose enqueue comes no sooner
+    than ``past`` later: only a step begun from then on can hand a request off).  A long queue is
+    scanned no further than its head, nor one whose head cuts."""
+    if not queue:
+        return inf
+    e = queue[0]
+    tp = type(e[3])
+    if len(queue) > 64 or not (tp is QuietEnd or tp is OwnTimeout or tp is ArrivalEvent):
+        return e[0]                       # the head cuts: nothing comes sooner (a third of the calls)
+    hc = inf
+    for e in queue:
+        t = e[0]
+        if t < hc:
+            ev = e[3]
+            tp = type(ev)
+            if tp is QuietEnd:
+                if ev.owner.quiet_done():
+                    continue
+            elif tp is OwnTimeout:
+                own = ev.owner
+                if own is not me:
+                    if own._solo:
+                        if own.quiet_done():
+                            continue
+                    elif own.role == "prefill" and own._wake is None:
+                        continue                  # its loop is in a step (a queued timeout)
+            elif tp is ArrivalEvent:
+                t += past
+                if t < hc:
+                    hc = t
+                continue
+            hc = t
+    return hc
+
+
 class FastForward:
     def _can_stretch(self) -> bool:
         """Fixed at the first step: nothing observes or shares this replica's individual steps."""
@@ -117,6 +158,9 @@ class FastForward:
         queue = env._queue
         if not queue:
             h_arr = h_read = horizon = float("inf")
+        elif self._pd is not None and inline and self.alone():
+            # a P/D decode replica: what it skips reads none of it; steps finishing before the cut end in place
+            h_arr = h_read = horizon = _horizon_pd(queue, self, self._pd)
         elif self.alone is not None and self.alone():
             h_arr, horizon = _horizon(queue, self, self._d_past if inline else 0.0)
             h_read = horizon if self._blind else h_arr     # arrivals that read nothing do not count

@@ -150,6 +150,8 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, PendingEntries, Ti
         self._d_past = 0.0               # set at the first step: stretches may run this far past an arrival
                                          # (a lower bound of the arrival-to-queue delay), 0 = not past
         self._blind = False              # ... and arrivals read nothing of it (finishing steps end in place)
+        self.decode_past = None          # () -> a decode replica's bound past arrivals, or None (Fleet.decode_past)
+        self._pd = None                  # set at the first step: that bound (stretches use _horizon_pd)
         self._past = None                # start of a tail begun past an arrival (a same-time enqueue may
                                          # have to run before its end: FastForward._after_past)
         self.entries_unread = None       # () -> True while only queue-count readers look at this replica
@@ -305,6 +307,9 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, PendingEntries, Ti
             self._pend = []              # queue entries without events (docs/performance.md, second pass)
             self.sim.stop_hooks.append(self._take_in_before)
         pend = self._pend
+
+        if self._solo and self.role == "decode" and self.decode_past is not None:
+            self._pd = self.decode_past()
         sm = self.step_model
         lut = getattr(sm, "energy_mj", None) is not None      # the model gives each step's energy
         ej = 0.0
