@@ -306,10 +306,9 @@ class Instance(SchedulerIteration, LazyDecoders, FastForward, PendingEntries, Ti
                 and self.entries_unread()):
             self._pend = []              # queue entries without events (docs/performance.md, second pass)
             self.sim.stop_hooks.append(self._take_in_before)
-        pend = self._pend
-
         if self._solo and self.role == "decode" and self.decode_past is not None:
             self._pd = self.decode_past()
+        pend = self._pend
         sm = self.step_model
         lut = getattr(sm, "energy_mj", None) is not None      # the model gives each step's energy
         ej = 0.0
