@@ -33,6 +33,7 @@ from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
 from .devmem import DeviceMemories
+from .distround import DistRound
 from .eagle import EagleHead
 from .fusedstep import FusedSteps
 from .gamma import DISTRIBUTED, FUSED, Telemetry
@@ -424,7 +425,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if tgt.warm_until != math.inf:
                 wait = self._drafter_ready(tgt)
                 if wait is not None:
-                    wait.callbacks.append(lambda _e: self._ready(st, inst))
+                    self._ready_later(wait, st, inst)
                     return
             tgt.ready_n += 1
             st.ready = True
@@ -485,43 +486,19 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if wait is None:
                 self._ready(st, inst)
             else:
-                wait.callbacks.append(lambda _e: self._ready(st, inst))
+                self._ready_later(wait, st, inst)
             return
         st.fused = False
         st.in_flight = True
-        dev = st.device
-        env = self.env
-        net = self.net
-        t0 = env._now
+        now = self.env._now
         dc = self._dc(inst.name)
+        rnd = DistRound(self, st, r, inst, k, kv_k, steps, dc, now)      # its callbacks (dsim.specdec.distround)
+        self.net.send(dc, st.device.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes, False, rnd.at_device)
 
-        def drafted():
-            t1 = env._now
-
-            def bundle(_e):
-                st.net_s += env._now - t1
-                st.in_flight = False
-                st.k = kv_k
-                self._ready(st, inst)
-            net.send(dev.name, dc, cfg.header_bytes + k * cfg.bundle_bytes_per_token, False, bundle)
-
-        def lost():
-            # the device left for good after the round was sent: the target finishes the
-            # conversation alone (_mode picks fused for a device that is gone)
-            st.in_flight = False
-            self._next_round(st, r, inst)
-
-        def at_device(_e):
-            st.net_s += env._now - t0
-            ns = st.levels_ns
-            if ns is not None:
-                dev.submit(ns[0], r.num_computed, drafted, lost, None, None,
-                           self._levels_device_seconds(dev, r.num_computed, ns))
-                return
-            dev.submit(k, r.num_computed, drafted, lost, steps,
-                       self._device_model(dev, st.drafter) if st.drafter > 0 else None, None,
-                       r if self.cfg.draft_kv is not None else None)
-        net.send(dc, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes, False, at_device)
+    def _ready_later(self, wait, st: SpecState, inst) -> None:
+        """``_ready`` when ``wait`` (the fused drafter's load) fires; a closure made here, not in
+        ``_next_round``, whose locals would otherwise all be cells."""
+        wait.callbacks.append(lambda _e: self._ready(st, inst))
 
     def _ready(self, st: SpecState, inst) -> None:
         self.targets[inst.name].ready_n += 1
