@@ -33,6 +33,7 @@ from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
 from .devmem import DeviceMemories
+from .diststep import DistSteps
 from .distround import DistRound
 from .eagle import EagleHead
 from .fusedstep import FusedSteps
@@ -44,7 +45,7 @@ from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories, FusedSteps):
+class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories, FusedSteps, DistSteps):
     """The speculative-decoding run: draft devices and their links, the targets' state, and the
     rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
@@ -77,12 +78,13 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         for gi, grp in enumerate(cfg.groups):
             think_rng = sim.rng.stream(f"specdec.think.{grp.name}")
             tok_cache: dict = {}
+            sum_cache: dict = {}
             for i in range(grp.count):
                 name = f"{grp.name}-{i}"
                 if topo.has(name):
                     raise ConfigError("speculation.drafts", name, "device names not already in the network")
                 topo.add_link(name, self.gw, grp.rtt_ms / 2e3, grp.bw_mbps * MBPS, f"speculation.drafts[{gi}].bw_mbps")
-                self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng, tok_cache))
+                self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng, tok_cache, sum_cache))
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
         self._devmem_init()
@@ -111,6 +113,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         # one drafter level, no log to write or replay
         self._fused_fast = (cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
                             and self.log is None)
+        sw = cfg.switch                  # the hybrid selector's keys, for DraftingModes._mode
+        self._switch = (sw.get("policy"), sw.get("max_rtt_ms"), sw.get("max_verify_queue"),
+                        sw.get("max_link_utilization"), sw.get("min_fused_dwell_s", 0.0))
+        self._pv_mode = cfg.partial["mode"]
+        # dist_step's rounds (dsim.specdec.diststep): chains on one drafter, a round's depth is its k
+        self._chain_one = cfg.tree is None and cfg.portfolio is None and cfg.levels is None
         self._levels_init()
         self._cohorts_init()
         for i, (_, pool, _) in enumerate(cfg.rules):
@@ -470,11 +478,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if cfg.levels is not None:
                 k = self._levels_draw(st, r, k)      # L_0 drafts k; the target verifies the top level's
         st.drafted_now = k
-        pv = cfg.partial
+        pm = self._pv_mode               # cfg.partial["mode"]
         kv_k = k
         if kv_rep is not None:
             kv_k = min(kv_rep, k)
-        elif pv["mode"] == "first_token" or (pv["mode"] == "sampled" and float(self.prng.random()) >= pv["sample_rate"]):
+        elif pm != "all" and (pm == "first_token" or (pm == "sampled" and float(self.prng.random())
+                                                      >= cfg.partial["sample_rate"])):
             kv_k = min(k, 1)
         if self.log is not None:
             self.log.decided(self.env._now, r.rid, mode, depth, kv_k)
