@@ -490,23 +490,24 @@ class Network:
         touched = []                               # links that still carry flows: re-solved below
         active = self.active
         sure = not self.loss and self.rtt_jitter is None   # no draw: _sent's delay is the path's latency
+        quick = sure and self.lean
         b = self.bin_s
         queue = self.env._queue
         eid = self.env._eid
         for f in finished:
             links = f.links
-            if sure and self.lean and f.then is not None and not f.record and len(links) == 1:
+            if quick and f.then is not None and not f.record and len(links) == 1:
                 # a one-link flow sent with ``then``: _settle, the loop below and _deliver inline,
-                # the same operations in the same order (docs/performance.md, "Round three, second
-                # pass: distributed rounds")
+                # the same operations in the same order, less the finished flow's own remaining
+                # bytes and settle time, which nothing reads again (docs/performance.md, "Round
+                # three, second pass: distributed rounds")
                 lk = links[0]
-                dt = now - f.t
+                t0 = f.t
+                dt = now - t0
                 if dt > 0:
                     r = f.rate
                     if r > 0:
                         moved = r * dt
-                        f.remaining -= moved
-                        t0 = f.t
                         i = int(t0 // b) if b else 0
                         lk.bytes += moved
                         if b and now <= (i + 1) * b:
@@ -516,7 +517,6 @@ class Network:
                             self._bin(lk, t0, now, r)
                     elif not lk.up:
                         f.waited += dt
-                    f.t = now
                 f.ver += 1
                 del active[f.fid]
                 prop = 0
@@ -528,7 +528,8 @@ class Network:
                 elif lk.since is not None:
                     lk.busy_s += now - lk.since
                     lk.since = None
-                self.waited_s += f.waited
+                if f.waited:                   # (adding 0.0 changes no sum of waits)
+                    self.waited_s += f.waited
                 end = now + prop
                 self.total_s += end - f.start
                 self.delivered += 1
