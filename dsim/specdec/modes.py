@@ -13,6 +13,13 @@ from .state import SpecState, TargetState
 
 
 class DraftingModes:
+    @staticmethod
+    def switch_keys(sw: dict) -> tuple:
+        """mode_switch's (policy, max_rtt_ms, max_verify_queue, max_link_utilization,
+        min_fused_dwell_s), which ``_mode`` reads every round (the runtime keeps them as ``_switch``)."""
+        return (sw.get("policy"), sw.get("max_rtt_ms"), sw.get("max_verify_queue"), sw.get("max_link_utilization"),
+                sw.get("min_fused_dwell_s", 0.0))
+
     def _mode(self, st: SpecState, tel: Telemetry, pmode: str, tgt: TargetState) -> str:
         cfg = self.cfg
         dev = st.device

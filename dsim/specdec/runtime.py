@@ -113,9 +113,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         # one drafter level, no log to write or replay
         self._fused_fast = (cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
                             and self.log is None)
-        sw = cfg.switch                  # the hybrid selector's keys, for DraftingModes._mode
-        self._switch = (sw.get("policy"), sw.get("max_rtt_ms"), sw.get("max_verify_queue"),
-                        sw.get("max_link_utilization"), sw.get("min_fused_dwell_s", 0.0))
+        self._switch = self.switch_keys(cfg.switch)     # the hybrid selector's keys, read once
         self._pv_mode = cfg.partial["mode"]
         # dist_step's rounds (dsim.specdec.diststep): chains on one drafter, a round's depth is its k
         self._chain_one = cfg.tree is None and cfg.portfolio is None and cfg.levels is None
