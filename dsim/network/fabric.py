@@ -478,7 +478,8 @@ class Network:
         # byte-based tolerance would stall once rate x clock ulp exceeds it)
         # at large simulated times the clock's own step exceeds 1 ns: allow one ulp of it too, or a
         # flow whose last byte is due "now" could be re-ticked forever at the same time
-        due = now + max(1e-9, 4 * math.ulp(now))
+        # (below 2^21 s four ulps of the clock are under 1 ns: the max is 1e-9 without the ulp call)
+        due = now + 1e-9 if now < 2097152.0 else now + max(1e-9, 4 * math.ulp(now))
         heap = self.heap
         finished = []
         while heap and heap[0][0] <= due:

@@ -15,10 +15,10 @@ class DistRound:
     (``kv_k`` of them holding KV at the target), a tree's ``steps`` per draft pass or None, the
     datacenter end ``dc`` of the device's messages, sent at ``t0``."""
 
-    __slots__ = ("rt", "st", "r", "inst", "k", "kv_k", "steps", "dc", "t0", "t1")
+    __slots__ = ("rt", "st", "r", "inst", "tgt", "k", "kv_k", "steps", "dc", "t0", "t1")
 
-    def __init__(self, rt, st, r, inst, k: int, kv_k: int, steps, dc, t0: float):
-        self.rt, self.st, self.r, self.inst = rt, st, r, inst
+    def __init__(self, rt, st, r, inst, tgt, k: int, kv_k: int, steps, dc, t0: float):
+        self.rt, self.st, self.r, self.inst, self.tgt = rt, st, r, inst, tgt      # tgt: inst's TargetState
         self.k, self.kv_k, self.steps, self.dc, self.t0 = k, kv_k, steps, dc, t0
 
     def at_device(self, _e) -> None:
@@ -50,11 +50,12 @@ class DistRound:
         st.net_s += now - self.t1
         st.in_flight = False
         st.k = self.kv_k
-        rt.targets[inst.name].ready_n += 1
+        self.tgt.ready_n += 1
         st.ready = True
         st.t_ready = now
         st.deadline = now + rt.round_budget_s
-        inst.wake()
+        if inst._wake is not None:       # (Instance.wake's own first test: the replica sleeps)
+            inst.wake()
 
     def lost(self) -> None:
         """The device left for good after the round was sent: the target finishes the conversation

@@ -499,7 +499,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         st.in_flight = True
         now = self.env._now
         dc = self._dc(inst.name)
-        rnd = DistRound(self, st, r, inst, k, kv_k, steps, dc, now)      # its callbacks (dsim.specdec.distround)
+        rnd = DistRound(self, st, r, inst, tgt, k, kv_k, steps, dc, now)     # its callbacks (dsim.specdec.distround)
         self.net.send(dc, st.device.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes, False, rnd.at_device)
 
     def _ready_later(self, wait, st: SpecState, inst) -> None:
