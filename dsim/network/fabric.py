@@ -184,8 +184,9 @@ class Network:
         carries the same value), without an event made for it now."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        hit = self._link_paths.get((src, dst))
-        if hit is not None and not self.down and hit[0] is self.topo._paths.get((src, dst)):
+        key = (src, dst)
+        hit = self._link_paths.get(key)
+        if hit is not None and not self.down and hit[0] is self.topo._paths.get(key):
             nodes, links = hit          # the route is cached and no link is down: nothing to look up
         else:
             for d in (src, dst):
