@@ -179,3 +179,18 @@ def test_mode_selector_thresholds_by_hand():
     assert pol._mode(here, _tel(500.0, 999), DISTRIBUTED, warm) == DISTRIBUTED
     assert pol._mode(here, _tel(), FUSED, warm) == FUSED
     assert _Modes("distributed", sw)._mode(here, _tel(500.0, 999), FUSED, warm) == DISTRIBUTED
+
+
+def test_no_one_pass_with_a_log_or_drafter_memory(monkeypatch):
+    """A repro log (which records every decision) or drafter memory on the devices (which
+    round_done updates): no step takes the one pass, and the run is the one without the switch."""
+    steps = []
+    step = SpecRuntime.dist_step
+    monkeypatch.setattr(SpecRuntime, "dist_step", lambda self, *a: (steps.append(1), step(self, *a))[1])
+    for name, over in (("hybrid_link_guard.yaml", ["workload.num_requests=6"]),
+                       ("draft_kv_sessions.yaml", ["workload.num_requests=6"])):
+        on = _outcome(name, over)
+        assert not steps
+        monkeypatch.setattr(SpecRuntime, "dist_pass", False)
+        assert _outcome(name, over) == on
+        monkeypatch.setattr(SpecRuntime, "dist_pass", True)
