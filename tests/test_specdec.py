@@ -359,12 +359,17 @@ def test_pd_speculation_verifies_on_the_decode_pool_only(monkeypatch):
     prefills (pool isolation is checked again at the end of the run)."""
     from dsim.specdec.runtime import SpecRuntime
     where = []
-    orig = SpecRuntime.round_done
+    orig, orig_next = SpecRuntime.round_done, SpecRuntime._next_round
 
     def spy(self, st, r, inst, k, a, last=False):
         where.append((inst.role, r.prefill_replica is not None, r.t_kv_ready is not None))
         return orig(self, st, r, inst, k, a, last)
+
+    def spy_next(self, st, r, inst):     # a round verified in a target's one pass (dsim.specdec.diststep)
+        where.append((inst.role, r.prefill_replica is not None, r.t_kv_ready is not None))
+        return orig_next(self, st, r, inst)
     monkeypatch.setattr(SpecRuntime, "round_done", spy)
+    monkeypatch.setattr(SpecRuntime, "_next_round", spy_next)
     ses = simulate(_pd_spec(), check_invariants=True)
     assert len(where) > 1000 and set(where) == {("decode", True, True)}
     assert all(r.spec.rounds > 0 for r in ses.reqs if r.t_completion is not None and r.max_tokens > 2)

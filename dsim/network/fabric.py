@@ -104,6 +104,9 @@ class Network:
     # False sends every message through the fluid solver (_resolve), also one alone on its path:
     # the general path that the alone-on-its-path start must equal (tests set it)
     fast = True
+    # False: a lone message's start and end go through _begin, _arm, _settle and _deliver (the
+    # general functions that send's and _tick's inline one-link branches must equal; tests set it)
+    lean = True
 
     def __init__(self, env, topo: Topology, rng, overhead_s=0.0, loss=0.0, rto_s=0.2, max_retries=None,
                  rtt_jitter=None, bw_jitter=None, policy="wait", bin_s=1.0):
@@ -181,8 +184,9 @@ class Network:
         carries the same value), without an event made for it now."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        hit = self._link_paths.get((src, dst))
-        if hit is not None and not self.down and hit[0] is self.topo._paths.get((src, dst)):
+        key = (src, dst)
+        hit = self._link_paths.get(key)
+        if hit is not None and not self.down and hit[0] is self.topo._paths.get(key):
             nodes, links = hit          # the route is cached and no link is down: nothing to look up
         else:
             for d in (src, dst):
@@ -194,12 +198,42 @@ class Network:
                 if nodes is None:
                     raise ValueError(f"no network path from {src} to {dst}")
         f = _Flow()
-        f.fid = self.next_fid
+        f.fid = fid = self.next_fid
         self.next_fid += 1
         f.src, f.dst, f.nbytes = src, dst, nbytes
         f.nodes, f.links = nodes, links
-        f.eff = nbytes / self.bw_jitter.sample(self.rng) if self.bw_jitter is not None else float(nbytes)
+        f.eff = eff = nbytes / self.bw_jitter.sample(self.rng) if self.bw_jitter is not None else float(nbytes)
         env = self.env
+        if len(links) == 1 and self.lean and self.fast and self.overhead_s <= 0:
+            lk = links[0]
+            if not lk.flows and lk.up:
+                # alone on an access link that is up: _begin's alone-on-its-path branch and _arm,
+                # inline (the same fields, the same heap entry, the timer armed by the same rule)
+                now = env._now
+                f.then = then
+                f.done = done = env.event() if then is None else None
+                f.start = now
+                f.retries = 0
+                f.waited = 0.0
+                f.ver = 1
+                f.record = record
+                self.count += 1
+                f.remaining = eff
+                f.t = now
+                f.seq = seq = self.seq
+                self.seq += 1
+                self.active[fid] = f
+                self.alone += 1
+                lk.flows[fid] = f
+                lk.since = now
+                f.rate = r = lk.bw
+                t = now + eff / r
+                heapq.heappush(self.heap, (t, seq, 1, f))
+                if t < self.timer_at:          # _schedule_next's decision (see _begin)
+                    self.timer_at = t
+                    self.gen = gen = self.gen + 1
+                    heapq.heappush(env._queue, (now + max(0.0, t - now), NORMAL, next(env._eid), Wake(self._tick, gen)))
+                return done
         f.then = then
         f.done = env.event() if then is None else None
         f.start = env._now
@@ -448,7 +482,8 @@ class Network:
         # byte-based tolerance would stall once rate x clock ulp exceeds it)
         # at large simulated times the clock's own step exceeds 1 ns: allow one ulp of it too, or a
         # flow whose last byte is due "now" could be re-ticked forever at the same time
-        due = now + max(1e-9, 4 * math.ulp(now))
+        # (below 2^21 s four ulps of the clock are under 1 ns: the max is 1e-9 without the ulp call)
+        due = now + 1e-9 if now < 2097152.0 else now + max(1e-9, 4 * math.ulp(now))
         heap = self.heap
         finished = []
         while heap and heap[0][0] <= due:
@@ -456,11 +491,58 @@ class Network:
             if ver == f.ver:
                 finished.append(f)
         if len(finished) > 1:
-            finished.sort(key=lambda f: f.seq)
+            finished.sort(key=_SEQ)
         touched = []                               # links that still carry flows: re-solved below
         active = self.active
         sure = not self.loss and self.rtt_jitter is None   # no draw: _sent's delay is the path's latency
+        quick = sure and self.lean
+        b = self.bin_s
+        queue = self.env._queue
+        eid = self.env._eid
         for f in finished:
+            links = f.links
+            if quick and f.then is not None and not f.record and len(links) == 1:
+                # a one-link flow sent with ``then``: _settle, the loop below and _deliver inline,
+                # the same operations in the same order, less the finished flow's own remaining
+                # bytes and settle time, which nothing reads again (docs/performance.md, "Round
+                # three, second pass: distributed rounds")
+                lk = links[0]
+                t0 = f.t
+                dt = now - t0
+                if dt > 0:
+                    r = f.rate
+                    if r > 0:
+                        moved = r * dt
+                        i = int(t0 // b) if b else 0
+                        lk.bytes += moved
+                        if b and now <= (i + 1) * b:
+                            bins = lk.bins
+                            bins[i] = bins.get(i, 0.0) + moved
+                        elif b:
+                            self._bin(lk, t0, now, r)
+                    elif not lk.up:
+                        f.waited += dt
+                f.ver += 1
+                del active[f.fid]
+                prop = 0
+                prop += lk.latency_s
+                flows = lk.flows
+                del flows[f.fid]
+                if flows:
+                    touched.append(lk)
+                elif lk.since is not None:
+                    lk.busy_s += now - lk.since
+                    lk.since = None
+                if f.waited:                   # (adding 0.0 changes no sum of waits)
+                    self.waited_s += f.waited
+                end = now + prop
+                self.total_s += end - f.start
+                self.delivered += 1
+                f.callbacks = [f.then]
+                f._ok = True
+                f._value = None
+                heapq.heappush(queue, (end, NORMAL, next(eid), f))     # env.schedule(f, NORMAL, prop)
+                continue
             self._settle(f, now)
             f.ver += 1
             del active[f.fid]

@@ -184,6 +184,11 @@ class SpeculativeSteps:
         if fast is not None and rt.one_pass:
             rt.fused_step(self, spec, t_end, emit_t, fast)       # the same, one pass (dsim.specdec.fusedstep)
             return
+        if fast is None:
+            tgt = rt.dist_target(self)
+            if tgt is not None:
+                rt.dist_step(self, spec, t_end, emit_t, tgt)     # the same, one pass (dsim.specdec.diststep)
+                return
         for r, k, a in spec:
             old = r.num_computed
             new = old + a + 1

@@ -31,6 +31,7 @@ from ..network.fabric import Wake
 DRAFT_PROFILE_DIR = package_folder("dsim.device_profiles") / "drafts"   # device_profiles/drafts/
 DRAFT_LUT_DIR = DRAFT_PROFILE_DIR / "luts"                                 # draft-side LUTs, by id
 LINKS_FILE = package_folder("dsim.device_profiles") / "links" / "access.yaml"   # default_link classes
+SUMS_KEPT = 1 << 16      # (context, k) drafting times a group remembers (DraftDevice._start)
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class DraftDevice:
 
     direct = True     # False: every job goes through the queue (the general path ``_start`` must equal; tests)
 
-    def __init__(self, env, name: str, group, drafter, think_rng=None, token_cache=None):
+    def __init__(self, env, name: str, group, drafter, think_rng=None, token_cache=None, sum_cache=None):
         self.env = env
         self.name = name
         self.group = group
@@ -185,6 +186,9 @@ class DraftDevice:
         # batch-1 token times by context: the same for every device of a group (one profile, one
         # drafter), so the runtime hands its devices one shared dict; a round looks up k of them
         self._tok = token_cache if token_cache is not None else {}
+        # (ctx, k) -> the sum of those k token times, added in order (what _draft's loop gives);
+        # shared by the group like _tok, for ``_start``
+        self._sums = sum_cache if sum_cache is not None else {}
         self.windows = group.available
         self.jobs: deque = deque()
         self._wake = None
@@ -284,16 +288,21 @@ class DraftDevice:
         now = env._now
         if self.hot_since is None or now - self.last_end >= p.cooldown_s:
             self.hot_since = now
-        tok = self._tok
-        d = 0
-        for c in range(ctx, ctx + k):
-            t = tok.get(c)
-            d += t if t is not None else self.token_time(c)
+        sums = self._sums
+        d = sums.get((ctx, k))
+        if d is None:                    # the first round of this (context, k): _draft's loop
+            tok = self._tok
+            d = 0
+            for c in range(ctx, ctx + k):
+                t = tok.get(c)
+                d += t if t is not None else self.token_time(c)
+            if len(sums) < SUMS_KEPT:
+                sums[ctx, k] = d
         if p.throttle_after_s is not None and now - self.hot_since >= p.throttle_after_s:
             d /= p.throttle_factor
             self.throttled_s += d
         # env.timeout(d)'s key (Environment.schedule's push, inlined)
-        heappush(env._queue, (env._now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))
+        heappush(env._queue, (now + d, NORMAL, next(env._eid), Wake(self._drafted, (k, d, done))))
 
     def _draft(self, job) -> None:
         k, ctx, done, _, steps, model, seconds, req = job

@@ -13,32 +13,38 @@ from .state import SpecState, TargetState
 
 
 class DraftingModes:
+    @staticmethod
+    def switch_keys(sw: dict) -> tuple:
+        """mode_switch's (policy, max_rtt_ms, max_verify_queue, max_link_utilization,
+        min_fused_dwell_s), which ``_mode`` reads every round (the runtime keeps them as ``_switch``)."""
+        return (sw.get("policy"), sw.get("max_rtt_ms"), sw.get("max_verify_queue"), sw.get("max_link_utilization"),
+                sw.get("min_fused_dwell_s", 0.0))
+
     def _mode(self, st: SpecState, tel: Telemetry, pmode: str, tgt: TargetState) -> str:
         cfg = self.cfg
-        if cfg.mode == "fused" or st.device is None:
+        dev = st.device
+        if cfg.mode == "fused" or dev is None:
             return FUSED
         spill = cfg.kv_spill_pct is not None and tel.kv_utilization * 100 > cfg.kv_spill_pct
         if spill:
             self.spills += 1
             return FUSED
         now = self.env._now
-        avail = st.device.available_from(now)
+        avail = dev.available_from(now) if dev.windows else now     # (available_from without windows)
         if avail == math.inf:
             return FUSED                 # the device is gone for good: the target finishes alone
         if cfg.mode == "distributed":
             return DISTRIBUTED
-        # hybrid
+        # hybrid (mode_switch's keys, read once: SpecRuntime._switch)
+        policy, max_rtt, max_queue, lim, dwell = self._switch
         dev_ok = avail == now
-        if cfg.switch["policy"] == "gamma_policy":
+        if policy == "gamma_policy":
             mode = pmode if dev_ok else FUSED
         else:
-            mode = DISTRIBUTED if (dev_ok and tel.rtt_ms <= cfg.switch["max_rtt_ms"]
-                                   and tel.verify_queue <= cfg.switch["max_verify_queue"]) else FUSED
-        lim = cfg.switch.get("max_link_utilization")
-        if lim is not None and mode == DISTRIBUTED and self.link_utilization(st.device) > lim:
+            mode = DISTRIBUTED if (dev_ok and tel.rtt_ms <= max_rtt and tel.verify_queue <= max_queue) else FUSED
+        if lim is not None and mode == DISTRIBUTED and self.link_utilization(dev) > lim:
             mode = FUSED                 # network-aware guard (seed 002 6.1): the access link is saturated
             self.link_fused += 1
-        dwell = cfg.switch.get("min_fused_dwell_s", 0.0)
         if dwell:                        # fused hysteresis (seed 002): once the switch says fused, the
             if now < st.fused_until:     # conversation stays fused for the dwell, however the RTT jitters
                 mode = FUSED

@@ -33,6 +33,8 @@ from .config import PER_TARGET, SpecConfig
 from .conversations import Conversations
 from .devices import DraftDevice
 from .devmem import DeviceMemories
+from .diststep import DistSteps
+from .distround import DistRound
 from .eagle import EagleHead
 from .fusedstep import FusedSteps
 from .gamma import DISTRIBUTED, FUSED, Telemetry
@@ -43,7 +45,7 @@ from .state import ACC_PRIOR, SpecState, TargetState
 from .tree import draft_tree
 
 
-class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories, FusedSteps):
+class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, DeviceMemories, FusedSteps, DistSteps):
     """The speculative-decoding run: draft devices and their links, the targets' state, and the
     rounds (drafting, verification inside the replica's step, the gamma policy's feedback).  How
     conversations reach a target is ``Conversations`` (dsim.specdec.conversations); where a round is
@@ -76,12 +78,13 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         for gi, grp in enumerate(cfg.groups):
             think_rng = sim.rng.stream(f"specdec.think.{grp.name}")
             tok_cache: dict = {}
+            sum_cache: dict = {}
             for i in range(grp.count):
                 name = f"{grp.name}-{i}"
                 if topo.has(name):
                     raise ConfigError("speculation.drafts", name, "device names not already in the network")
                 topo.add_link(name, self.gw, grp.rtt_ms / 2e3, grp.bw_mbps * MBPS, f"speculation.drafts[{gi}].bw_mbps")
-                self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng, tok_cache))
+                self.devices.append(DraftDevice(self.env, name, grp, drafter0, think_rng, tok_cache, sum_cache))
             for t, rtt in grp.rtt_schedule:
                 self.env.process(self._set_rtt(grp, t, rtt))
         self._devmem_init()
@@ -110,6 +113,10 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
         # one drafter level, no log to write or replay
         self._fused_fast = (cfg.tree is None and cfg.partial["mode"] == "all" and cfg.levels is None
                             and self.log is None)
+        self._switch = self.switch_keys(cfg.switch)     # the hybrid selector's keys, read once
+        self._pv_mode = cfg.partial["mode"]
+        # dist_step's rounds (dsim.specdec.diststep): chains on one drafter, a round's depth is its k
+        self._chain_one = cfg.tree is None and cfg.portfolio is None and cfg.levels is None
         self._levels_init()
         self._cohorts_init()
         for i, (_, pool, _) in enumerate(cfg.rules):
@@ -421,7 +428,7 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if tgt.warm_until != math.inf:
                 wait = self._drafter_ready(tgt)
                 if wait is not None:
-                    wait.callbacks.append(lambda _e: self._ready(st, inst))
+                    self._ready_later(wait, st, inst)
                     return
             tgt.ready_n += 1
             st.ready = True
@@ -466,11 +473,12 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if cfg.levels is not None:
                 k = self._levels_draw(st, r, k)      # L_0 drafts k; the target verifies the top level's
         st.drafted_now = k
-        pv = cfg.partial
+        pm = self._pv_mode               # cfg.partial["mode"]
         kv_k = k
         if kv_rep is not None:
             kv_k = min(kv_rep, k)
-        elif pv["mode"] == "first_token" or (pv["mode"] == "sampled" and float(self.prng.random()) >= pv["sample_rate"]):
+        elif pm != "all" and (pm == "first_token" or (pm == "sampled" and float(self.prng.random())
+                                                      >= cfg.partial["sample_rate"])):
             kv_k = min(k, 1)
         if self.log is not None:
             self.log.decided(self.env._now, r.rid, mode, depth, kv_k)
@@ -482,43 +490,19 @@ class SpecRuntime(Conversations, DraftingModes, LevelRounds, CohortSteps, Device
             if wait is None:
                 self._ready(st, inst)
             else:
-                wait.callbacks.append(lambda _e: self._ready(st, inst))
+                self._ready_later(wait, st, inst)
             return
         st.fused = False
         st.in_flight = True
-        dev = st.device
-        env = self.env
-        net = self.net
-        t0 = env._now
+        now = self.env._now
         dc = self._dc(inst.name)
+        rnd = DistRound(self, st, r, inst, tgt, k, kv_k, steps, dc, now)     # its callbacks (dsim.specdec.distround)
+        self.net.send(dc, st.device.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes, False, rnd.at_device)
 
-        def drafted():
-            t1 = env._now
-
-            def bundle(_e):
-                st.net_s += env._now - t1
-                st.in_flight = False
-                st.k = kv_k
-                self._ready(st, inst)
-            net.send(dev.name, dc, cfg.header_bytes + k * cfg.bundle_bytes_per_token, False, bundle)
-
-        def lost():
-            # the device left for good after the round was sent: the target finishes the
-            # conversation alone (_mode picks fused for a device that is gone)
-            st.in_flight = False
-            self._next_round(st, r, inst)
-
-        def at_device(_e):
-            st.net_s += env._now - t0
-            ns = st.levels_ns
-            if ns is not None:
-                dev.submit(ns[0], r.num_computed, drafted, lost, None, None,
-                           self._levels_device_seconds(dev, r.num_computed, ns))
-                return
-            dev.submit(k, r.num_computed, drafted, lost, steps,
-                       self._device_model(dev, st.drafter) if st.drafter > 0 else None, None,
-                       r if self.cfg.draft_kv is not None else None)
-        net.send(dc, dev.name, cfg.header_bytes + (st.last_a + 1) * cfg.token_bytes, False, at_device)
+    def _ready_later(self, wait, st: SpecState, inst) -> None:
+        """``_ready`` when ``wait`` (the fused drafter's load) fires; a closure made here, not in
+        ``_next_round``, whose locals would otherwise all be cells."""
+        wait.callbacks.append(lambda _e: self._ready(st, inst))
 
     def _ready(self, st: SpecState, inst) -> None:
         self.targets[inst.name].ready_n += 1
