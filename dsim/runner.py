@@ -181,7 +181,7 @@ class Session:
                               "slo.classes.*.ttft_ms or a ttft_slo_ms trace column")
         self.network = None
         if scn.config.network is not None:
-            from .network.fabric import build_network
+            from .network.build import build_network
             self.network = build_network(scn.config.network, sim.env, sim.rng.stream("network"))
         self.fleet = Fleet(sim, scn, check_invariants, network=self.network,
                            tracer_factory=self._recorder_factory(vllm_traces), keep_steps=keep_steps)

@@ -21,7 +21,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))    # an installed dsim
 
 from dsim.config.schema.base import parse  # noqa: E402
 from dsim.config.schema.network import NetworkConfig  # noqa: E402
-from dsim.network.fabric import build_network  # noqa: E402
+from dsim.network.build import build_network  # noqa: E402
 
 LINK = {"links": [{"src": "a", "dst": "b", "rtt_ms": 0.1, "bw_mbps": 100_000}], "serialization_overhead_us": 5}
 

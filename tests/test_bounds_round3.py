@@ -9,7 +9,7 @@ from dsim import ConfigError
 from dsim.network import fabric
 from dsim.config.schema.base import parse
 from dsim.config.schema.network import NetworkConfig
-from dsim.network.fabric import build_network
+from dsim.network.build import build_network
 
 from pathlib import Path
 

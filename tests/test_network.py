@@ -8,7 +8,7 @@ import simpy
 from dsim import ConfigError
 from dsim.config.schema.base import parse
 from dsim.config.schema.network import NetworkConfig
-from dsim.network.fabric import build_network
+from dsim.network.build import build_network
 
 MB = 1e6 / 8            # bytes/s per Mb/s
 

@@ -14,7 +14,7 @@ import dsim
 from dsim import ConfigError
 from dsim.config.schema.base import parse
 from dsim.config.schema.network import NetworkConfig
-from dsim.network.fabric import build_network
+from dsim.network.build import build_network
 
 SCN = Path(__file__).resolve().parents[1] / "scenarios"
 LINK = {"links": [{"src": "a", "dst": "b", "rtt_ms": 10, "bw_mbps": 80}]}

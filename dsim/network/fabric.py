@@ -19,19 +19,13 @@ import math
 import operator
 from simpy.events import NORMAL
 
-from typing import TYPE_CHECKING
-
 from ..config.errors import ConfigError
 from ..config.limits import FLOW_WORK_PER_MSG, MAX_FLOW_WORK
 from ..cluster.transfer import TransferRecord
+from .books import LinkBooks
 from .fairshare import water_fill
-from .topology import Topology, build_topology
+from .topology import Topology
 
-if TYPE_CHECKING:                       # the schema is imported when a scenario is loaded, not with dsim
-    from ..config.schema.network import NetworkConfig
-
-
-LONG_RUN_BINS = 1_000           # a settled stretch longer than this many timeline bins is kept as a run
 SHARES_KEPT = 4_096             # component shapes whose fair shares are remembered (Network._shares)
 _SEQ = operator.attrgetter("seq")
 
@@ -75,30 +69,7 @@ class Wake:
         self.arg = arg
 
 
-class _Jitter:
-    """Additive RTT jitter (ms) or multiplicative bandwidth factor, distribution named in YAML."""
-
-    def __init__(self, cfg, kind):
-        self.kind = kind
-        self.dist = cfg.dist
-        self.scale = cfg.scale_ms / 1e3 if kind == "rtt" else cfg.scale_pct / 100
-
-    def sample(self, rng) -> float:
-        d, x = self.dist, self.scale
-        if self.kind == "rtt":          # seconds added to the RTT (the one-way latency gets half)
-            if d == "normal":
-                return x * float(rng.standard_normal())
-            if d == "uniform":
-                return x * float(rng.uniform(-1.0, 1.0))
-            return float(rng.exponential(x)) if x > 0 else 0.0
-        if d == "lognormal":            # bandwidth factor with mean 1
-            return math.exp(x * float(rng.standard_normal()) - x * x / 2)
-        if d == "normal":
-            return max(0.05, 1.0 + x * float(rng.standard_normal()))
-        return max(0.05, 1.0 + x * float(rng.uniform(-1.0, 1.0)))
-
-
-class Network:
+class Network(LinkBooks):
     """``send(src, dst, nbytes) -> simpy event`` whose value is a TransferRecord."""
 
     # False sends every message through the fluid solver (_resolve), also one alone on its path:
@@ -329,24 +300,6 @@ class Network:
             if lk.since is not None:
                 lk.busy_s += now - lk.since
                 lk.since = now
-
-    def _bin(self, lk, t0, t1, rate) -> None:
-        b = self.bin_s
-        i = int(t0 // b)
-        j = int(t1 // b)
-        if j - i > LONG_RUN_BINS:      # days at 1 kbit/s: whole bins in closed form, not one by one
-            lk.bins[i] = lk.bins.get(i, 0.0) + rate * ((i + 1) * b - t0)
-            runs = lk.runs
-            runs[i + 1] = runs.get(i + 1, 0.0) + rate * b
-            runs[j] = runs.get(j, 0.0) - rate * b
-            if t1 > j * b:
-                lk.bins[j] = lk.bins.get(j, 0.0) + rate * (t1 - j * b)
-            return
-        while t0 < t1:
-            edge = min(t1, (i + 1) * b)
-            lk.bins[i] = lk.bins.get(i, 0.0) + rate * (edge - t0)
-            t0 = edge
-            i += 1
 
     def _component(self, links) -> list:
         """Flows connected to ``links`` through shared links, in the order they started.  Flows on
@@ -653,56 +606,3 @@ class Network:
         self._set_link(edge, False)
         yield env.timeout(end - start)
         self._set_link(edge, True)
-
-    # ---- report ---------------------------------------------------------------------------------
-    def timeline(self, lk, max_bins: int = 20_000):
-        """(bin start times, bytes per bin, bin width) of one link.  With long constant stretches
-        (``runs``) the bins are summed into at most ``max_bins`` wider ones, in closed form."""
-        b = self.bin_s
-        if not lk.runs:
-            idx = sorted(lk.bins)
-            return [i * b for i in idx], [lk.bins[i] for i in idx], b
-        import numpy as np
-        lo = min(min(lk.bins), min(lk.runs))
-        hi = max(max(lk.bins), max(lk.runs)) + 1
-        k = max(1, -(-(hi - lo) // max_bins))      # fine bins per coarse bin
-        m = -(-(hi - lo) // k)
-        out = np.zeros(m)
-        for i, v in lk.bins.items():
-            out[(i - lo) // k] += v
-        steps = np.zeros(m + 1)                     # a run from fine bin p on: part of p's coarse bin,
-        for p, v in lk.runs.items():                # then k bins' worth in every later one
-            c = (p - lo) // k
-            out[c] += ((c + 1) * k + lo - p) * v
-            steps[c + 1] += k * v
-        out += np.cumsum(steps)[:m]
-        return [(lo + c * k) * b for c in range(m)], out.tolist(), k * b
-
-    def summary(self, span: float) -> dict:
-        self._settle_all()
-        links = {}
-        for (u, v), lk in sorted(self.links.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
-            if not lk.bytes and not lk.busy_s:
-                continue
-            links[f"{u}->{v}"] = {"bytes": lk.bytes, "bandwidth_gb_s": lk.bw / 1e9,
-                                  "utilization": lk.bytes / (lk.bw * span) if span > 0 else 0.0,
-                                  "busy_fraction": lk.busy_s / span if span > 0 else 0.0}
-        return {"transfers": self.count, "retries": self.retries, "failed": self.failed,
-                "mean_transfer_ms": self.total_s / self.delivered * 1e3 if self.delivered else None,
-                "outage_wait_s": self.waited_s, "outages": self.outages, "links": links}
-
-
-def build_network(cfg: NetworkConfig, env, rng, path: str = "network") -> Network:
-    """The fabric a validated ``network`` section declares (parse a mapping first:
-    ``parse(NetworkConfig, raw, "network")``), with its outages scheduled on ``env``."""
-    topo = build_topology(cfg, path)
-    j = cfg.jitter
-    rtt = _Jitter(j.rtt, "rtt") if j.rtt is not None else None
-    bw = _Jitter(j.bandwidth, "bw") if j.bandwidth is not None else None
-    net = Network(env, topo, rng, cfg.serialization_overhead_us / 1e6, cfg.loss_pct / 100,
-                  cfg.retransmit_timeout_ms / 1e3, cfg.max_retries, rtt, bw, cfg.outage_policy, cfg.timeline_bin_s)
-    net.path = path
-    for f in cfg.failures:                 # each joins two devices of the topology (checked at load)
-        net.outages.append({"link": list(f.link), "start_s": f.start_s, "end_s": f.end_s})
-        env.process(net._outage(frozenset(f.link), f.start_s, f.end_s))
-    return net

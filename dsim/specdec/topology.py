@@ -72,7 +72,7 @@ class Connectivity:
         """The generated network (gateway -> cluster nodes); replicas are linked by ``attach``."""
         from ..config.schema.base import parse
         from ..config.schema.network import NetworkConfig
-        from ..network.fabric import build_network
+        from ..network.build import build_network
         links = [{"src": self.gateway, "dst": c, "rtt_ms": r, "bw_mbps": b} for c, (r, b) in self.uplinks.items()]
         return build_network(parse(NetworkConfig, {"links": links}, WHERE + ".clusters"), env, rng,
                              WHERE + ".clusters")
