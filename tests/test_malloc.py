@@ -1,5 +1,6 @@
 """dsim.core.malloc: freed large arrays go back to the operating system under the ``dsim`` command."""
 import os
+import platform
 import subprocess
 import sys
 
@@ -26,10 +27,14 @@ print(rss() - base)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator: Linux only")
+GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's allocator and /proc: Linux with glibc only")
 def test_a_held_threshold_gives_freed_arrays_back():
     def grown(mode):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        # glibc's defaults: no allocator setting of the caller's (env vars, tunables) may change them
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
         out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True,
                              env=env)
         return float(out.stdout)
@@ -43,3 +48,29 @@ def test_the_user_setting_wins(monkeypatch):
     from dsim.core.malloc import hold_mmap_threshold
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     assert hold_mmap_threshold() is False
+
+
+def test_the_dsim_command_holds_the_threshold(monkeypatch, capsys):
+    """The command, not the library: ``dsim.cli.main`` asks for the held threshold before it runs."""
+    import dsim.core.malloc as malloc
+    from dsim.cli import main
+    calls = []
+    monkeypatch.setattr(malloc, "hold_mmap_threshold", lambda: calls.append(1) or True)
+    main(["schema", "--markdown"])
+    capsys.readouterr()
+    assert calls == [1]
+
+
+def test_a_python_run_leaves_the_allocator_alone(monkeypatch):
+    """A program that imports dsim and runs a scenario keeps its own allocator settings."""
+    import json
+
+    import dsim.core.malloc as malloc
+    from dsim.bench import BENCH_SCENARIO
+    from dsim.runner import run
+    calls = []
+    monkeypatch.setattr(malloc, "hold_mmap_threshold", lambda: calls.append(1) or True)
+    scn = json.loads(json.dumps(BENCH_SCENARIO))
+    scn["workload"]["num_requests"] = 5
+    assert run(scn, plots=False).summary["requests"]["completed"] == 5
+    assert calls == []
